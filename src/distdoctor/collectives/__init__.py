@@ -1,0 +1,48 @@
+"""Registry of collective specs: name -> spec. The one source of truth for every collective fact."""
+
+from __future__ import annotations
+
+from distdoctor.collectives.all_gather import AllGather
+from distdoctor.collectives.all_reduce import AllReduce
+from distdoctor.collectives.all_to_all import AllToAll
+from distdoctor.collectives.barrier import Barrier
+from distdoctor.collectives.base import CollectiveSpec
+from distdoctor.collectives.broadcast import Broadcast
+from distdoctor.collectives.gather import Gather
+from distdoctor.collectives.p2p import SendRecv
+from distdoctor.collectives.reduce import Reduce
+from distdoctor.collectives.reduce_scatter import ReduceScatter
+from distdoctor.collectives.scatter import Scatter
+
+SPECS: dict[str, CollectiveSpec] = {
+    spec.name: spec
+    for spec in (AllReduce(), Broadcast(), Reduce(), AllGather(), ReduceScatter(), AllToAll(), Gather(), Scatter(),
+                 SendRecv(), Barrier())
+}
+
+_ALIASES: dict[str, str] = {alias: spec.name for spec in SPECS.values() for alias in (spec.name, *spec.aliases)}
+
+
+def get_spec(name: str) -> CollectiveSpec:
+    """The spec for a collective name or alias; KeyError if unknown."""
+    return SPECS[_ALIASES[name]]
+
+
+def canonical_op(name: str) -> str | None:
+    """Map a trace's op name ("nccl:all_reduce", "gloo:_allgather_base", "allreduce") to a spec name, or None.
+
+    Point-to-point keeps its direction: "send" or "recv" (both belong to the `sendrecv` spec).
+    """
+    base = name.split(":", 1)[-1].strip().split(" ", 1)[0].lower()
+    if base in ("send", "isend"):
+        return "send"
+    if base in ("recv", "irecv", "recv_anysource"):
+        return "recv"
+    return _ALIASES.get(base)
+
+
+def bus_factor(name: str, n: int) -> float:
+    return get_spec(name).bus_factor(n)
+
+
+__all__ = ["CollectiveSpec", "SPECS", "get_spec", "canonical_op", "bus_factor"]
