@@ -1,0 +1,1 @@
+"""Renderers shared by diagnose and sim: text, json, html, png, chrome-trace."""
