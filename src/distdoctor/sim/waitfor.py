@@ -150,7 +150,11 @@ def _need(rs: RunState, e: Edge) -> str:
     if e.kind == "collective":
         op = _op(rs, e.src, rs.pc[e.src])
         g, n = name.rsplit(" ", 1)
-        return f"waits in {op.kind} {n} on `{g}` for rank {e.peer_rank}"
+        ik = rs.inst_of[e.src]
+        arrived = {rs.compiled.rank_of[m] for m in rs.open_instances[ik][1]}
+        missing = [m for m in rs.compiled.group_members[ik // _INST] if m not in arrived]
+        who = f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
+        return f"waits in {op.kind} {n} on `{g}` for {who}"
     if e.kind == "send":
         return f"waits to send to rank {e.peer_rank}"
     return f"waits to receive from rank {e.peer_rank}"
@@ -164,7 +168,7 @@ def _provider(rs: RunState, e: Edge) -> str:
     if e.kind == "buffer":
         return f"released only by rank {r} {s} {where}"
     if e.kind == "collective":
-        return f"whose {s} issues it only {where}"
+        return f"which rank {r} {s} issues only {where}"
     if e.kind == "send":
         return f"whose {s} posts the matching recv only {where}"
     return f"whose {s} sends only {where}"
