@@ -68,16 +68,17 @@ def build_edges(rs: RunState) -> tuple[dict[int, list[Edge]], dict[int, str]]:
         code, a = c.ops[sid][pc[sid]][0], c.ops[sid][pc[sid]][1]
         r = c.rank_of[sid]
         out: list[Edge] = []
-        if code == WAIT:
-            ev = c.event_keys[a][1]
-            out = [Edge(sid, d, i, "event", f"event {ev}", r) for d, i in records[a].items()]
+        if code in (WAIT, ACQUIRE):
+            # Sites behind the blocked op on its own stream can never run first: they do not count.
+            sites = (records if code == WAIT else releases)[a]
+            own = sites.get(sid)
+            kind, what = ("event", c.event_keys[a][1]) if code == WAIT else ("buffer", c.buffer_keys[a][1])
+            verb = "records" if code == WAIT else "releases"
+            out = [Edge(sid, d, i, kind, f"{kind} {what}", r) for d, i in sites.items() if d != sid]
             if not out:
-                starved[sid] = f"no stream of rank {r} records `{ev}` any more"
-        elif code == ACQUIRE:
-            buf = c.buffer_keys[a][1]
-            out = [Edge(sid, d, i, "buffer", f"buffer {buf}", r) for d, i in releases[a].items()]
-            if not out:
-                starved[sid] = f"no stream of rank {r} releases `{buf}` any more"
+                r_, s_ = c.streams[sid]
+                starved[sid] = (f"only rank {r_} {s_} itself {verb} `{what}` again, at op {own}, behind this op"
+                                if own is not None else f"no stream of rank {r} {verb} `{what}` any more")
         elif code == COLLECTIVE:
             ik = rs.inst_of[sid]
             g, k = divmod(ik, _INST)
