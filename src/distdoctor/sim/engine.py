@@ -76,6 +76,7 @@ def compile_program(prog: Program) -> Compiled:
     # Generators share one Op object among ranks where the op does not depend on the rank (compute, a
     # group's collective): compile those once, keyed by object identity (the program keeps them alive).
     shared: dict[int, tuple] = {}
+    kind_id: dict[str, int] = {}
     for r in sorted(prog.ranks):
         rp = prog.ranks[r]
         bid = {}
@@ -116,7 +117,8 @@ def compile_program(prog: Program) -> Compiled:
                     d = coll_cache.get(ck)
                     if d is None:
                         d = coll_cache[ck] = collective_us(op, gsize[g], alpha, gbps)
-                    cop = shared[id(op)] = (COLLECTIVE, g, d)
+                    kid = kind_id.setdefault(op.kind, len(kind_id))
+                    cop = shared[id(op)] = (COLLECTIVE, g, d, kid, op.bytes)
                     append(cop)
                 else:
                     key = (r, op.peer, op.tag) if k == "send" else (op.peer, r, op.tag)
@@ -138,13 +140,14 @@ class RunState:
     wait: list[float]
     since: list[float]  # for blocked streams: when they blocked
     inst_of: dict[int, int]  # blocked sid -> instance key of the collective it waits in
-    open_instances: dict[int, list]  # instance key -> [remaining, sids, duration]
+    open_instances: dict[int, list]  # instance key -> [remaining, sids, duration, kind id, bytes, first sid, its op]
     coll_count: dict[int, int]  # rank * n_groups + gid -> collectives issued
     peak: list[int]
     busy_union: dict[int, float]  # rank -> time any compute stream was busy (ranks with >1 compute stream)
     spans: list[tuple] | None  # (sid, start, end, op_index, "busy"|"wait"|"blocked")
     comm_log: list[list[list]] | None  # sid -> [[op_index, seq, t_issue, t_start, t_end], ...]
     ops_executed: int
+    mismatches: list[tuple]  # (gid, instance, sid, op index, first member's sid and op index)
 
     @property
     def deadlock(self) -> bool:
@@ -171,6 +174,7 @@ def run(compiled: Compiled, detail: bool = False) -> RunState:
     coll_count: dict[int, int] = {}
     inst: dict[int, list] = {}
     inst_of: dict[int, int] = {}
+    mismatches: list[tuple] = []  # (gid, instance, sid, op index, first member's sid and op index)
     spans: list[tuple] | None = [] if detail else None
     comm_log = [[] for _ in range(S)] if detail else None
     # Ranks with several compute streams need the union of their busy time for the bubble fraction. Busy
@@ -294,7 +298,10 @@ def run(compiled: Compiled, detail: bool = False) -> RunState:
                     ik = g * _INST + k
                     st = inst.get(ik)
                     if st is None:
-                        st = inst[ik] = [gsize[g], [], 0.0]
+                        st = inst[ik] = [gsize[g], [], 0.0, op[3], op[4], sid, i]
+                    elif op[3] != st[3] or op[4] != st[4]:
+                        # the n-th collective on a group is a different op on this member: a desync
+                        mismatches.append((g, k, sid, i, st[5], st[6]))
                     st[0] -= 1
                     st[1].append(sid)
                     if op[2] > st[2]:
@@ -371,6 +378,6 @@ def run(compiled: Compiled, detail: bool = False) -> RunState:
                 spans.append((sid, since[sid], now, pc[sid], "blocked"))
     busy_union = {r: cov[u] + min(cov_e[u], now) - cov_s[u] for u, r in enumerate(union_ranks)}
     return RunState(compiled, now, pc, busy, wait, since, inst_of, inst, coll_count, peak, busy_union, spans,
-                    comm_log, sum(pc))
+                    comm_log, sum(pc), mismatches)
 
 

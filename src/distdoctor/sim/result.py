@@ -61,6 +61,21 @@ class SimResult:
             lines.append(starvation_sentence(self.state, sid, reason))
         return lines
 
+    def mismatches(self) -> list[dict]:
+        """Collective instances whose members issue different ops (kind or bytes): a desync, not a hang."""
+        rs = self.state
+        c = rs.compiled
+        out = []
+        for g, k, sid, idx, first, first_idx in rs.mismatches:
+            r, s = c.streams[sid]
+            op = self.program.ranks[r].streams[s][idx]
+            r0, s0 = c.streams[first]
+            ref = self.program.ranks[r0].streams[s0][first_idx]
+            item = {"group": c.group_names[g], "seq": k + 1, "rank": r, "stream": s, "op_index": idx,
+                    "op": f"{op.kind} {op.bytes} bytes", "first_rank": r0, "first_op": f"{ref.kind} {ref.bytes} bytes"}
+            out.append(item)
+        return out
+
     def to_json(self) -> dict:
         rs = self.state
         c = rs.compiled
@@ -89,6 +104,7 @@ class SimResult:
             "bubble_fraction": round(self.bubble_fraction(), 6),
             "buffers": buffers,
             "explanation": self.explanation(),
+            "mismatches": self.mismatches(),
             "ops": sum(len(o) for o in c.ops),
             "ops_executed": rs.ops_executed,
         }
@@ -117,6 +133,13 @@ class SimResult:
         else:
             out.append(f"No deadlock: all {len(c.streams)} streams on {ranks} ranks finished "
                        f"({self.program.source}).")
+        mism = self.mismatches()
+        if mism:
+            out.append(f"  WARNING: {len(mism)} collective(s) differ across the members of their group (desync):")
+            for m in mism[:top]:
+                first = f" while rank {m['first_rank']} issues {m['first_op']}"
+                out.append(f"    `{m['group']}` #{m['seq']}: rank {m['rank']} {m['stream']} op {m['op_index']} "
+                           f"issues {m['op']}{first}")
         out.append(f"Makespan {rs.makespan:.1f} us; bubble fraction {self.bubble_fraction():.3f} "
                    f"(compute streams idle or waiting); {rs.ops_executed} of {sum(len(o) for o in c.ops)} "
                    f"ops executed.")
