@@ -143,16 +143,28 @@ class SimResult:
         out.append(f"Makespan {rs.makespan:.1f} us; bubble fraction {self.bubble_fraction():.3f} "
                    f"(compute streams idle or waiting); {rs.ops_executed} of {sum(len(o) for o in c.ops)} "
                    f"ops executed.")
-        order = sorted(range(len(c.streams)), key=lambda s: (-rs.wait[s], s))
-        out.append(f"Most waiting streams (of {len(c.streams)}):")
-        out.append(f"  {'rank/stream':<24} {'busy_us':>12} {'wait_us':>12} {'idle_us':>12}")
-        for sid in order[:top]:
-            r, s = c.streams[sid]
-            idle = max(rs.makespan - rs.busy[sid] - rs.wait[sid], 0.0)
-            out.append(f"  {f'{r}/{s}':<24} {rs.busy[sid]:>12.1f} {rs.wait[sid]:>12.1f} {idle:>12.1f}")
-        peaks = [(f"{r}/{b}", rs.peak[i], c.capacity[i]) for i, (r, b) in enumerate(c.buffer_keys)]
-        if peaks and len(peaks) <= top:
-            out.append("Buffer peak occupancy: " + ", ".join(f"{k} {p}/{cap}" for k, p, cap in peaks))
+        # One row per stream name, averaged over the ranks that have it (per-rank numbers: --format json).
+        by_name: dict[str, list[int]] = {}
+        for sid, (_, s) in enumerate(c.streams):
+            by_name.setdefault(s, []).append(sid)
+        out.append("Per stream, mean over the ranks that have it (us; per rank: --format json):")
+        out.append(f"  {'stream':<16} {'ranks':>6} {'busy':>11} {'wait':>11} {'idle':>11}   most waiting")
+        for s, sids in by_name.items():
+            n = len(sids)
+            busy = sum(rs.busy[i] for i in sids) / n
+            wait = sum(rs.wait[i] for i in sids) / n
+            idle = sum(max(rs.makespan - rs.busy[i] - rs.wait[i], 0.0) for i in sids) / n
+            worst = max(sids, key=lambda i: (rs.wait[i], -i))
+            out.append(f"  {s:<16} {n:>6} {busy:>11.1f} {wait:>11.1f} {idle:>11.1f}   "
+                       f"rank {c.rank_of[worst]} ({rs.wait[worst]:.1f})")
+        peaks: dict[str, list[tuple[int, int]]] = {}
+        for i, (_, b) in enumerate(c.buffer_keys):
+            peaks.setdefault(b, []).append((rs.peak[i], c.capacity[i]))
+        for b, pc in peaks.items():
+            lo, hi = min(p for p, _ in pc), max(p for p, _ in pc)
+            clo, chi = min(k for _, k in pc), max(k for _, k in pc)
+            span = (lambda a, z: f"{a}" if a == z else f"{a}-{z}")
+            out.append(f"Buffer `{b}`: peak occupancy {span(lo, hi)} of {span(clo, chi)} slots over {len(pc)} ranks.")
         return "\n".join(out)
 
 
