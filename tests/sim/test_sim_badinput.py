@@ -57,3 +57,14 @@ def test_bad_generator_flags_and_missing_file(sim_cli, tmp_path):
     assert "--microbatches: the interleaved schedule takes micro-batches in groups of --stages" in out.stderr
     out = sim_cli("run", tmp_path / "nope.yaml")
     assert out.returncode == 2 and "nope.yaml: no such file" in out.stderr and out.stderr.count("\n") == 1
+
+
+def test_sim_does_not_import_torch(sim_cli):
+    import subprocess
+    import sys
+
+    code = ("import sys, distdoctor.sim.command, distdoctor.sim.emit, distdoctor.report.timeline_png; "
+            "from distdoctor.sim.result import simulate; from distdoctor.sim.plans.pipeline import *; "
+            "simulate(build_pipeline(PipelineConfig()), detail=True); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr

@@ -71,7 +71,7 @@ def _round_trip(prog: Program) -> Program:
     return parse_text(yaml.safe_dump(program_to_dict(prog)), prog.source)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(valid_programs())
 def test_program_from_a_valid_schedule_never_deadlocks(prog):
     out = simulate(_round_trip(prog)).to_json()
@@ -80,7 +80,7 @@ def test_program_from_a_valid_schedule_never_deadlocks(prog):
     assert out["mismatches"] == []
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(valid_programs(), st.data())
 def test_removing_a_release_from_a_one_slot_buffer_always_deadlocks(prog, data):
     r = data.draw(st.sampled_from(sorted(prog.ranks)))
@@ -104,3 +104,39 @@ def test_removing_a_release_from_a_one_slot_buffer_always_deadlocks(prog, data):
     next_acquire = next(i for i, op in enumerate(new) if i > drop and op.op == "acquire" and op.buffer == "slot") - 1
     assert {"rank": r, "stream": s, "op_index": next_acquire, "op": "acquire slot"} in out["blocked"]
     assert any("`slot`" in line for line in out["explanation"])
+
+
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 10**12), st.floats(allow_nan=True), st.text(max_size=6))
+_values = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                        st.dictionaries(st.text(max_size=6), inner, max_size=4)),
+                       max_leaves=20)
+_op_like = st.fixed_dictionaries({"op": st.sampled_from(["compute", "record", "wait", "acquire", "release",
+                                                        "collective", "send", "recv", "bogus"])},
+                                  optional={"us": _scalars, "event": _scalars, "buffer": _scalars, "group": _scalars,
+                                            "kind": st.sampled_from(["all_reduce", "allfoo", 3]), "peer": _scalars,
+                                            "bytes": _scalars, "tag": _scalars, "root": _scalars, "x": _values})
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(
+    _values,
+    st.fixed_dictionaries({"ranks": st.dictionaries(st.sampled_from(["0", "1", "x", "-1"]), st.fixed_dictionaries(
+        {"streams": st.dictionaries(st.sampled_from(["s", "t"]), st.lists(_op_like, max_size=4), max_size=2)},
+        optional={"buffers": st.dictionaries(st.sampled_from(["b", "act"]), _scalars, max_size=2)}), max_size=2)},
+        optional={"groups": st.dictionaries(st.sampled_from(["g", "tp"]), st.lists(_scalars, max_size=3), max_size=2),
+                  "cost": _values}),
+))
+def test_parser_never_raises_anything_but_input_error(raw):
+    """Whatever the file holds, the parser (and a simulation of what it accepts) ends in a result or InputError."""
+    from distdoctor.errors import InputError
+
+    try:
+        text = yaml.safe_dump(raw)
+    except yaml.YAMLError:
+        return
+    try:
+        prog = parse_text(text, "fuzz.yaml")
+    except InputError as exc:
+        assert str(exc).startswith("fuzz.yaml")
+        return
+    simulate(prog).to_json()

@@ -22,6 +22,7 @@ from distdoctor.sim.plans.pipeline import SCHEDULES, PipelineConfig, build_pipel
 from distdoctor.sim.result import simulate
 
 EXAMPLES_PACKAGE = "distdoctor.sim"
+PNG_ROWS = 48  # streams drawn in a timeline PNG (blocked ones first)
 
 
 def examples_dir() -> Path:
@@ -61,19 +62,19 @@ def _finish(prog: Program, fmt: str, emit_ir, chrome, png, emit_trace, header: s
         _write(emit_ir, lambda: dump_program(prog, emit_ir, header=header))
     detail = bool(chrome or png or emit_trace)
     res = simulate(prog, detail=detail)
-    if chrome or png:
+    if chrome:
+        from distdoctor.report.chrome_trace import write_chrome_trace
         from distdoctor.sim.emit import to_spans
 
-        spans = to_spans(res)
-        if chrome:
-            from distdoctor.report.chrome_trace import write_chrome_trace
+        _write(chrome, lambda: write_chrome_trace(to_spans(res), chrome, title=f"distdoctor sim {prog.source}"))
+    if png:
+        from distdoctor.report.timeline_png import write_timeline_png
+        from distdoctor.sim.emit import picture_rows, to_spans
 
-            _write(chrome, lambda: write_chrome_trace(spans, chrome, title=f"distdoctor sim {prog.source}"))
-        if png:
-            from distdoctor.report.timeline_png import write_timeline_png
-
-            verdict = "DEADLOCK" if res.deadlock else "no deadlock"
-            _write(png, lambda: write_timeline_png(spans, png, title=f"{prog.source}: {verdict}"))
+        verdict = "DEADLOCK" if res.deadlock else "no deadlock"
+        rows = picture_rows(res, PNG_ROWS)
+        _write(png, lambda: write_timeline_png(to_spans(res, rows), png, title=f"{prog.source}: {verdict}",
+                                               max_rows=PNG_ROWS, total_rows=len(res.state.compiled.streams)))
     if emit_trace:
         from distdoctor.sim.emit import write_rank_traces
 

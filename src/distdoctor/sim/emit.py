@@ -117,7 +117,31 @@ def write_rank_traces(res: SimResult, directory: str | Path) -> list[Path]:
     return paths
 
 
-def to_spans(res: SimResult) -> list[Span]:
+def picture_rows(res: SimResult, max_rows: int) -> set[int]:
+    """The streams a picture shows when it cannot show all: blocked ones first, then all streams of ranks
+    spread evenly over the rank range (so every pipeline stage or shard group appears)."""
+    c = res.state.compiled
+    if len(c.streams) <= max_rows:
+        return set(range(len(c.streams)))
+    by_rank: dict[int, list[int]] = {}
+    for sid, r in enumerate(c.rank_of):
+        by_rank.setdefault(r, []).append(sid)
+    ranks = sorted(by_rank)
+    fit = max(1, max_rows // max(1, round(len(c.streams) / len(ranks))))
+    stride = -(-len(ranks) // fit)
+    order = res.state.blocked_sids() + [sid for r in ranks[::stride] for sid in by_rank[r]]
+    order += [sid for sid in range(len(c.streams))]
+    chosen: list[int] = []
+    for sid in order:
+        if sid not in chosen:
+            chosen.append(sid)
+        if len(chosen) == max_rows:
+            break
+    return set(chosen)
+
+
+def to_spans(res: SimResult, only: set[int] | None = None) -> list[Span]:
+    """Spans of a detailed run, optionally only for some stream ids (a picture of a huge plan)."""
     rs = res.state
     if rs.spans is None:
         raise ValueError("simulate(..., detail=True) is needed for spans")
@@ -125,6 +149,8 @@ def to_spans(res: SimResult) -> list[Span]:
     prog = res.program
     spans = []
     for sid, start, end, idx, what in rs.spans:
+        if only is not None and sid not in only:
+            continue
         r, s = c.streams[sid]
         op = prog.ranks[r].streams[s][idx]
         name = label(op) if what == "busy" else f"{'BLOCKED' if what == 'blocked' else 'waiting'}: {label(op)}"
