@@ -2,6 +2,7 @@
 
 import pytest
 
+from distdoctor.sim.ir import check_program
 from distdoctor.sim.plans.pipeline import PipelineConfig, build_pipeline, schedule_order
 from distdoctor.sim.result import simulate
 
@@ -63,7 +64,9 @@ def test_schedule_orders_are_complete_and_balanced():
 def test_generated_plans_run_with_communication_and_steps(schedule, streams):
     cfg = PipelineConfig(stages=4, microbatches=4, schedule=schedule, chunks=2 if schedule == "interleaved" else 1,
                          dp=2, tp=2, streams=streams, steps=2)
-    out = simulate(build_pipeline(cfg)).to_json()
+    prog = build_pipeline(cfg)
+    check_program(prog)  # generators emit programs that pass the same checks as a user's file
+    out = simulate(prog).to_json()
     assert out["deadlock"] is False
     assert out["ops_executed"] == out["ops"]
     assert 0 < out["bubble_fraction"] < 1

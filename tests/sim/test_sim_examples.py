@@ -44,8 +44,12 @@ def test_a_cycle_is_the_forward_stream_holding_the_slot_the_backward_needs():
                                                "via": "buffer act"}
     assert out["cycle"][1]["waits_for"][0] == {"rank": 0, "stream": "fwd", "op_index": 11,
                                                "op": "record grad_in0", "via": "event grad_in0"}
-    # all 8 ranks of the 2x2x2 job end up stuck, as in the incident
+    # all 8 ranks of the 2x2x2 job end up stuck, as in the incident: the same cycle on each stage-0 rank,
+    # and stage 1 waiting for them
     assert len({b["rank"] for b in out["blocked"]}) == 8
+    assert out["other_cycles_count"] == 3
+    assert [[(x["rank"], x["stream"], x["op"]) for x in cyc] for cyc in out["other_cycles"]] == [
+        [(r, "fwd", "acquire act"), (r, "bwd", "wait grad_in0")] for r in (1, 2, 3)]
     text = res.to_text()
     assert text.startswith("DEADLOCK")
     assert "rank 0 fwd waits for a free `act` slot" in text and "released only by rank 0 bwd" in text

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from distdoctor.sim.engine import RunState, compile_program, run
 from distdoctor.sim.ir import Program, label
-from distdoctor.sim.waitfor import Edge, build_edges, cycle_sentence, find_cycle, starvation_sentence
+from distdoctor.sim.waitfor import (Edge, build_edges, cycle_sentence, find_cycle, other_cycles,
+                                   starvation_sentence)
 
 
 @dataclass
@@ -24,6 +25,7 @@ class SimResult:
     cycle: list[Edge]
     edges: dict[int, list[Edge]]
     starved: dict[int, str]
+    more_cycles: list[list[int]]  # further cycles (as sids) disjoint from `cycle`
 
     @property
     def program(self) -> Program:
@@ -104,6 +106,8 @@ class SimResult:
             "bubble_fraction": round(self.bubble_fraction(), 6),
             "buffers": buffers,
             "explanation": self.explanation(),
+            "other_cycles": [[self._where(sid, rs.pc[sid]) for sid in cyc] for cyc in self.more_cycles[:100]],
+            "other_cycles_count": len(self.more_cycles),
             "mismatches": self.mismatches(),
             "ops": sum(len(o) for o in c.ops),
             "ops_executed": rs.ops_executed,
@@ -121,10 +125,15 @@ class SimResult:
                        f"({self.program.source}, stuck at t={rs.makespan:.1f} us).")
             for line in self.explanation():
                 out.append("  " + line)
-            shown = {e.src for e in self.cycle} | set(self.starved)
+            if self.more_cycles:
+                ranks = sorted({c.rank_of[sid] for cyc in self.more_cycles for sid in cyc})
+                listed = ", ".join(map(str, ranks[:16])) + (", ..." if len(ranks) > 16 else "")
+                out.append(f"  {len(self.more_cycles)} more cycle(s), disjoint from this one, on rank(s) {listed} "
+                           f"(--format json: other_cycles).")
+            shown = {e.src for e in self.cycle} | set(self.starved) | {s for cyc in self.more_cycles for s in cyc}
             rest = [s for s in blocked if s not in shown]
             if rest:
-                out.append(f"  Also blocked behind it ({len(rest)}):")
+                out.append(f"  Also blocked, waiting on the above ({len(rest)}):")
                 for sid in rest[:top]:
                     w = self._where(sid, rs.pc[sid])
                     out.append(f"    rank {w['rank']} {w['stream']} at op {w['op_index']} ({w['op']})")
@@ -173,6 +182,7 @@ def simulate(program: Program, detail: bool = False) -> SimResult:
     if state.deadlock:
         edges, starved = build_edges(state)
         cycle = find_cycle(edges)
+        more = other_cycles(edges, cycle)
     else:
-        edges, starved, cycle = {}, {}, []
-    return SimResult(state, cycle, edges, starved)
+        edges, starved, cycle, more = {}, {}, [], []
+    return SimResult(state, cycle, edges, starved, more)

@@ -142,6 +142,27 @@ def find_cycle(edges: dict[int, list[Edge]]) -> list[Edge]:
     return []
 
 
+def other_cycles(edges: dict[int, list[Edge]], first: list[Edge]) -> list[list[int]]:
+    """Further cycles disjoint from `first`, found in O(V) by following each blocked stream's first edge
+    (every walk ends in a cycle or a starved stream). A plan replicated over ranks often deadlocks the same
+    way on every replica: these are those repeats, not consequences of the first cycle."""
+    done = {e.src for e in first}
+    found = []
+    for start in sorted(edges):
+        if start in done:
+            continue
+        path, pos = [], {}
+        node = start
+        while node not in done and node not in pos and edges.get(node):
+            pos[node] = len(path)
+            path.append(node)
+            node = edges[node][0].dst
+        if node in pos:  # closed a new cycle
+            found.append(path[pos[node]:])
+        done.update(path)
+    return found
+
+
 def _need(rs: RunState, e: Edge) -> str:
     name = e.resource.split(" ", 1)[1]
     if e.kind == "event":
