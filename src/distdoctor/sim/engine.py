@@ -211,8 +211,9 @@ def run(compiled: Compiled, detail: bool = False) -> RunState:
             b.append(w)
 
     now = 0.0
+    _heappush, _heappop, _get = heappush, heappop, buckets.get
     while times:
-        t = heappop(times)
+        t = _heappop(times)
         now = t
         bucket = buckets[t]
         j = 0
@@ -235,10 +236,10 @@ def run(compiled: Compiled, detail: bool = False) -> RunState:
                     i += 1
                     if d > 0:
                         x = t + d
-                        b = buckets.get(x)
+                        b = _get(x)
                         if b is None:
                             buckets[x] = [sid]
-                            heappush(times, x)
+                            _heappush(times, x)
                         else:
                             b.append(sid)
                         break

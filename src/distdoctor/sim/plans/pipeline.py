@@ -33,6 +33,7 @@ from distdoctor.errors import InputError
 from distdoctor.sim.ir import Cost, Op, Program, RankProgram
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
+MAX_OPS = 60_000_000  # about 10 GB of IR; a 4096-rank, 32-micro-batch plan has 1.5 million
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,10 @@ class PipelineConfig:
             bad("--grad-recv-stream", "only meaningful with --streams 2")
         if self.alpha_us < 0 or self.gbps <= 0:
             bad("--alpha-us/--gbps", "alpha must not be negative and bandwidth must be positive")
+        ops = self.world * self.microbatches * self.chunks * self.steps * 12
+        if ops > MAX_OPS:
+            bad("plan", f"about {ops:,} ops is more than this simulator holds in memory ({MAX_OPS:,}); "
+                        f"simulate fewer data-parallel replicas (they behave alike) or fewer micro-batches")
 
     @property
     def world(self) -> int:
