@@ -184,7 +184,10 @@ def _need(rs: RunState, e: Edge) -> str:
 
 def _provider(rs: RunState, e: Edge) -> str:
     r, s = rs.compiled.streams[e.dst]
-    where = f"at op {e.dst_op} (`{label(_op(rs, e.dst, e.dst_op))}`)"
+    # Name the last compute the provider must finish first ("released only by rank 0 bwd after bwd_mb0").
+    after = next((op.name for op in (_op(rs, e.dst, i) for i in range(e.dst_op - 1, rs.pc[e.dst] - 1, -1))
+                  if op.op == "compute" and op.name), None)
+    where = f"at op {e.dst_op} (`{label(_op(rs, e.dst, e.dst_op))}`" + (f", after `{after}`)" if after else ")")
     if e.kind == "event":
         return f"recorded only by rank {r} {s} {where}"
     if e.kind == "buffer":
