@@ -21,7 +21,7 @@ bytes / bandwidth. The hot loop sees only ints, floats and tuples (no pydantic, 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from heapq import heappop, heappush
 
 from distdoctor.collectives import bus_factor
