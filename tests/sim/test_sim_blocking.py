@@ -183,3 +183,34 @@ def test_cost_model_uses_collective_bus_factors():
     assert collective_us(ag, 8, alpha_us=0, gbps=10) == pytest.approx((1 << 20) * 7 / 8 / 1e4)
     assert collective_us(Op("collective", us=7.0, kind="all_reduce", group="g"), 4, 5, 100) == 7.0
     assert p2p_us(Op("send", bytes=2000, peer=1), alpha_us=1, gbps=2) == pytest.approx(2.0)
+
+
+RACE = """
+    ranks:
+      0:
+        buffers: {b: 1}
+        streams:
+          s1: [{op: compute, us: 12}, {op: acquire, buffer: b}, {op: wait, event: e2}, {op: release, buffer: b}]
+          s2: [{op: compute, us: 10}, {op: acquire, buffer: b}, {op: release, buffer: b}, {op: record, event: e2}]
+"""
+
+
+def test_timing_trials_find_a_deadlock_the_nominal_timing_misses(sim_yaml):
+    # Nominal: s2 takes the slot first and all is well. If s1's compute ends first it holds the slot while
+    # waiting for e2, which s2 records only after its own acquire: a race only other timings reveal.
+    assert sim_yaml(RACE).to_json()["deadlock"] is False
+    from distdoctor.sim.ir import parse_text
+    from distdoctor.sim.result import simulate
+
+    import textwrap
+
+    res = simulate(parse_text(textwrap.dedent(RACE), "race.yaml"), trials=40, jitter=0.3, seed=0)
+    out = res.to_json()
+    assert out["deadlock"] is True
+    assert out["timing"]["deadlocked_trials"] > 0 and out["timing"]["shown"].startswith("trial ")
+    assert [(c["stream"], c["op"]) for c in out["cycle"]] == [("s1", "wait e2"), ("s2", "acquire b")]
+    text = res.to_text().splitlines()
+    assert text[0].startswith("DEADLOCK") and text[1].startswith("  Timing: the nominal timing runs, but")
+    # and without jitter no trial can differ from the nominal run
+    calm = simulate(parse_text(textwrap.dedent(RACE), "race.yaml"), trials=5, jitter=0.0).to_json()
+    assert calm["deadlock"] is False and calm["timing"]["deadlocked_trials"] == 0

@@ -139,5 +139,6 @@ def test_cli_exit_codes_and_json_contract(sim_cli, tmp_path):
     trace = json.loads((tmp_path / "c.json").read_text())
     assert any(e.get("args", {}).get("blocked") for e in trace["traceEvents"])
     assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    ok = sim_cli("run", examples_dir() / "c-groups-same-order.yaml")
+    ok = sim_cli("run", examples_dir() / "c-groups-same-order.yaml", "--trials", "3")
     assert ok.returncode == 0 and ok.stdout.startswith("No deadlock")
+    assert "Timing: the nominal run and 3 trials" in ok.stdout

@@ -47,6 +47,11 @@ def resolve_plan(name: str) -> Path:
 
 
 def _output_options(f):
+    f = click.option("--seed", type=int, default=0, show_default=True, help="Seed of the first timing trial.")(f)
+    f = click.option("--jitter", type=click.FloatRange(0, 1), default=0.2, show_default=True,
+                     help="Compute-time jitter of the timing trials (0.2: each op x U[0.8, 1.2]).")(f)
+    f = click.option("--trials", type=click.IntRange(0), default=0, show_default=True,
+                     help="Also try N jittered timings when the nominal one runs: can it deadlock?")(f)
     f = click.option("--emit-trace", "emit_trace", type=click.Path(file_okay=False),
                      help="Write rank_<r>.jsonl per rank (distdoctor trace format) as the run ends.")(f)
     f = click.option("--png", "png", type=click.Path(dir_okay=False), help="Timeline PNG per rank and stream.")(f)
@@ -57,11 +62,12 @@ def _output_options(f):
     return FORMAT_OPTION(f)
 
 
-def _finish(prog: Program, fmt: str, emit_ir, chrome, png, emit_trace, header: str = "") -> None:
+def _finish(prog: Program, fmt: str, emit_ir, chrome, png, emit_trace, trials=0, jitter=0.2, seed=0,
+            header: str = "") -> None:
     if emit_ir:
         _write(emit_ir, lambda: dump_program(prog, emit_ir, header=header))
     detail = bool(chrome or png or emit_trace)
-    res = simulate(prog, detail=detail)
+    res = simulate(prog, detail=detail, trials=trials, jitter=jitter, seed=seed)
     if chrome:
         from distdoctor.report.chrome_trace import write_chrome_trace
         from distdoctor.sim.emit import to_spans
@@ -108,10 +114,10 @@ def sim_group() -> None:
 @sim_group.command("run")
 @click.argument("plan")
 @_output_options
-def run_command(plan: str, fmt: str, emit_ir, chrome, png, emit_trace) -> None:
+def run_command(plan: str, fmt: str, emit_ir, chrome, png, emit_trace, trials, jitter, seed) -> None:
     """Simulate PLAN, a YAML/JSON program file or the name of a shipped example."""
     prog = load_program(resolve_plan(plan))
-    _finish(prog, fmt, emit_ir, chrome, png, emit_trace)
+    _finish(prog, fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed)
 
 
 @sim_group.command("pipeline")
@@ -136,13 +142,13 @@ def run_command(plan: str, fmt: str, emit_ir, chrome, png, emit_trace) -> None:
 @click.option("--alpha-us", type=float, default=5.0, show_default=True, help="Per-message latency.")
 @click.option("--gbps", type=float, default=100.0, show_default=True, help="Bus bandwidth, GB/s.")
 @_output_options
-def pipeline_command(fmt, emit_ir, chrome, png, emit_trace, chunks, **kw) -> None:
+def pipeline_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, chunks, **kw) -> None:
     """Pipeline x data x tensor parallel training steps (GPipe, 1F1B, interleaved)."""
     if chunks is None:
         chunks = 2 if kw["schedule"] == "interleaved" else 1
     cfg = PipelineConfig(chunks=chunks, **kw)
     prog = build_pipeline(cfg)
-    _finish(prog, fmt, emit_ir, chrome, png, emit_trace, header=_header(prog))
+    _finish(prog, fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, header=_header(prog))
 
 
 @sim_group.command("fsdp")
@@ -159,10 +165,10 @@ def pipeline_command(fmt, emit_ir, chrome, png, emit_trace, chunks, **kw) -> Non
 @click.option("--backward/--no-backward", default=True, show_default=True)
 @click.option("--steps", type=int, default=1, show_default=True)
 @_output_options
-def fsdp_command(fmt, emit_ir, chrome, png, emit_trace, **kw) -> None:
+def fsdp_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, **kw) -> None:
     """FSDP/HSDP all-gathers on a shared or per-group unshard stream, with prefetch."""
     prog = build_fsdp(FsdpConfig(**kw))
-    _finish(prog, fmt, emit_ir, chrome, png, emit_trace, header=_header(prog))
+    _finish(prog, fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, header=_header(prog))
 
 
 def _header(prog: Program) -> str:

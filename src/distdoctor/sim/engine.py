@@ -129,6 +129,22 @@ def compile_program(prog: Program) -> Compiled:
                     event_keys, list(chan_id), compute_sids)
 
 
+def jittered(compiled: Compiled, jitter: float, seed: int) -> Compiled:
+    """A copy whose compute durations are scaled by independent factors in [1 - jitter, 1 + jitter].
+
+    Matching that depends on timing (several streams of a rank issuing on one group, buffers shared by
+    streams) follows simulated time, so one timing is one interleaving; jittered trials explore others."""
+    import random
+
+    rng = random.Random(seed)
+    lo = max(0.0, 1.0 - jitter)
+    ops = [[(COMPUTE, op[1] * rng.uniform(lo, 1.0 + jitter)) if op[0] == COMPUTE else op for op in sops]
+           for sops in compiled.ops]
+    return Compiled(compiled.program, compiled.streams, ops, compiled.rank_of, compiled.group_names,
+                    compiled.group_members, compiled.buffer_keys, compiled.capacity, compiled.event_keys,
+                    compiled.channels, compiled.compute_sids)
+
+
 @dataclass
 class RunState:
     """What the run leaves behind: per stream cursor and timings, plus the detail the reports draw."""

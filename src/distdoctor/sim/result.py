@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distdoctor.sim.engine import RunState, compile_program, run
+from distdoctor.sim.engine import RunState, compile_program, jittered, run
 from distdoctor.sim.ir import Program, label
 from distdoctor.sim.waitfor import (Edge, build_edges, cycle_sentence, find_cycle, other_cycles,
                                    starvation_sentence)
@@ -26,6 +26,7 @@ class SimResult:
     edges: dict[int, list[Edge]]
     starved: dict[int, str]
     more_cycles: list[list[int]]  # further cycles (as sids) disjoint from `cycle`
+    timing: Timing | None = None
 
     @property
     def program(self) -> Program:
@@ -109,6 +110,7 @@ class SimResult:
             "other_cycles": [[self._where(sid, rs.pc[sid]) for sid in cyc] for cyc in self.more_cycles[:100]],
             "other_cycles_count": len(self.more_cycles),
             "mismatches": self.mismatches(),
+            **({"timing": self.timing.to_json()} if self.timing else {}),
             "ops": sum(len(o) for o in c.ops),
             "ops_executed": rs.ops_executed,
         }
@@ -142,6 +144,8 @@ class SimResult:
         else:
             out.append(f"No deadlock: all {len(c.streams)} streams on {ranks} ranks finished "
                        f"({self.program.source}).")
+        if self.timing is not None:
+            out.insert(1, "  " + self.timing.sentence())
         mism = self.mismatches()
         if mism:
             out.append(f"  WARNING: {len(mism)} collective(s) differ across the members of their group (desync):")
@@ -177,8 +181,55 @@ class SimResult:
         return "\n".join(out)
 
 
-def simulate(program: Program, detail: bool = False) -> SimResult:
-    state = run(compile_program(program), detail=detail)
+@dataclass
+class Timing:
+    """Jittered-timing trials run after a nominal run without deadlock."""
+
+    trials: int
+    jitter: float
+    seed: int
+    deadlocked: list[int]  # trial numbers (0-based) that deadlocked; trial k uses seed + k
+    desynced: list[int]  # trials that finished but matched different collectives across members
+    shown: int | None  # the trial whose result is reported, None for the nominal run
+
+    def to_json(self) -> dict:
+        return {"trials": self.trials, "jitter": self.jitter, "seed": self.seed,
+                "deadlocked_trials": len(self.deadlocked), "desynced_trials": len(self.desynced),
+                "shown": "nominal" if self.shown is None else f"trial {self.shown} (seed {self.seed + self.shown})"}
+
+    def sentence(self) -> str:
+        j = f"compute times jittered by up to ±{self.jitter:.0%}"
+        if self.shown is None:
+            return f"Timing: the nominal run and {self.trials} trials with {j} all finish without deadlock or desync."
+        return (f"Timing: the nominal timing runs, but {len(self.deadlocked)} deadlock(s) and {len(self.desynced)} "
+                f"desync(s) in {self.trials} trials with {j}; shown: trial {self.shown} (seed "
+                f"{self.seed + self.shown}).")
+
+
+def simulate(program: Program, detail: bool = False, trials: int = 0, jitter: float = 0.2,
+             seed: int = 0) -> SimResult:
+    """Simulate with the program's timing; with `trials`, also with jittered compute times when the nominal
+    run finishes, and report the first jittered trial that deadlocks (else desyncs): a plan that *can*
+    deadlock under other timings."""
+    compiled = compile_program(program)
+    result = _analyze(run(compiled, detail=detail))
+    if trials <= 0 or result.deadlock:
+        return result
+    deadlocked, desynced = [], []
+    for k in range(trials):
+        trial = run(jittered(compiled, jitter, seed + k), detail=False)
+        if trial.deadlock:
+            deadlocked.append(k)
+        elif trial.mismatches:
+            desynced.append(k)
+    shown = deadlocked[0] if deadlocked else desynced[0] if desynced else None
+    if shown is not None:
+        result = _analyze(run(jittered(compiled, jitter, seed + shown), detail=detail))
+    result.timing = Timing(trials, jitter, seed, deadlocked, desynced, shown)
+    return result
+
+
+def _analyze(state) -> SimResult:
     if state.deadlock:
         edges, starved = build_edges(state)
         cycle = find_cycle(edges)
