@@ -67,6 +67,8 @@ class PipelineConfig:
             bad("--schedule", f"unknown schedule {self.schedule!r} (expected one of: {', '.join(SCHEDULES)})")
         if self.schedule != "interleaved" and self.chunks != 1:
             bad("--chunks", f"only the interleaved schedule has several model chunks (got {self.chunks})")
+        if self.schedule == "interleaved" and self.stages < 2:
+            bad("--stages", "the interleaved schedule needs at least 2 stages")
         if self.schedule == "interleaved" and self.microbatches % self.stages:
             bad("--microbatches", f"the interleaved schedule takes micro-batches in groups of --stages: "
                                   f"{self.microbatches} is not a multiple of {self.stages}")
