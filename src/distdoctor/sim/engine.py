@@ -1,8 +1,9 @@
 """Discrete-event execution of a Program: timing, blocking, and what is left when nothing can move.
 
 Algorithm. Every stream is a cursor over its ops. The event queue holds "this stream may try its next op
-at time t" (a heap of distinct times, each with a FIFO bucket of streams). A popped stream runs zero-time ops (record, wait on a recorded event, acquire of a free
-slot, release) inline and stops at the first op that takes time or blocks:
+at time t" (a heap of distinct times, each with a FIFO bucket of streams). A popped stream runs zero-time
+ops (record, wait on a recorded event, acquire of a free slot, release) inline and stops at the first op
+that takes time or blocks:
 - compute: busy for `us`, then back in the queue at t + us;
 - wait: parks on the event until a `record` on the same rank (once recorded, an event stays recorded);
 - acquire: parks FIFO on the buffer; `release` hands the slot to the first parked acquirer;
@@ -11,7 +12,8 @@ slot, release) inline and stops at the first op that takes time or blocks:
 - send/recv: FIFO per (sender, receiver, tag) channel; a pair starts when both are posted and holds both.
 Taking events in time order makes "the n-th collective issued" and buffer hand-over follow simulated time;
 ties keep scheduling order, so runs are deterministic. When the queue is empty and some stream has ops left,
-that is a deadlock; `waitfor.analyze` then builds the wait-for graph and extracts the cycle.
+that is a deadlock; `waitfor.build_edges` / `find_cycle` then build the wait-for graph and extract the cycle.
+A collective instance whose members issue different ops (kind or bytes) is recorded as a mismatch (desync).
 
 Durations: `us` when an op gives it, else the cost model: collectives alpha + bytes * bus_factor(kind, n) /
 bandwidth with nccl-tests' bus factors (distdoctor.collectives, the one source of truth); p2p alpha +

@@ -4,7 +4,8 @@ JSON (`distdoctor sim run FILE --format json`):
     {"deadlock", "cycle": [{"rank", "stream", "op_index", "op", "waits_for": [...]}],
      "blocked": [{"rank", "stream", "op_index", "op"}], "makespan_us",
      "streams": {"<rank>/<stream>": {"busy_us", "wait_us", "idle_us"}}, "bubble_fraction",
-     "buffers": {"<rank>/<buffer>": {"capacity", "peak"}}, "explanation": [...], "ops", "ops_executed"}
+     "buffers": {"<rank>/<buffer>": {"capacity", "peak"}}, "explanation": [...], "mismatches": [...],
+     "other_cycles": [...], "other_cycles_count", "ops", "ops_executed", "timing" (with --trials)}
 `bubble_fraction` is the mean over ranks (that have compute) of the fraction of the makespan during which
 none of their compute streams (streams with at least one `compute` op) is busy: idle or waiting.
 """
