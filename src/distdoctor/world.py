@@ -372,6 +372,10 @@ def _standalone_worker(target: str, args: dict, backend: str, timeout_s: float, 
     sys.stdout.flush()
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    # A forked worker inherits the agent's handlers (they raise SignalException): a stop request from the
+    # agent must simply end the worker, as it would a spawned one.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
     rank = int(os.environ["RANK"])
     channel = _FileChannel(run_dir, rank)
     channel.send({"type": "start", "pid": os.getpid(), "host": socket.gethostname(), "t": time.time()})
@@ -531,7 +535,15 @@ def _quiet_elastic_logs():
     return saved
 
 
-def _launch_config(n: int, cfg: WorldConfig, port: int, run_dir: Path):
+def _start_method(backend: str) -> str:
+    """fork for CPU worlds: the workers reuse the parent's imported torch (spawn re-imports it in every worker,
+    most of a quick run's wall time on a small machine) and stay our children, so their exit codes can be
+    read. spawn for NCCL: CUDA cannot be used in a child forked after the parent touched the driver.
+    DISTDOCTOR_START_METHOD overrides."""
+    return os.environ.get("DISTDOCTOR_START_METHOD") or ("fork" if backend == "gloo" else "spawn")
+
+
+def _launch_config(n: int, cfg: WorldConfig, port: int, run_dir: Path, backend: str):
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig
 
@@ -539,7 +551,7 @@ def _launch_config(n: int, cfg: WorldConfig, port: int, run_dir: Path):
         min_nodes=1, max_nodes=1, nproc_per_node=n, run_id=f"distdoctor-{uuid.uuid4().hex[:12]}",
         rdzv_backend="c10d", rdzv_endpoint=f"{cfg.master_addr}:{port}",
         rdzv_configs={"timeout": int(max(cfg.timeout_s, 30)), "is_host": True}, max_restarts=0,
-        monitor_interval=0.5, start_method="spawn", local_addr=cfg.master_addr,
+        monitor_interval=0.5, start_method=_start_method(backend), local_addr=cfg.master_addr,
         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs")),
     )
     fields = {f.name for f in dataclasses.fields(LaunchConfig)}
@@ -566,7 +578,7 @@ def _standalone(target: str, args: dict, cfg: WorldConfig, on_event) -> JobResul
     saved = _quiet_elastic_logs()
     watcher.start()
     try:
-        launch = elastic_launch(_launch_config(n, cfg, port, run_dir), _standalone_worker)
+        launch = elastic_launch(_launch_config(n, cfg, port, run_dir, backend), _standalone_worker)
         launch(target, args, backend, cfg.timeout_s, iface, str(run_dir))
     except ChildFailedError as exc:
         failures = dict(exc.failures)
