@@ -109,13 +109,19 @@ def summarize_validate(job, opts: ValidateOptions) -> dict:
     gaps = _sequence_gaps(entered, n)
     for rank, (idx, peers) in gaps.items():
         blame(rank, f"skipped {cases[idx].label()} which ranks {peers} entered")
-    for lr in lost.values():
-        blame(lr.rank, f"lost ({lr.reason}) in {lr.in_op or 'an unknown step'}")
+    for lr in _primary_lost(list(lost.values()), gaps):
+        blame(lr.rank, f"lost ({lr.reason})" + (f" in {lr.in_op}" if lr.in_op else ""))
 
     rows = []
+    first_gap = min((idx for idx, _ in gaps.values()), default=None)
     for c in cases:
         recs = done.get(c.index, {})
-        rows.append(_row(c, recs, n, lost, blame))
+        after_gap = first_gap is not None and c.index >= first_gap
+        # After a rank skipped a call, the ranks pair up the wrong calls: those failures are consequences.
+        row = _row(c, recs, n, lost, (lambda rank, why: None) if after_gap else blame)
+        if after_gap and row["status"] == "fail":
+            row["reason"] = f"after the skipped call #{first_gap + 1} (calls out of step): {row['reason']}"
+        rows.append(row)
     stragglers = _stragglers(cases, done, n, opts.straggler_s)
     for s in stragglers:
         blame(s["rank"], f"straggler: arrives {s['median_late_s'] * 1e3:.0f} ms late (median over "
@@ -134,6 +140,19 @@ def summarize_validate(job, opts: ValidateOptions) -> dict:
         "straggler_threshold_s": opts.straggler_s,
         "injected": list(opts.inject),
     }
+
+
+def _primary_lost(lost: list, gaps: dict) -> list:
+    """The lost ranks that explain the failure. A rank that merely stopped (no exit code, no step named) or
+    timed out waiting is collateral when another lost rank has a definite cause, or when a rank skipped a
+    call (the desynchronization then explains every timeout after it)."""
+    def vague(lr) -> bool:
+        return (lr.reason == "exited" and not lr.in_op) or lr.reason.startswith(("timed out", "unreachable"))
+
+    definite = [lr for lr in lost if not vague(lr)]
+    if definite or gaps:
+        return definite
+    return lost
 
 
 def _sequence_gaps(entered: dict[int, list[int]], n: int) -> dict[int, tuple[int, list[int]]]:
@@ -165,6 +184,9 @@ def _row(c: Case, recs: dict[int, dict], n: int, lost: dict, blame) -> dict:
     if c.count is None:
         row["count"] = 0
     missing = sorted(set(range(n)) - set(recs))
+    if len(missing) == n:
+        row.update(status="skipped", reason="not run: the world stopped before this call (see lost ranks)")
+        return row
     if missing:
         row["reason"] = f"no result from ranks {missing}" + (" (lost)" if set(missing) & set(lost) else "")
         row["culprit_ranks"] = sorted(set(missing) & set(lost))
@@ -184,7 +206,8 @@ def _row(c: Case, recs: dict[int, dict], n: int, lost: dict, blame) -> dict:
     wrong = sorted(r["rank"] for r in recs.values() if r["err"] is not None and not r["ok"])
     agree, odd = _agreement(spec, recs)
     row["ranks_agree"] = agree
-    culprit = sorted(set(wrong) | set(odd))
+    # The reference decides first; a hash minority adds ranks only when the outputs look right but differ.
+    culprit = sorted(wrong) if wrong else sorted(odd)
     row["culprit_ranks"] = culprit
     if wrong or agree is False:
         for r in culprit:
@@ -194,7 +217,7 @@ def _row(c: Case, recs: dict[int, dict], n: int, lost: dict, blame) -> dict:
             worst = max(recs.values(), key=lambda r: r["err"] if r["err"] is not None else -1)
             parts.append(f"ranks {wrong} off by up to {worst['err']:.3g} (tolerance {worst['tol']:.3g})")
         if agree is False:
-            parts.append(f"ranks {odd} hold different bits from the others")
+            parts.append(f"outputs differ across ranks (odd: {odd})" if odd else "outputs differ across ranks")
         row["reason"] = "; ".join(parts)
         return row
     row["status"] = "pass"
@@ -205,6 +228,7 @@ def _agreement(spec, recs: dict[int, dict]) -> tuple[bool | None, list[int]]:
     """Replicated ops: every group instance's outputs bit-identical (the minority hash names the odd ranks).
     Others: each output bit-identical to the reference cast to the dtype, when that reference is exact."""
     odd: list[int] = []
+    agree = True
     if spec.replicated:
         by_group: dict[tuple, dict[int, str]] = {}
         for r in recs.values():
@@ -215,9 +239,11 @@ def _agreement(spec, recs: dict[int, dict]) -> tuple[bool | None, list[int]]:
             for h in hashes.values():
                 counts[h] = counts.get(h, 0) + 1
             if len(counts) > 1:
+                agree = False
                 majority = max(counts, key=lambda h: (counts[h], h))
-                odd += [rk for rk, h in hashes.items() if h != majority or counts[majority] * 2 <= len(hashes)]
-        return (not odd), sorted(odd)
+                if counts[majority] * 2 > len(hashes):  # a strict majority names the odd ranks
+                    odd += [rk for rk, h in hashes.items() if h != majority]
+        return agree, sorted(odd)
     exact = [r for r in recs.values() if r["hash"] is not None and r["ref_hash"] is not None]
     if not exact:
         return None, []
@@ -287,13 +313,15 @@ def _split(value: str | None) -> tuple[str, ...] | None:
 @FORMAT_OPTION
 def validate_command(sizes, ops, dtypes, redops, seed, no_subgroups, inject, straggler_s, fmt, **world_kw):
     """Check every collective's result against an exact float64 reference, on every rank and group."""
-    from distdoctor.validate_report import print_validate
+    from distdoctor.validate_report import print_validate, progress_display
 
     cfg = config_from_options(**world_kw)
     opts = ValidateOptions(ops=_split(ops) or VALIDATE_OPS, dtypes=_split(dtypes) or DTYPES, sizes=sizes,
                            seed=seed, inject=tuple(inject), redops=_split(redops) or REDOPS,
                            subgroups=not no_subgroups, straggler_s=straggler_s)
-    report = run_validate(cfg, opts, on_event=None)
+    opts.check()
+    with progress_display("validate") as on_event:
+        report = run_validate(cfg, opts, on_event=on_event)
     if report is None:  # a non-reporting rank under torchrun
         return
     if fmt == "json":

@@ -22,11 +22,24 @@ def verdict_line(report: dict) -> str:
         return f"PASS: {n_pass} checks passed, {n_skip} skipped, on {where}"
     culprits = report.get("culprits") or []
     if culprits:
-        named = "; ".join(f"rank {c['rank']}: {c['why'][0]}" + (f" (+{len(c['why']) - 1} more)" if len(c["why"]) > 1
-                                                                else "") for c in culprits)
+        named = "; ".join(f"rank {c['rank']}: {_why(c['why'])}" for c in culprits)
     else:
         named = "no single rank stands out (every rank is affected)"
-    return f"FAIL: {n_fail} of {len(rows)} checks failed on {where}. Culprit: {named}"
+    n_notrun = sum(r["reason"].startswith("not run") for r in rows)
+    counts = f"{n_fail} of {len(rows)} checks failed" + (f", {n_notrun} not run" if n_notrun else "")
+    return f"FAIL on {where} ({counts}). Culprit: {named}"
+
+
+def _why(reasons: list[str]) -> str:
+    """'wrong result in 14 checks (first: ...)' rather than 14 near-identical sentences."""
+    wrong = [r for r in reasons if r.startswith("wrong result in ")]
+    other = [r for r in reasons if not r.startswith("wrong result in ")]
+    parts = other[:2]
+    if len(wrong) == 1:
+        parts.append(wrong[0])
+    elif wrong:
+        parts.append(f"wrong result in {len(wrong)} checks (first: {wrong[0][len('wrong result in '):]})")
+    return ", ".join(parts)
 
 
 def _fmt_err(value) -> str:
@@ -41,7 +54,7 @@ def print_validate(report: dict, file=None) -> None:
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     for col, justify in (("op", "left"), ("group", "left"), ("pass", "right"), ("fail", "right"),
                          ("skip", "right"), ("max|err|", "right"), ("agree", "left"), ("note", "left")):
-        table.add_column(col, justify=justify, no_wrap=col != "note", overflow="fold")
+        table.add_column(col, justify=justify, no_wrap=True, overflow="ellipsis")
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["op"], r["group"]), []).append(r)
@@ -58,7 +71,7 @@ def print_validate(report: dict, file=None) -> None:
             note = f"skipped {', '.join(kinds)}: {skips[0]['reason']}"
         table.add_row(op, group, str(len(rs) - len(fails) - len(skips)), str(len(fails)) if fails else "",
                       str(len(skips)) if skips else "", _fmt_err(max(errs) if errs else None),
-                      "-" if not agree else ("yes" if all(agree) else "NO"), note[:90])
+                      "-" if not agree else ("yes" if all(agree) else "NO"), note[:80])
     console.print(table)
     failures = [r for r in rows if r["status"] == "fail" and r.get("max_abs_err") is not None or
                 r["status"] == "fail" and r.get("culprit_ranks")]
@@ -73,7 +86,7 @@ def print_validate(report: dict, file=None) -> None:
     for lost in report.get("lost", []):
         console.print(f"Lost: rank {lost['rank']} on {lost['host']}: {lost['reason']}"
                       + (f", in {lost['in_op']}" if lost.get("in_op") else ""))
-    console.print(verdict_line(report), style="bold green" if report["passed"] else "bold red")
+    console.print(verdict_line(report), style="bold green" if report["passed"] else "bold red", soft_wrap=True)
 
 
 def _variant(r: dict) -> str:
