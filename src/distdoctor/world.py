@@ -292,6 +292,7 @@ class WorkerContext:
         self.timeout = timeout
         self._channel = channel
         self._phases: list[str] = []
+        self.stage: str | None = None  # a job made of parts (check: validate, then bench) names the part here
 
     @property
     def current_phase(self) -> str | None:
@@ -318,7 +319,7 @@ class WorkerContext:
 
     def progress(self, done: int, total: int, what: str = "") -> None:
         self._channel.send({"type": "progress", "rank": self.rank, "done": done, "total": total, "what": what,
-                            "t": time.time()})
+                            "stage": self.stage, "t": time.time()})
 
     def new_group(self, ranks: list[int]):
         """A subgroup under the world's timeout (every rank must call this, as with dist.new_group)."""
