@@ -98,9 +98,9 @@ def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable 
             outcome = {"ok": True, "value": W._load_target(target)(ctx, **args)}
         except _Terminated:
             outcome = {"ok": False, "error": "terminated by the launcher (another worker failed)",
-                       "phase": ctx.current_phase if ctx else None}
+                       "phase": (ctx.failed_in or ctx.current_phase) if ctx else None}
         except Exception as exc:  # noqa: BLE001 - reported, and the job fails
-            outcome = {"ok": False, "error": W._describe_exception(exc), "phase": ctx.current_phase if ctx else None}
+            outcome = {"ok": False, "error": W._describe_exception(exc), "phase": (ctx.failed_in or ctx.current_phase) if ctx else None}
         if ctx is None:  # no process group, no store: this rank can only speak for itself
             return _alone(rank, world_size, backend, iface, outcome, start)
         try:

@@ -292,6 +292,7 @@ class WorkerContext:
         self.timeout = timeout
         self._channel = channel
         self._phases: list[str] = []
+        self.failed_in: str | None = None  # the phase an exception escaped from
         self.stage: str | None = None  # a job made of parts (check: validate, then bench) names the part here
 
     @property
@@ -309,6 +310,10 @@ class WorkerContext:
         self._channel.send({"type": "phase", "phase": name, "t": time.time()})
         try:
             yield
+        except BaseException:
+            if self.failed_in is None:  # the innermost phase the error came out of
+                self.failed_in = name
+            raise
         finally:
             self._phases.pop()
             self._channel.send({"type": "phase", "phase": self.current_phase, "t": time.time()})
@@ -391,7 +396,7 @@ def _standalone_worker(target: str, args: dict, backend: str, timeout_s: float, 
     except BaseException as exc:  # noqa: BLE001 - everything a rank raises is reported, then the rank fails
         message = _describe_exception(exc)
         with contextlib.suppress(Exception):
-            channel.done({"ok": False, "error": message, "phase": ctx.current_phase if ctx else None,
+            channel.done({"ok": False, "error": message, "phase": (ctx.failed_in or ctx.current_phase) if ctx else None,
                           "traceback": traceback.format_exc()[-4000:]})
         sys.stderr.flush()
         # A failing rank must exit non-zero so that the agent stops the group at once; os._exit skips
