@@ -60,6 +60,7 @@ def test_check_passes_on_the_default_world():
     assert {r["group"].split("[")[0] for r in doc["validate"]["results"]} >= {"world"}
     assert doc["bench"]["rows"] and all(r["wrong"] == 0 and r["busbw_gbps"] > 0 for r in doc["bench"]["rows"])
     assert doc["bench"]["avg_busbw_gbps"] > 0
+    assert out.leftover == []
 
 
 @pytest.mark.slow
@@ -68,3 +69,4 @@ def test_check_fails_and_names_a_crashed_rank():
     assert out.returncode == 1
     first = out.stdout.splitlines()[0]
     assert first.startswith("FAIL") and "rank 1 lost" in first
+    assert out.leftover == []
