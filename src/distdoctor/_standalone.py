@@ -247,6 +247,7 @@ def _launch_config(n: int, cfg: WorldConfig, port: int, run_dir: Path, backend: 
 
 
 def run_standalone(target: str, args: dict, cfg: WorldConfig, on_event) -> JobResult:
+    from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
@@ -268,6 +269,14 @@ def run_standalone(target: str, args: dict, cfg: WorldConfig, on_event) -> JobRe
         launch(target, args, backend, cfg.timeout_s, iface, str(run_dir))
     except ChildFailedError as exc:
         failures = dict(exc.failures)
+    except SignalException as exc:  # Ctrl-C or SIGTERM to us: the agent has stopped the workers already
+        _reap(watcher)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise KeyboardInterrupt(f"stopped by signal {exc.sigval}") from None
+    except KeyboardInterrupt:
+        _reap(watcher)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     except Exception as exc:  # rendezvous or start-up failure: no world at all
         launch_error = _describe_exception(exc)
     finally:
