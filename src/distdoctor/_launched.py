@@ -66,7 +66,9 @@ def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable 
     world_size = int(os.environ["WORLD_SIZE"])
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     backend = W.resolve_backend(cfg, local_world)
-    iface = cfg.iface or (W.pick_iface(os.environ.get("MASTER_ADDR", cfg.master_addr)) if backend == "gloo" else None)
+    multi_host = world_size > local_world
+    iface = cfg.iface or (W.pick_iface(os.environ.get("MASTER_ADDR", cfg.master_addr), multi_host)
+                          if backend == "gloo" else None)
     prefix = f"distdoctor/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/job{next(_job_counter)}"
     start = time.time()
 

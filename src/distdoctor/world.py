@@ -108,14 +108,26 @@ def interface_address(name: str) -> str | None:
         return None
 
 
-def pick_iface(master_addr: str) -> str | None:
-    """The interface whose address routes to the master (what gloo should bind), by asking the kernel."""
+def _route_source(target: str) -> str | None:
+    """The local address the kernel would send from to reach `target` (UDP connect sends nothing)."""
     try:
-        target = socket.gethostbyname(master_addr)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((target, 9))  # UDP connect sends nothing; it only picks the route
-            local = s.getsockname()[0]
+            s.connect((socket.gethostbyname(target), 9))
+            return s.getsockname()[0]
     except OSError:
+        return None
+
+
+def pick_iface(master_addr: str, multi_host: bool = False) -> str | None:
+    """The interface whose address routes to the master (what gloo should bind), by asking the kernel.
+
+    A master name that resolves to loopback on its own host (Debian's 127.0.1.1 line in /etc/hosts) would make
+    gloo bind loopback, which other hosts cannot reach: for a multi-host world take the default route's
+    interface instead."""
+    local = _route_source(master_addr)
+    if multi_host and (local is None or local.startswith("127.")):
+        local = _route_source("192.0.2.1")  # TEST-NET-1: only the default route is looked up
+    if local is None:
         return None
     for name in interfaces():
         if interface_address(name) == local:
