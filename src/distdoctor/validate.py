@@ -147,7 +147,8 @@ def _primary_lost(lost: list, gaps: dict) -> list:
     timed out waiting is collateral when another lost rank has a definite cause, or when a rank skipped a
     call (the desynchronization then explains every timeout after it)."""
     def vague(lr) -> bool:
-        return (lr.reason == "exited" and not lr.in_op) or lr.reason.startswith(("timed out", "unreachable"))
+        # "exited" without an exit code: stopped by the launcher after another rank failed
+        return lr.reason == "exited" or lr.reason.startswith(("timed out", "unreachable"))
 
     definite = [lr for lr in lost if not vague(lr)]
     if definite or gaps:
