@@ -33,7 +33,7 @@ from typing import Any
 
 from distdoctor.world import (JobResult, LostRank, WorkerContext, WorldConfig, _describe_exception,
                               _init_process_group, _load_target, is_comm_error, pick_iface, resolve_backend,
-                              resolve_nproc, free_port)
+                              resolve_nproc)
 
 class _FileChannel:
     """Standalone: one append-only JSON-lines file per rank; O_APPEND line writes survive a hard death."""
@@ -258,7 +258,7 @@ def run_standalone(target: str, args: dict, cfg: WorldConfig, on_event) -> JobRe
     iface = cfg.iface
     if iface is None and backend == "gloo":
         iface = pick_iface(cfg.master_addr)  # loopback for 127.0.0.1: nothing listens beyond this machine
-    port = cfg.master_port or free_port(cfg.master_addr)
+    port = cfg.master_port or 0  # 0: the store binds a free port itself (no window for another job to take it)
     run_dir = Path(tempfile.mkdtemp(prefix="distdoctor-run-"))
     watcher = _Watcher(run_dir, n, cfg.timeout_s, on_event)
     start = time.time()
