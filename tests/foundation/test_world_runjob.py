@@ -18,7 +18,7 @@ if HERE not in sys.path:
 @pytest.mark.parametrize("n", [2, 4])
 def test_run_job_gathers_every_rank(n, capfd):
     events = []
-    result = run_job("world_jobs:sum_ranks", {"scale": 3}, WorldConfig(nproc=n, timeout_s=30), on_event=events.append)
+    result = run_job("world_jobs:sum_ranks", {"scale": 3}, WorldConfig(nproc=n, timeout_s=60), on_event=events.append)
     expected = 3 * sum(range(n))
     assert result.ok and not result.lost and not result.errors
     assert result.world_size == n and result.backend == "gloo" and result.device == "cpu"
