@@ -97,12 +97,15 @@ def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable 
             heartbeat = _Heartbeat(channel)
             heartbeat.start()
             ctx = W.WorkerContext(rank, world_size, local_rank, backend, device, timeout, channel)
-            outcome = {"ok": True, "value": W._load_target(target)(ctx, **args)}
+            value = W._load_target(target)(ctx, **args)
+            json.dumps(value)  # not JSON-serializable: this rank's error, not a store failure later
+            outcome = {"ok": True, "value": value}
         except _Terminated:
             outcome = {"ok": False, "error": "terminated by the launcher (another worker failed)",
                        "phase": (ctx.failed_in or ctx.current_phase) if ctx else None}
         except Exception as exc:  # noqa: BLE001 - reported, and the job fails
-            outcome = {"ok": False, "error": W._describe_exception(exc), "phase": (ctx.failed_in or ctx.current_phase) if ctx else None}
+            outcome = {"ok": False, "error": W._describe_exception(exc),
+                       "phase": (ctx.failed_in or ctx.current_phase) if ctx else None}
         if ctx is None:  # no process group, no store: this rank can only speak for itself
             return _alone(rank, world_size, backend, iface, outcome, start)
         try:
