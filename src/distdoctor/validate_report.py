@@ -54,7 +54,8 @@ def print_validate(report: dict, file=None) -> None:
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     for col, justify in (("op", "left"), ("group", "left"), ("pass", "right"), ("fail", "right"),
                          ("skip", "right"), ("max|err|", "right"), ("agree", "left"), ("note", "left")):
-        table.add_column(col, justify=justify, no_wrap=True, overflow="ellipsis")
+        table.add_column(col, justify=justify, no_wrap=True, overflow="ellipsis",
+                         max_width=72 if col == "note" else None, min_width=len(col))
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["op"], r["group"]), []).append(r)
