@@ -135,6 +135,7 @@ def summarize_validate(job, opts: ValidateOptions) -> dict:
         "backend": job.backend,
         "device": getattr(job, "device", None),
         "results": rows,
+        "counts": {status: sum(r["status"] == status for r in rows) for status in ("pass", "fail", "skipped")},
         "culprit_ranks": sorted(culprits),
         "culprits": [{"rank": r, "why": culprits[r]} for r in sorted(culprits)],
         "stragglers": stragglers,
@@ -204,6 +205,7 @@ def _row(c: Case, recs: dict[int, dict], n: int, lost: dict, blame) -> dict:
         return row
     errs = [r["err"] for r in recs.values() if r["err"] is not None]
     row["max_abs_err"] = max(errs) if errs else 0.0
+    row["tolerance"] = max((r["tol"] for r in recs.values()), default=0.0)
     wrong = sorted(r["rank"] for r in recs.values() if r["err"] is not None and not r["ok"])
     agree, odd = _agreement(spec, recs)
     row["ranks_agree"] = agree
