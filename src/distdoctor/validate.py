@@ -9,8 +9,9 @@ Per call, on each rank (`validate_worker`):
 1. build inputs (deterministic from seed, op, variant, group, rank) and the float64 expected output;
 2. wait at a barrier on the group and time that wait: a rank that arrives late makes the others wait, so
    lateness(rank) = max wait in the group - its own wait, needing no clock sync across hosts;
-3. run the torch.distributed call; an error naming an unsupported op/dtype is `skipped` with its reason,
-   a communication error propagates (the world reports the rank lost and the collective it was in);
+3. run the torch.distributed call (combinations the backend cannot do were found beforehand by trying each
+   once on a scratch group, and are `skipped` with the backend's error); a communication error propagates
+   (the world reports the rank lost and the collective it was in);
 4. record max |actual - expected|, a hash of the output bytes, and the lateness data via `ctx.emit`, which
    survives a later crash of the rank. Each call is announced (`enter`) before it starts, so a rank that
    skips a call shows up as a gap in its sequence.
@@ -26,17 +27,17 @@ import json
 import re
 import statistics
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 import click
 
 from distdoctor.cli import FORMAT_OPTION
 from distdoctor.collectives import SPECS, get_spec
-from distdoctor.collectives.base import DTYPES, REDOPS, Variant
+from distdoctor.collectives.base import DTYPES, REDOPS
 from distdoctor.errors import CheckFailed, InputError
 from distdoctor.faults import check_ranks, parse_faults
 from distdoctor.validate_exec import Case, parse_sizes, plan_cases, run_cases
-from distdoctor.world import WorldConfig, config_from_options, run_job, world_options, resolve_nproc
+from distdoctor.world import WorldConfig, config_from_options, resolve_nproc, run_job, world_options
 
 DEFAULT_SIZES = "0,1,1023,1MiB"
 VALIDATE_OPS = tuple(SPECS)
@@ -82,10 +83,6 @@ def validate_worker(ctx, ops, dtypes, sizes, seed, redops, subgroups, faults) ->
 
 
 # ---------------------------------------------------------------------------------------------- summary
-def _case_key(c: Case) -> tuple:
-    return (c.group, c.op, c.variant, c.dtype, c.count_label)
-
-
 def summarize_validate(job, opts: ValidateOptions) -> dict:
     """Fold a JobResult of validate_worker into the validate JSON contract."""
     n = job.world_size
