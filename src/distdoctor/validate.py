@@ -9,8 +9,9 @@ Per call, on each rank (`validate_worker`):
 1. build inputs (deterministic from seed, op, variant, group, rank) and the float64 expected output;
 2. wait at a barrier on the group and time that wait: a rank that arrives late makes the others wait, so
    lateness(rank) = max wait in the group - its own wait, needing no clock sync across hosts;
-3. run the torch.distributed call; an error naming an unsupported op/dtype is `skipped` with its reason,
-   a communication error propagates (the world reports the rank lost and the collective it was in);
+3. run the torch.distributed call (combinations the backend cannot do were found beforehand by trying each
+   once on a scratch group, and are `skipped` with the backend's error); a communication error propagates
+   (the world reports the rank lost and the collective it was in);
 4. record max |actual - expected|, a hash of the output bytes, and the lateness data via `ctx.emit`, which
    survives a later crash of the rank. Each call is announced (`enter`) before it starts, so a rank that
    skips a call shows up as a gap in its sequence.
@@ -26,17 +27,17 @@ import json
 import re
 import statistics
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 import click
 
 from distdoctor.cli import FORMAT_OPTION
 from distdoctor.collectives import SPECS, get_spec
-from distdoctor.collectives.base import DTYPES, REDOPS, Variant
+from distdoctor.collectives.base import DTYPES, REDOPS
 from distdoctor.errors import CheckFailed, InputError
 from distdoctor.faults import check_ranks, parse_faults
 from distdoctor.validate_exec import Case, parse_sizes, plan_cases, run_cases
-from distdoctor.world import WorldConfig, config_from_options, run_job, world_options, resolve_nproc
+from distdoctor.world import WorldConfig, config_from_options, resolve_nproc, run_job, world_options
 
 DEFAULT_SIZES = "0,1,1023,1MiB"
 VALIDATE_OPS = tuple(SPECS)
@@ -82,10 +83,6 @@ def validate_worker(ctx, ops, dtypes, sizes, seed, redops, subgroups, faults) ->
 
 
 # ---------------------------------------------------------------------------------------------- summary
-def _case_key(c: Case) -> tuple:
-    return (c.group, c.op, c.variant, c.dtype, c.count_label)
-
-
 def summarize_validate(job, opts: ValidateOptions) -> dict:
     """Fold a JobResult of validate_worker into the validate JSON contract."""
     n = job.world_size
@@ -106,7 +103,7 @@ def summarize_validate(job, opts: ValidateOptions) -> dict:
         culprits.setdefault(rank, []).append(why)
 
     # A rank that skipped a call others entered (its sequence has a gap) desynchronizes everything after it.
-    gaps = _sequence_gaps(entered, n)
+    gaps = _sequence_gaps(entered, set(job.results))
     for rank, (idx, peers) in gaps.items():
         blame(rank, f"skipped {cases[idx].label()} which ranks {peers} entered")
     for lr in _primary_lost(list(lost.values()), gaps):
@@ -135,6 +132,7 @@ def summarize_validate(job, opts: ValidateOptions) -> dict:
         "backend": job.backend,
         "device": getattr(job, "device", None),
         "results": rows,
+        "counts": {status: sum(r["status"] == status for r in rows) for status in ("pass", "fail", "skipped")},
         "culprit_ranks": sorted(culprits),
         "culprits": [{"rank": r, "why": culprits[r]} for r in sorted(culprits)],
         "stragglers": stragglers,
@@ -158,23 +156,21 @@ def _primary_lost(lost: list, gaps: dict) -> list:
     return lost
 
 
-def _sequence_gaps(entered: dict[int, list[int]], n: int) -> dict[int, tuple[int, list[int]]]:
-    """rank -> (first case index it skipped, ranks that entered it), for ranks that jumped over a case."""
+def _sequence_gaps(entered: dict[int, list[int]], finished: set[int]) -> dict[int, tuple[int, list[int]]]:
+    """rank -> (first case index it skipped, ranks that entered it).
+
+    A rank skipped call i when others entered i and the rank did not, yet it went on: it entered a later
+    call, or it finished its whole plan (a skipped last call leaves the others waiting for it).
+    """
     out = {}
     for rank, seq in entered.items():
         seen = set(seq)
-        for pos, idx in enumerate(seq):
-            if pos and idx != seq[pos - 1] + 1:
-                missing = seq[pos - 1] + 1
-                peers = sorted(r for r, s in entered.items() if r != rank and missing in s)
-                if peers:
-                    out[rank] = (missing, peers)
+        last = seq[-1] if seq else -1
+        candidates = sorted({i for r, other in entered.items() if r != rank for i in other} - seen)
+        for missing in candidates:
+            if missing < last or rank in finished:
+                out[rank] = (missing, sorted(r for r, other in entered.items() if r != rank and missing in other))
                 break
-        else:
-            if seq and seq[0] != 0 and 0 not in seen:
-                peers = sorted(r for r, s in entered.items() if r != rank and 0 in s)
-                if peers:
-                    out[rank] = (0, peers)
     return out
 
 
@@ -206,6 +202,7 @@ def _row(c: Case, recs: dict[int, dict], n: int, lost: dict, blame) -> dict:
         return row
     errs = [r["err"] for r in recs.values() if r["err"] is not None]
     row["max_abs_err"] = max(errs) if errs else 0.0
+    row["tolerance"] = max((r["tol"] for r in recs.values()), default=0.0)
     wrong = sorted(r["rank"] for r in recs.values() if r["err"] is not None and not r["ok"])
     agree, odd = _agreement(spec, recs)
     row["ranks_agree"] = agree
