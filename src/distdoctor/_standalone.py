@@ -55,10 +55,11 @@ class _FileChannel:
 def standalone_worker(target: str, args: dict, backend: str, timeout_s: float, iface: str | None,
                        run_dir: str) -> None:
     """Entry point of one elastic worker process (module-level so it can be pickled for spawn)."""
-    # Worker output must never reach the reporter's stdout (it may be a JSON document).
-    sys.stdout.flush()
+    # Worker output must never reach the reporter's stdout (it may be a JSON document). Fresh stream objects:
+    # a forked worker must not touch the parent's, whose locks another parent thread (a progress display) may
+    # have held at fork time; multiprocessing flushed them before forking.
     os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    sys.stdout = sys.stderr = open(2, "w", buffering=1, closefd=False, encoding="utf-8", errors="replace")
     # A forked worker inherits the agent's handlers (they raise SignalException): a stop request from the
     # agent must simply end the worker, as it would a spawned one.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
