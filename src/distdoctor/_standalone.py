@@ -52,6 +52,22 @@ class _FileChannel:
         os.replace(tmp, self.dir / f"rank{self.rank}.result")
 
 
+GO_FILE = "go"
+
+
+def _wait_for_siblings(run_dir: str, limit_s: float = 120.0) -> None:
+    """Touch nothing of torch.distributed until every worker has been forked.
+
+    The agent hosts the rendezvous TCPStore in the parent, served by a C++ thread. A worker forked while that
+    thread serves an earlier sibling could inherit one of its mutexes locked, and then block forever in
+    init_process_group. So the parent's watcher writes GO_FILE once every worker has reported its start, and
+    no worker talks to the store before it: during the forks the store thread is idle."""
+    path = os.path.join(run_dir, GO_FILE)
+    deadline = time.time() + limit_s
+    while not os.path.exists(path) and time.time() < deadline:
+        time.sleep(0.01)
+
+
 def standalone_worker(target: str, args: dict, backend: str, timeout_s: float, iface: str | None,
                        run_dir: str) -> None:
     """Entry point of one elastic worker process (module-level so it can be pickled for spawn)."""
@@ -67,6 +83,7 @@ def standalone_worker(target: str, args: dict, backend: str, timeout_s: float, i
     rank = int(os.environ["RANK"])
     channel = _FileChannel(run_dir, rank)
     channel.send({"type": "start", "pid": os.getpid(), "host": socket.gethostname(), "t": time.time()})
+    _wait_for_siblings(run_dir)
     ctx = None
     try:
         device, timeout, local_rank = _init_process_group(backend, timeout_s, iface)
@@ -139,6 +156,7 @@ class _Watcher(threading.Thread):
         self.on_event = on_event
         self.stop_event = threading.Event()
         self.lock = threading.Lock()
+        self.go_sent = False
 
     def poll_exits(self) -> None:
         now = time.time()
@@ -166,6 +184,9 @@ class _Watcher(threading.Thread):
                 if st.outcome is None and result.exists():
                     st.outcome = json.loads(result.read_text())
                     st.ended_at = st.ended_at or now
+            if not self.go_sent and all(st.pid is not None for st in self.ranks):
+                (self.run_dir / GO_FILE).touch()
+                self.go_sent = True
             self.poll_exits()
             self._kill_hung(now)
 
@@ -199,14 +220,15 @@ class _Watcher(threading.Thread):
                 st.ended_at = now
 
     def run(self) -> None:
-        # Exits are polled faster than the agent's monitor (0.5 s) so that we, not it, see each exit code first.
+        # Exits are polled faster than the agent's monitor (0.5 s) so that we, not it, see each exit code first;
+        # until every worker has started, the files too (the workers wait for GO_FILE).
         tick = 0
         while not self.stop_event.wait(0.05):
             tick += 1
             with contextlib.suppress(Exception):
                 with self.lock:
                     self.poll_exits()
-                if tick % 4 == 0:
+                if tick % 4 == 0 or not self.go_sent:
                     self.poll()
 
 
