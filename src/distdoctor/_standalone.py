@@ -369,9 +369,12 @@ def _classify(watcher: _Watcher, n: int, backend: str, iface, failures: dict, la
             result.lost.append(LostRank(rank, st.host, why, None))
         elif idle > watcher.timeout_s:
             result.lost.append(LostRank(rank, st.host, f"hung: no progress for {idle:.0f} s", in_op))
-        elif first and code != -signal.SIGTERM:
+        elif first and code is not None and code != -signal.SIGTERM:
             result.lost.append(LostRank(rank, st.host, _exit_reason(code), in_op))
-        else:  # stopped by the agent because another rank failed: collateral, unless nobody else explains it
+        else:
+            # Stopped by the agent because another rank failed: collateral, unless nobody else explains it.
+            # An unknown exit code means the agent reaped it while stopping the group (a rank that dies on its
+            # own is seen by the watcher, which polls ten times as often as the agent's monitor).
             stopped.append((rank, idle))
     timed_out = [r for r in victims if "timed out" in result.errors[r].lower() or "timeout" in
                  result.errors[r].lower()]
