@@ -97,12 +97,15 @@ def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable 
             heartbeat = _Heartbeat(channel)
             heartbeat.start()
             ctx = W.WorkerContext(rank, world_size, local_rank, backend, device, timeout, channel)
-            outcome = {"ok": True, "value": W._load_target(target)(ctx, **args)}
+            value = W._load_target(target)(ctx, **args)
+            json.dumps(value)  # not JSON-serializable: this rank's error, not a store failure later
+            outcome = {"ok": True, "value": value}
         except _Terminated:
             outcome = {"ok": False, "error": "terminated by the launcher (another worker failed)",
                        "phase": (ctx.failed_in or ctx.current_phase) if ctx else None}
         except Exception as exc:  # noqa: BLE001 - reported, and the job fails
-            outcome = {"ok": False, "error": W._describe_exception(exc), "phase": (ctx.failed_in or ctx.current_phase) if ctx else None}
+            outcome = {"ok": False, "error": W._describe_exception(exc),
+                       "phase": (ctx.failed_in or ctx.current_phase) if ctx else None}
         if ctx is None:  # no process group, no store: this rank can only speak for itself
             return _alone(rank, world_size, backend, iface, outcome, start)
         try:
@@ -128,15 +131,22 @@ def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable 
     return result
 
 
-def _alone(rank, world_size, backend, iface, outcome, start, reason=None) -> W.JobResult:
+def _alone(rank, world_size, backend, iface, outcome, start, store_gone: str | None = None) -> W.JobResult:
+    """This rank can only speak for itself: the world never formed, or the store (on rank 0's host) is gone.
+
+    World not formed: every rank failed the same way, so rank 0 alone reports it. Store gone: nobody can tell
+    who else survived, so every survivor reports that rank 0's host is unreachable."""
     result = W.JobResult(world_size=world_size, backend=backend, device="cuda" if backend == "nccl" else "cpu",
-                         iface=iface, mode="launcher", ok=False, is_reporter=True)
+                         iface=iface, mode="launcher", ok=False, is_reporter=rank == 0 or store_gone is not None)
     if outcome.get("ok"):
         result.results[rank] = outcome["value"]
     else:
         result.errors[rank] = outcome["error"]
-    result.lost.append(W.LostRank(0 if rank else -1, os.environ.get("MASTER_ADDR", "?"),
-                                  reason or f"world did not start: {outcome.get('error')}", None))
+    if store_gone is not None:
+        result.lost.append(W.LostRank(0, os.environ.get("MASTER_ADDR", "?"), store_gone, None))
+    else:
+        result.lost.append(W.LostRank(rank, socket.gethostname(), f"world did not start: {outcome.get('error')}",
+                                      None))
     return result
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from distdoctor.world import (JobResult, LostRank, WorkerContext, WorldConfig, _describe_exception,
                               _init_process_group, _load_target, is_comm_error, pick_iface, resolve_backend,
-                              resolve_nproc, free_port)
+                              resolve_nproc)
 
 class _FileChannel:
     """Standalone: one append-only JSON-lines file per rank; O_APPEND line writes survive a hard death."""
@@ -77,7 +77,8 @@ def standalone_worker(target: str, args: dict, backend: str, timeout_s: float, i
     except BaseException as exc:  # noqa: BLE001 - everything a rank raises is reported, then the rank fails
         message = _describe_exception(exc)
         with contextlib.suppress(Exception):
-            channel.done({"ok": False, "error": message, "phase": (ctx.failed_in or ctx.current_phase) if ctx else None,
+            phase = (ctx.failed_in or ctx.current_phase) if ctx else None
+            channel.done({"ok": False, "error": message, "phase": phase,
                           "traceback": traceback.format_exc()[-4000:]})
         sys.stderr.flush()
         # A failing rank must exit non-zero so that the agent stops the group at once; os._exit skips
@@ -211,8 +212,9 @@ class _Watcher(threading.Thread):
 def _quiet_elastic_logs():
     """torch elastic logs every launch at INFO and every failure at ERROR; the report says it better."""
     saved = {}
-    for name in ("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing", "torch.distributed.elastic.agent",
-                 "torch.distributed.elastic.multiprocessing", "torch.distributed.elastic.rendezvous"):
+    for name in ("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing",
+                 "torch.distributed.elastic.agent", "torch.distributed.elastic.multiprocessing",
+                 "torch.distributed.elastic.rendezvous"):
         logger = logging.getLogger(name)
         saved[name] = logger.level
         logger.setLevel(logging.CRITICAL)
@@ -256,7 +258,7 @@ def run_standalone(target: str, args: dict, cfg: WorldConfig, on_event) -> JobRe
     iface = cfg.iface
     if iface is None and backend == "gloo":
         iface = pick_iface(cfg.master_addr)  # loopback for 127.0.0.1: nothing listens beyond this machine
-    port = cfg.master_port or free_port(cfg.master_addr)
+    port = cfg.master_port or 0  # 0: the store binds a free port itself (no window for another job to take it)
     run_dir = Path(tempfile.mkdtemp(prefix="distdoctor-run-"))
     watcher = _Watcher(run_dir, n, cfg.timeout_s, on_event)
     start = time.time()
@@ -315,6 +317,7 @@ def _classify(watcher: _Watcher, n: int, backend: str, iface, failures: dict, la
     ranks = watcher.ranks
     result = JobResult(world_size=n, backend=backend, device="cuda" if backend == "nccl" else "cpu", iface=iface)
     victims: list[int] = []
+    stopped: list[tuple[int, float]] = []  # (rank, idle s): no error of its own, stopped by the agent
     ended = [st.ended_at for st in ranks if st.ended_at is not None]
     for rank, st in enumerate(ranks):
         result.records[rank] = st.records
@@ -339,12 +342,22 @@ def _classify(watcher: _Watcher, n: int, backend: str, iface, failures: dict, la
         idle = (st.ended_at or time.time()) - (st.last_activity or st.ended_at or time.time())
         first = st.ended_at is not None and st.ended_at <= min(ended) + 0.3
         if st.pid is None:
-            result.lost.append(LostRank(rank, st.host, "never started" + (f": {launch_error}" if launch_error else ""), None))
+            why = "never started" + (f": {launch_error}" if launch_error else "")
+            result.lost.append(LostRank(rank, st.host, why, None))
         elif idle > watcher.timeout_s:
             result.lost.append(LostRank(rank, st.host, f"hung: no progress for {idle:.0f} s", in_op))
         elif first and code != -signal.SIGTERM:
             result.lost.append(LostRank(rank, st.host, _exit_reason(code), in_op))
-        # else: stopped by the agent because another rank failed — collateral, not a cause.
+        else:  # stopped by the agent because another rank failed: collateral, unless nobody else explains it
+            stopped.append((rank, idle))
+    timed_out = [r for r in victims if "timed out" in result.errors[r].lower() or "timeout" in
+                 result.errors[r].lower()]
+    if not result.lost and timed_out and stopped:
+        # Every failing rank timed out waiting, while these ranks never errored at all: they were not in the
+        # collective the others waited in — they hung (entered their phase later than the others theirs).
+        for rank, idle in stopped:
+            result.lost.append(LostRank(rank, ranks[rank].host, f"hung: no progress for {idle:.0f} s",
+                                        ranks[rank].phase))
     if not result.lost and victims:
         # Nobody explains the failure (every peer timed out or lost the connection): name them all.
         for rank in victims:

@@ -183,7 +183,8 @@ def world_options(f):
                      help="Standalone rendezvous address (loopback unless you ask otherwise)."),
         click.option("--master-port", type=int, default=None, help="Standalone rendezvous port (default: a free one)."),
         click.option("--iface", default=None,
-                     help="Network interface for gloo (GLOO_SOCKET_IFNAME); default: the one that routes to the master."),
+                     help="Network interface for gloo (GLOO_SOCKET_IFNAME); default: the one that routes to the "
+                          "master."),
     ]
     for option in reversed(options):
         f = option(f)

@@ -45,3 +45,14 @@ def test_under_torchrun_loss_of_rank_0_is_reported_by_rank_1():
     assert [(lr["rank"], lr["in_op"]) for lr in doc["lost"]] == [(0, "all_reduce float32 count=4 group=world step=1")]
     assert "exited or unreachable" in doc["lost"][0]["reason"]
     assert out.leftover == []  # torchrun and every worker are gone when the command returns
+
+
+@pytest.mark.slow
+def test_under_torchrun_a_hung_rank_is_named_by_rank_0():
+    out = torchrun("lose_rank", {"victim": 1, "how": "hang"}, 4)
+    assert out.returncode != 0
+    doc = one_json(out.stdout)
+    assert [(lr["rank"], lr["in_op"]) for lr in doc["lost"]] == [(1, "all_reduce float32 count=4 group=world step=1")]
+    assert doc["lost"][0]["reason"].startswith("hung: no progress for ")
+    assert doc["wall_s"] < 4 + 15
+    assert out.leftover == []
