@@ -3,8 +3,9 @@
 In ONE world (same processes, same process group), for all_reduce float32 at 1, 4 and 16 MiB, each round
 times the size twice: once through `distdoctor.bench.bench_worker` (the code `distdoctor bench` runs: spec
 buffers, warmup, barrier, timed loop of the spec's call) and once with a bare loop written here
-(`dist.all_reduce(t)` on a plain tensor, barrier, perf_counter). The order alternates every round so drift
-on a shared machine hits both alike. Per round and size the time is the max over ranks (as bench reports);
+(`dist.all_reduce(t)` on a plain tensor, barrier, perf_counter), and once more with a second bare loop (the
+bare-vs-bare ratio is the machine's noise floor). The three take every position in turn (all 6 orders), so
+drift on a shared machine hits them alike. Per round and size the time is the max over ranks (as bench reports);
 busbw uses nccl-tests' factor 2(n-1)/n. Reported: the median busbw of each over the rounds and the ratio
 harness / bare, as the median over rounds of each round's paired ratio (target: within 5%).
 
@@ -14,6 +15,7 @@ harness / bare, as the median over rounds of each round's paired ratio (target: 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -23,6 +25,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 SIZES = [1 << 20, 4 << 20, 16 << 20]
+_ORDERS = list(itertools.permutations(("harness", "bare", "bare_again")))
 
 
 def bare_time(count: int, iters: int, warmup: int) -> float:
@@ -47,7 +50,8 @@ def worker(ctx, sizes, rounds, iters, warmup):
         for size in sizes:
             count = count_for("all_reduce", size, "float32", ctx.world_size)
             # "bare_again" is a second bare loop: the bare-vs-bare (A/A) ratio is the noise floor of the machine
-            order = ("harness", "bare", "bare_again") if rnd % 2 == 0 else ("bare_again", "bare", "harness")
+            # every arm takes every position equally often (the 6 orders in turn): no position bias
+            order = _ORDERS[rnd % len(_ORDERS)]
             for which in order:
                 if which == "harness":
                     res = bench_worker(ctx, op="all_reduce", dtype="float32", redop="sum", root=0, sizes=[size],
@@ -97,9 +101,14 @@ def main() -> None:
         best = {w: min(slowest[(size, w, rnd)] for rnd in range(args.rounds)) for w in ("harness", "bare", "bare_again")}
         noise = statistics.median(slowest[(size, "bare", rnd)] / slowest[(size, "bare_again", rnd)]
                                   for rnd in range(args.rounds))
+        # 95% confidence interval of the median paired ratio (order statistics, binomial approximation)
+        ratios = sorted(slowest[(size, "bare", rnd)] / slowest[(size, "harness", rnd)] for rnd in range(args.rounds))
+        half = 0.98 * args.rounds ** 0.5
+        lo, hi = max(0, int(args.rounds / 2 - half)), min(args.rounds - 1, int(args.rounds / 2 + half))
+        ci = (ratios[lo], ratios[hi])
         table.append({"size_bytes": size, "harness_busbw_gbps": med["harness"], "bare_busbw_gbps": med["bare"],
                       "ratio": paired, "ratio_of_medians": med["harness"] / med["bare"], "bare_vs_bare": noise,
-                      "best_ratio": best["bare"] / best["harness"], "best_bare_vs_bare": best["bare"] / best["bare_again"]})
+                      "ratio_ci95": ci, "best_ratio": best["bare"] / best["harness"], "best_bare_vs_bare": best["bare"] / best["bare_again"]})
     result = {"world_size": n, "backend": job.backend, "rounds": args.rounds, "iters": args.iters,
               "warmup": args.warmup, "rows": table, "wall_s": round(time.time() - started, 1),
               "worst_deviation": max(abs(1 - row["ratio"]) for row in table),
@@ -112,11 +121,12 @@ def main() -> None:
           f"(median busbw over rounds; time = max over ranks)")
     print("busbw: median over rounds; ratios (harness busbw / bare busbw): median of per-round paired ratios, and")
     print("best-of-rounds (the least disturbed round of each); bare/bare is the same ratio for two bare loops = noise")
-    print(f"{'size':>10}  {'harness GB/s':>12}  {'bare GB/s':>10}  {'paired':>7}  {'best':>6}  {'noise paired':>12}  "
-          f"{'noise best':>10}")
+    print(f"{'size':>10}  {'harness GB/s':>12}  {'bare GB/s':>10}  {'paired':>7}  {'95% CI':>13}  {'best':>6}  "
+          f"{'noise paired':>12}  {'noise best':>10}")
     for row in table:
         print(f"{row['size_bytes'] >> 20:>7} MiB  {row['harness_busbw_gbps']:12.3f}  {row['bare_busbw_gbps']:10.3f}  "
-              f"{row['ratio']:7.3f}  {row['best_ratio']:6.3f}  {row['bare_vs_bare']:12.3f}  {row['best_bare_vs_bare']:10.3f}")
+              f"{row['ratio']:7.3f}  {row['ratio_ci95'][0]:6.3f}-{row['ratio_ci95'][1]:6.3f}  {row['best_ratio']:6.3f}  "
+              f"{row['bare_vs_bare']:12.3f}  {row['best_bare_vs_bare']:10.3f}")
     print(f"worst deviation: paired {result['worst_deviation']:.1%}, best-of-rounds {result['worst_best_deviation']:.1%} "
           f"(target <= 5%); noise floor (worst paired bare/bare) "
           f"{result['noise_floor']:.1%}; wall {result['wall_s']} s; load average before {result['load_before']}")

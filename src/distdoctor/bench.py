@@ -133,6 +133,9 @@ def count_wrong(spec, variant, prepared, count: int, dtype: str, seed: int, gv: 
     return int((~(diff <= tolerance(dtype, scale, gv.size))).sum())
 
 
+_SUPPORT_CACHE: dict[tuple, dict] = {}
+
+
 def bench_worker(ctx, op, dtype, redop, root, sizes, iters, warmup, check, seed=0) -> dict:
     """Runs on every rank (via run_job): times every (size, in-place?) row; rows also go out via ctx.emit."""
     import warnings
@@ -147,8 +150,11 @@ def bench_worker(ctx, op, dtype, redop, root, sizes, iters, warmup, check, seed=
     # A combination the backend cannot do (gloo: integer AVG) can break the group it runs on: try it on a
     # scratch group first and report it instead of timing it.
     variants = [v for v in spec.bench_variants(n, redop, root % n).values() if v is not None]
-    unsupported = probe_support(ctx, [Case(i, "world", op, v, dtype, Size(1, False)) for i, v in enumerate(variants)],
-                                seed)
+    key = (op, dtype, tuple(variants), n, ctx.backend)
+    if key not in _SUPPORT_CACHE:  # once per process: every rank calls bench_worker the same way
+        _SUPPORT_CACHE[key] = probe_support(
+            ctx, [Case(i, "world", op, v, dtype, Size(1, False)) for i, v in enumerate(variants)], seed)
+    unsupported = _SUPPORT_CACHE[key]
     if unsupported:
         reason = next(iter(unsupported.values()))
         ctx.emit({"kind": "bench_unsupported", "op": op, "dtype": dtype, "reason": reason})
