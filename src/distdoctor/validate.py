@@ -106,7 +106,7 @@ def summarize_validate(job, opts: ValidateOptions) -> dict:
     gaps = _sequence_gaps(entered, set(job.results))
     for rank, (idx, peers) in gaps.items():
         blame(rank, f"skipped {cases[idx].label()} which ranks {peers} entered")
-    for lr in _primary_lost(list(lost.values()), gaps):
+    for lr in _primary_lost(list(lost.values()), gaps, entered):
         blame(lr.rank, f"lost ({lr.reason})" + (f" in {lr.in_op}" if lr.in_op else ""))
 
     rows = []
@@ -142,15 +142,22 @@ def summarize_validate(job, opts: ValidateOptions) -> dict:
     }
 
 
-def _primary_lost(lost: list, gaps: dict) -> list:
+def _primary_lost(lost: list, gaps: dict, entered: dict[int, list[int]]) -> list:
     """The lost ranks that explain the failure. A rank that merely stopped (no exit code, no step named) or
     timed out waiting is collateral when another lost rank has a definite cause, or when a rank skipped a
-    call (the desynchronization then explains every timeout after it)."""
+    call (the desynchronization then explains every timeout after it). After a skip, a rank that died in or
+    after the skipped call is collateral too: gloo aborts a rank whose peers pair up mismatched calls."""
     def vague(lr) -> bool:
         # "exited" without an exit code: stopped by the launcher after another rank failed
         return lr.reason == "exited" or lr.reason.startswith(("timed out", "unreachable"))
 
-    definite = [lr for lr in lost if not vague(lr)]
+    first_gap = min((idx for idx, _ in gaps.values()), default=None)
+
+    def after_desync(lr) -> bool:
+        calls = entered.get(lr.rank) or []
+        return first_gap is not None and bool(calls) and calls[-1] >= first_gap
+
+    definite = [lr for lr in lost if not vague(lr) and not after_desync(lr)]
     if definite or gaps:
         return definite
     return lost
