@@ -55,3 +55,14 @@ def test_skip_names_the_rank_that_skipped():
     assert code == 1, err[-3000:]
     assert rep["passed"] is False and rep["culprit_ranks"] == [0]
     assert "skipped #2" in rep["culprits"][0]["why"][0]
+
+
+@pytest.mark.slow
+def test_skip_on_four_ranks_blames_only_the_skipper():
+    # The skip makes gloo pair mismatched calls; a peer may abort (SIGABRT) in the desynchronized call.
+    # That peer is collateral: only the rank that skipped is a culprit.
+    # The full default matrix: the call after the skip differs in dtype, which is what makes gloo abort a peer.
+    code, rep, err = run_json("validate", "--nproc", 4, "--sizes", "1023", "--inject", "skip:1", "--timeout", 10,
+                              timeout=300)
+    assert code == 1, err[-3000:]
+    assert rep["passed"] is False and rep["culprit_ranks"] == [1], rep["culprits"]
