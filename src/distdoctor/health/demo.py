@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import click
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
+from distdoctor.errors import InputError
 from distdoctor.health.inject import Injector, parse_injection
 from distdoctor.health.monitor import HealthMonitor
+from distdoctor.world import config_from_options, resolve_nproc, run_job, world_options
 
 
 class TinyMLP(nn.Module):
@@ -44,16 +44,17 @@ def batch(step: int, rank: int, size: int, d_in: int = 16, classes: int = 4, dev
     return x.to(device), (x @ w).argmax(dim=1).to(device)
 
 
-def run_demo(ctx, steps: int = 30, every: int = 5, inject: str | None = None, inject_step: int = 3,
+def run_demo(ctx, steps: int = 30, every: int = 5, inject: tuple[str, ...] = (), inject_step: int = 3,
              events_path: str | None = None, lr: float = 0.05, batch_size: int = 32, loss_window: int = 20,
              straggler_threshold: float = 1.5, memory_min_gap_mib: float = 256.0) -> dict:
     """Worker body: train `steps` steps with the monitor; returns the monitor's summary (same on every rank)."""
     torch.manual_seed(0)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // ctx.world_size))  # ranks must not fight for cores
     device = torch.device(ctx.device)
     model = TinyMLP().to(device)
     ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=0.9)
-    injector = Injector(parse_injection(inject, ctx.world_size) if inject else None, ddp, ctx.rank, inject_step)
+    injectors = [Injector(parse_injection(spec, ctx.world_size), ddp, ctx.rank, inject_step) for spec in inject]
     monitor = HealthMonitor(ddp, opt, every=every, events_path=events_path, loss_window=loss_window,
                             straggler_threshold=straggler_threshold,
                             memory_min_gap_bytes=memory_min_gap_mib * 2**20)
@@ -64,7 +65,8 @@ def run_demo(ctx, steps: int = 30, every: int = 5, inject: str | None = None, in
         opt.zero_grad()
         loss.backward()
         opt.step()
-        injector.after_step()
+        for injector in injectors:
+            injector.after_step()
         monitor.step(loss)
     monitor.close()
     summary = monitor.summary()
@@ -72,56 +74,46 @@ def run_demo(ctx, steps: int = 30, every: int = 5, inject: str | None = None, in
     return summary
 
 
-class _Ctx:
-    """The per-worker facts run_demo needs, from torchrun's environment."""
-
-    def __init__(self):
-        self.rank, self.world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
-        use_cuda = torch.cuda.is_available() and torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-        self.backend = "nccl" if use_cuda else "gloo"
-        self.device = f"cuda:{self.local_rank}" if use_cuda else "cpu"
-
-
 @click.command()
-@click.option("--nproc", default=2, show_default=True, help="Worker processes (ignored under torchrun).")
+@world_options
 @click.option("--steps", default=30, show_default=True)
 @click.option("--every", default=5, show_default=True, help="Cross-rank check every N steps.")
-@click.option("--inject", default=None, help="KIND:RANK[:ARG]: drift, nan, slow, mem (see distdoctor.health.inject).")
+@click.option("--inject", multiple=True, help="KIND:RANK[:ARG]: drift, nan, slow, mem (repeatable; see "
+              "distdoctor.health.inject).")
 @click.option("--inject-step", default=3, show_default=True)
-@click.option("--events", "events_path", default=None, help="JSON-lines events file.")
+@click.option("--events", "events_path", default=None, help="JSON-lines events file (written by rank 0).")
 @click.option("--lr", default=0.05, show_default=True)
-@click.option("--timeout", default=120, show_default=True, help="Seconds for the whole run.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
-def main(nproc, steps, every, inject, inject_step, events_path, lr, timeout, fmt):
-    if inject:
-        parse_injection(inject, None if "RANK" in os.environ else nproc)
-    if "RANK" not in os.environ:
-        args, skip = [], False
-        for a in sys.argv[1:]:  # torchrun would take --nproc for its own --nproc-per-node
-            if not skip and not a.startswith("--nproc"):
-                args.append(a)
-            skip = a == "--nproc"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               "-m", "distdoctor.health.demo", *args]
-        proc = subprocess.Popen(cmd, start_new_session=True)
-        try:
-            sys.exit(proc.wait(timeout=timeout))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            sys.exit(124)
-    ctx = _Ctx()
-    dist.init_process_group(ctx.backend)
+def demo_command(steps, every, inject, inject_step, events_path, lr, fmt, **world):
+    """Train a tiny MLP under DDP with the health monitor on; optionally inject faults."""
+    cfg = config_from_options(**{**world, "nproc": world["nproc"] or 2})
+    for spec in inject:
+        parse_injection(spec, resolve_nproc(cfg))
+    args = {"steps": steps, "every": every, "inject": list(inject), "inject_step": inject_step,
+            "events_path": os.path.abspath(events_path) if events_path else None, "lr": lr}
+    result = run_job("distdoctor.health.demo:run_demo", args, cfg)
+    if not result.is_reporter:
+        return
+    if not result.ok:
+        for lost in result.lost:
+            click.echo(f"distdoctor.health.demo: {lost.describe()}", err=True)
+        for rank, err in sorted(result.errors.items()):
+            click.echo(f"distdoctor.health.demo: rank {rank}: {err}", err=True)
+        sys.exit(1)
+    summary = result.results[min(result.results)]
+    table = summary.pop("table")
+    click.echo(json.dumps(summary) if fmt == "json" else table)
+
+
+def main() -> None:
     try:
-        summary = run_demo(ctx, steps, every, inject, inject_step, events_path, lr)
-    finally:
-        dist.destroy_process_group()
-    if ctx.rank == 0:
-        if fmt == "json":
-            summary.pop("table")
-            print(json.dumps(summary))
-        else:
-            print(summary["table"])
+        demo_command.main(standalone_mode=False)
+    except InputError as exc:
+        click.echo(f"distdoctor.health.demo: error: {exc}", err=True)
+        sys.exit(2)
+    except click.UsageError as exc:
+        click.echo(f"distdoctor.health.demo: error: {exc.format_message()}", err=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,158 @@
+"""In-process tests of the health checks' pure parts and of NaN-origin hooks on a single process."""
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+
+from distdoctor.errors import InputError
+from distdoctor.health import fingerprint as fp
+from distdoctor.health.events import EventSink, HealthEvent, read_events
+from distdoctor.health.inject import Injector, parse_injection
+from distdoctor.health.memory import imbalance
+from distdoctor.health.monitor import HealthMonitor
+from distdoctor.health.stragglers import straggler_scores
+from distdoctor.health.trend import loss_trend
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_fingerprint_sees_one_ulp(dtype):
+    t = torch.randn(1000, dtype=torch.float64).to(dtype)
+    base = fp.tensor_fingerprint(t)
+    for i in (0, 517, 999):
+        u = t.clone()
+        u[i] = torch.nextafter(u[i], torch.tensor(math.inf, dtype=dtype))
+        assert not torch.equal(fp.tensor_fingerprint(u), base)
+    assert torch.equal(fp.tensor_fingerprint(t.clone()), base)
+
+
+def test_fingerprint_sees_swapped_elements():
+    t = torch.arange(10, dtype=torch.float32)
+    u = t.clone()
+    u[[2, 7]] = u[[7, 2]]
+    a, b = fp.tensor_fingerprint(t), fp.tensor_fingerprint(u)
+    assert a[0] == b[0] and a[1] != b[1]
+
+
+def test_compare_names_first_tensor_and_minority():
+    same = torch.tensor([[1, 2], [3, 4], [5, 6]])
+    odd = torch.tensor([[1, 2], [3, 5], [5, 7]])
+    diff = fp.compare([same, same, odd, same], ["a", "b", "c"], [0, 1, 2, 3])
+    assert diff["name"] == "b" and diff["ranks"] == [2] and diff["majority"] and diff["count"] == 2
+    tie = fp.compare([same, odd], ["a", "b", "c"], [4, 6])
+    assert tie["ranks"] == [4, 6] and not tie["majority"]
+    assert fp.compare([same, same], ["a", "b", "c"], [0, 1]) is None
+
+
+def test_optimizer_state_is_fingerprinted():
+    model = nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    names = [n for n, _ in fp.state_tensors(model, opt)]
+    assert "optimizer:weight.exp_avg" in names and "optimizer:bias.exp_avg_sq" in names
+
+
+def test_loss_trend_numbers():
+    assert loss_trend([1.0 - 0.01 * i for i in range(50)]) is None  # falling: healthy
+    rising = loss_trend([1.0 + 0.01 * i for i in range(50)])
+    assert rising["kind"] == "loss_rising" and rising["relative_change"] == pytest.approx(0.49 / 1.245, rel=1e-6)
+    assert "rose +39.4%" in rising["detail"]
+    flat = loss_trend([2.302585] * 40)
+    assert flat["kind"] == "loss_flat" and "2.30258" in flat["detail"]
+    noisy = [1.0 + 0.05 * math.sin(i * 1.7) for i in range(60)]  # noise around a level: neither
+    assert loss_trend(noisy) is None
+    assert loss_trend([1.0, math.nan, 1.0, 1.0, 1.0]) is None
+
+
+def test_straggler_scores_use_other_ranks_as_reference():
+    res = straggler_scores({0: [0.010] * 20, 1: [0.030] * 20, 2: [0.011] * 20})
+    assert res["flagged"] == [1]
+    assert res["score"][1] == pytest.approx(0.0105 / 0.030)
+    assert straggler_scores({0: [0.010] * 5, 1: [0.030] * 5})["flagged"] == []  # too few samples
+    assert straggler_scores({0: [0.010] * 20, 1: [0.012] * 20})["flagged"] == []  # within threshold
+
+
+def test_memory_imbalance_two_ranks():
+    mib = 2**20
+    assert imbalance({0: 300 * mib, 1: 700 * mib})["flagged"] == [1]
+    assert imbalance({0: 300 * mib, 1: 310 * mib})["flagged"] == []
+
+
+def test_event_sink_once_per_problem(tmp_path):
+    sink = EventSink(tmp_path / "ev.jsonl")
+    ev = HealthEvent("straggler", 5, [1], "slow")
+    assert sink.emit(ev) and not sink.emit(HealthEvent("straggler", 9, [1], "slow again"))
+    sink.rearm("straggler")
+    assert sink.emit(HealthEvent("straggler", 20, [1], "slow again"))
+    assert [e["step"] for e in read_events(tmp_path / "ev.jsonl")] == [5, 20]
+
+
+class _NaNGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * math.nan
+
+
+class Net(nn.Module):
+    def __init__(self, bad_backward=False):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(4, 8), nn.Linear(8, 8), nn.Linear(8, 2)
+        self.bad_backward = bad_backward
+
+    def forward(self, x):
+        h = self.fc2(torch.relu(self.fc1(x)))
+        if self.bad_backward:
+            h = _NaNGrad.apply(h)
+        return self.fc3(h)
+
+
+def _train(model, steps, injector=None, loss_scale=1.0, every=100):
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    mon = HealthMonitor(model, opt, every=every)
+    for step in range(steps):
+        loss = model(torch.ones(3, 4)).sum() * loss_scale
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if injector:
+            injector.after_step()
+        mon.step(loss)
+    mon.check()
+    return mon
+
+
+def test_nan_origin_forward_names_layer_and_step():
+    model = Net()
+    mon = _train(model, 6, Injector(parse_injection("nan:0:fc2"), model, rank=0, at_step=2))
+    (ev,) = [e for e in mon.events if e.kind == "nonfinite"]
+    assert (ev.step, ev.ranks, ev.subject, ev.data["phase"]) == (2, [0], "fc2", "forward")
+
+
+def test_nan_origin_backward_names_parameter():
+    mon = _train(Net(bad_backward=True), 3)
+    (ev,) = [e for e in mon.events if e.kind == "nonfinite"]
+    # the NaN gradient enters below fc3: fc2's parameters are the first to see it in backward order
+    assert (ev.step, ev.data["phase"], ev.subject, ev.data["parameter"]) == (0, "backward", "fc2", "fc2.bias")
+
+
+def test_nan_origin_loss():
+    mon = _train(Net(), 2, loss_scale=math.inf)
+    (ev,) = [e for e in mon.events if e.kind == "nonfinite"]
+    assert ev.data["phase"] == "loss" and ev.step == 0
+
+
+def test_bad_injection_specs():
+    for spec, why in [("boom:1", "unknown kind"), ("nan:x:fc1", "RANK"), ("nan:1", "layer name"),
+                      ("slow:0:-1", "positive")]:
+        with pytest.raises(InputError, match=why):
+            parse_injection(spec)
+    with pytest.raises(InputError, match="does not exist"):
+        parse_injection("drift:4", world_size=2)
+    with pytest.raises(InputError, match="no layer named 'fc9'"):
+        Injector(parse_injection("nan:0:fc9"), Net(), rank=0)
