@@ -70,7 +70,7 @@ def test_straggler_scores_use_other_ranks_as_reference():
     res = straggler_scores({0: [0.010] * 20, 1: [0.030] * 20, 2: [0.011] * 20})
     assert res["flagged"] == [1]
     assert res["score"][1] == pytest.approx(0.0105 / 0.030)
-    assert straggler_scores({0: [0.010] * 5, 1: [0.030] * 5})["flagged"] == []  # too few samples
+    assert straggler_scores({0: [0.010] * 4, 1: [0.030] * 4})["flagged"] == []  # too few samples
     assert straggler_scores({0: [0.010] * 20, 1: [0.012] * 20})["flagged"] == []  # within threshold
 
 
@@ -99,22 +99,24 @@ class _NaNGrad(torch.autograd.Function):
         return g * math.nan
 
 
+class BadGrad(nn.Module):
+    def forward(self, x):
+        return _NaNGrad.apply(x)
+
+
 class Net(nn.Module):
     def __init__(self, bad_backward=False):
         super().__init__()
         self.fc1, self.fc2, self.fc3 = nn.Linear(4, 8), nn.Linear(8, 8), nn.Linear(8, 2)
-        self.bad_backward = bad_backward
+        self.bad = BadGrad() if bad_backward else nn.Identity()
 
     def forward(self, x):
-        h = self.fc2(torch.relu(self.fc1(x)))
-        if self.bad_backward:
-            h = _NaNGrad.apply(h)
-        return self.fc3(h)
+        return self.fc3(self.bad(self.fc2(torch.relu(self.fc1(x)))))
 
 
-def _train(model, steps, injector=None, loss_scale=1.0, every=100):
+def _train(model, steps, injector=None, loss_scale=1.0, every=100, **kw):
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    mon = HealthMonitor(model, opt, every=every)
+    mon = HealthMonitor(model, opt, every=every, **kw)
     for step in range(steps):
         loss = model(torch.ones(3, 4)).sum() * loss_scale
         opt.zero_grad()
@@ -134,11 +136,19 @@ def test_nan_origin_forward_names_layer_and_step():
     assert (ev.step, ev.ranks, ev.subject, ev.data["phase"]) == (2, [0], "fc2", "forward")
 
 
-def test_nan_origin_backward_names_parameter():
+def test_nan_origin_backward_names_module():
     mon = _train(Net(bad_backward=True), 3)
     (ev,) = [e for e in mon.events if e.kind == "nonfinite"]
-    # the NaN gradient enters below fc3: fc2's parameters are the first to see it in backward order
-    assert (ev.step, ev.data["phase"], ev.subject, ev.data["parameter"]) == (0, "backward", "fc2", "fc2.bias")
+    # gradient finite at bad's output, NaN at fc2's output: bad's backward made it
+    assert (ev.step, ev.data["phase"], ev.subject, ev.data["between"]) == (0, "backward", "bad", ["fc2", "bad"])
+
+
+def test_nan_origin_backward_with_parameter_gradients():
+    mon = _train(Net(bad_backward=True), 3, param_grads=True)
+    (ev,) = [e for e in mon.events if e.kind == "nonfinite"]
+    # the gradient at fc2's output is checked before fc2's backward makes its parameter gradients
+    assert (ev.subject, ev.data["parameter"], ev.data["between"]) == ("bad", "", ["fc2", "bad"])
+    assert mon.nan is not None and any(h for h in mon.nan._handles)
 
 
 def test_nan_origin_loss():

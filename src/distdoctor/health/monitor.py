@@ -36,7 +36,7 @@ from distdoctor.health.trend import loss_trend
 log = logging.getLogger("distdoctor.health")
 
 _PHASES = ("forward", "backward", "loss")
-_HEADER = 10  # step, n times, n losses, nonfinite step, phase, module idx, param idx, peak bytes, current bytes, comm measured
+_HEADER = 11  # step, n times, n losses, nonfinite step, phase, module idx, param idx, prev-leaf idx, peak, current, comm measured
 
 
 @dataclass
@@ -56,10 +56,10 @@ class RankView:
 
 class HealthMonitor:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, every: int = 50,
-                 group=None, events_path=None, *, check_nan: bool = True, check_buffers: bool = False,
+                 group=None, events_path=None, *, check_nan: bool = True, param_grads: bool = False, check_buffers: bool = False,
                  loss_window: int = 100, flat_rtol: float = 1e-4, rise_rtol: float = 0.05,
                  straggler_window: int = 200, straggler_threshold: float = 1.5, straggler_min_gap_s: float = 0.005,
-                 memory_threshold: float = 1.25, memory_min_gap_bytes: float = 256 * 2**20):
+                 timing_every: int = 4, memory_threshold: float = 1.25, memory_min_gap_bytes: float = 256 * 2**20):
         if every < 1:
             raise ValueError(f"every must be >= 1, got {every}")
         self.model, self.optimizer, self.every, self.group = model, optimizer, every, group
@@ -76,10 +76,10 @@ class HealthMonitor:
         self.device = first_param.device if first_param is not None else torch.device("cpu")
         self.comm_device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         self.sink = EventSink(events_path, write=self.is_reporter)
-        self.nan = NanOrigin(model) if check_nan else None
-        self.timer = StepTimer()
-        if isinstance(model, torch.nn.parallel.DistributedDataParallel) and not self.timer.install_ddp_hook(model):
-            log.info("model already has a DDP comm hook: collective wait is not measured (use monitor.comm())")
+        self.nan = NanOrigin(model, param_grads=param_grads) if check_nan else None
+        self.timer = StepTimer(sample_every=timing_every)
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel) and not self.timer.attach_ddp(model):
+            log.info("this torch has no DDP runtime stamps: collective wait is not measured (use monitor.comm())")
         inner = getattr(model, "module", model)
         self._module_names = [name or "<model>" for name, _ in inner.named_modules()] + ["<loss>"]
         self._param_names = [name for name, _ in inner.named_parameters()]
@@ -124,7 +124,7 @@ class HealthMonitor:
         if found is not None and self._first_nonfinite is None:
             self._first_nonfinite = found
             log.warning("rank %d step %d: first non-finite value in %s of %s%s", self.rank, found.step, found.phase,
-                        found.module, f" (gradient of {found.parameter})" if found.parameter else "")
+                        found.module, f" (local gradient of {found.parameter})" if found.parameter else "")
         self.steps += 1
         new: list[HealthEvent] = []
         if self.steps % self.every == 0:
@@ -134,12 +134,14 @@ class HealthMonitor:
     # ---- the collective check ----------------------------------------------------------------------------
     def _payload(self, named) -> torch.Tensor:
         nf = self._first_nonfinite
-        module_idx = param_idx = -1.0
+        module_idx = param_idx = prev_idx = -1.0
         if nf is not None:
-            module_idx = float(self._module_names.index(nf.module)) if nf.module in self._module_names else -1.0
+            names = self._module_names
+            module_idx = float(names.index(nf.module)) if nf.module in names else -1.0
             param_idx = float(self._param_names.index(nf.parameter)) if nf.parameter in self._param_names else -1.0
+            prev_idx = float(names.index(nf.between[0])) if nf.between and nf.between[0] in names else -1.0
         header = [float(self.steps - 1), float(len(self._step_s)), float(len(self._losses)),
-                  float(nf.step) if nf else -1.0, float(_PHASES.index(nf.phase)) if nf else -1.0, module_idx, param_idx,
+                  float(nf.step) if nf else -1.0, float(_PHASES.index(nf.phase)) if nf else -1.0, module_idx, param_idx, prev_idx,
                   memory.peak_bytes(self.device), memory.current_bytes(self.device), float(self.timer.comm_measured)]
 
         def padded(values):
@@ -160,9 +162,10 @@ class HealthMonitor:
             phase = _PHASES[int(h[4])]
             module = self._module_names[int(h[5])] if h[5] >= 0 else "?"
             param = self._param_names[int(h[6])] if h[6] >= 0 else ""
-            nf = NonFinite(int(h[3]), phase, module, param)
+            between = [self._module_names[int(h[7])], module] if h[7] >= 0 else []
+            nf = NonFinite(int(h[3]), phase, module, param, between)
         view = RankView(rank, int(h[0]), body[:k], body[e:e + k], body[2 * e:2 * e + n_loss],
-                        h[7], h[8], bool(h[9]), nf)
+                        h[8], h[9], bool(h[10]), nf)
         prints = t[_HEADER + 3 * e:].contiguous().view(torch.int64).reshape(-1, 2)
         return view, prints
 
@@ -198,12 +201,19 @@ class HealthMonitor:
         first_step = min(s for s, _, _ in seen)
         culprits = sorted(r for s, r, _ in seen if s == first_step)
         nf = views[culprits[0]].nonfinite
-        where = f"the gradient of {nf.parameter} (backward of {nf.module})" if nf.phase == "backward" else (
-            "the loss (model outputs were finite)" if nf.phase == "loss" else f"the output of {nf.module} (forward)")
+        if nf.phase == "forward":
+            where = f"the output of {nf.module} (forward)"
+        elif nf.phase == "loss":
+            where = "the loss (the model's outputs were finite)"
+        elif nf.parameter:
+            where = f"the local gradient of {nf.parameter} (backward of {nf.module})"
+        else:
+            where = (f"the backward of {nf.module} (the gradient at the output of {nf.module} was finite, at the "
+                     f"output of {nf.between[0]} it was not)") if nf.between else f"the backward of {nf.module}"
         self.sink.emit(HealthEvent(
             "nonfinite", first_step, culprits,
             f"first non-finite value at step {first_step} on rank(s) {culprits}: {where}",
-            subject=nf.module, data={"phase": nf.phase, "module": nf.module, "parameter": nf.parameter,
+            subject=nf.module, data={"phase": nf.phase, "module": nf.module, "parameter": nf.parameter, "between": nf.between,
                                      "per_rank": {str(r): {"step": n.step, "phase": n.phase, "module": n.module}
                                                   for _, r, n in seen}}))
 
@@ -253,7 +263,9 @@ class HealthMonitor:
 
     def _check_stragglers(self, views: dict[int, RankView], step: int) -> None:
         for r, v in views.items():
-            self._compute[r].extend(max(0.0, s - w) for s, w in zip(v.step_s, v.wait_s))
+            # steps whose wait is known (sampled); without any wait measurement, the step time itself
+            self._compute[r].extend(max(0.0, s - w) if math.isfinite(w) else s
+                                    for s, w in zip(v.step_s, v.wait_s) if math.isfinite(w) or not v.comm_measured)
         found = straggler_scores({r: list(c) for r, c in self._compute.items()}, self.straggler_threshold,
                                  self.straggler_min_gap_s)
         self.last_stragglers = found

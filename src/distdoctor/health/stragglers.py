@@ -4,95 +4,95 @@ In synchronous data parallelism every rank's *step* time is the same: the fast r
 inside the gradient all-reduce. What differs is how the step splits: the slow rank computes longer and
 waits less. So a straggler is found from compute time = step time - collective wait time.
 
-Collective wait is measured by wrapping DDP's gradient all-reduce in a communication hook (torch's own
-`allreduce_hook`, so the arithmetic is unchanged): for each bucket we note when it became ready (its
-gradients were computed) and when its all-reduce finished. The wait not hidden behind backward is
-last finish - last ready. Training loops without DDP time their collectives with `monitor.comm()`.
+Collective wait under DDP comes from DDP's own runtime timers (the reducer stamps when the local backward
+finished and when the last gradient all-reduce finished; `_get_ddp_logging_data()`): wait = comm end -
+backward end, the part of the all-reduce not hidden behind backward. The reducer stamps every iteration
+(C++, nearly free); reading the stamps costs ~0.1 ms, so they are read every `sample_every` steps and the
+other steps carry only their total time. (A Python communication hook would see the same thing but makes
+DDP copy the gradients more, several % of a step.) Loops without DDP time their collectives with
+`monitor.comm()`, which counts on every step.
 
 Score (as other straggler detectors define it): reference / own median compute time, where the reference
 is the median of the other ranks' medians; 1.0 is typical, 0.5 means twice as slow as the others. A rank
-is flagged when its median exceeds the reference by `threshold` times and by at least `min_gap_s`, and only once every rank has `min_samples` steps (a
-single slow step — a page fault, a checkpoint — is not a straggler).
+is flagged when its median exceeds the reference by `threshold` times and by at least `min_gap_s`, and
+only once every rank has `min_samples` samples (a single slow step — a page fault, a checkpoint — is not a
+straggler).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-import threading
 import time
 from contextlib import contextmanager
 
-import torch.distributed as dist
-
 
 class StepTimer:
-    def __init__(self):
-        self._last = None
-        self._lock = threading.Lock()
-        self._ready: list[float] = []
-        self._done: list[float] = []
+    def __init__(self, sample_every: int = 4):
+        self.sample_every = sample_every
+        self._last: float | None = None
+        self._last_ns = 0
+        self._laps = 0
         self._manual_wait = 0.0
+        self._manual_used = False
+        self._ddp = None
         self.comm_measured = False
 
     def start(self) -> None:
         self._last = time.perf_counter()
+        self._last_ns = time.time_ns()
+
+    def attach_ddp(self, ddp) -> bool:
+        """Turn on DDP's per-iteration runtime stamps. False when this torch lacks them."""
+        try:
+            ddp._set_ddp_runtime_logging_sample_rate(1)
+        except (AttributeError, RuntimeError):
+            return False
+        self._ddp = ddp
+        self.comm_measured = True
+        return True
+
+    def _ddp_wait(self, step_start_ns: int) -> float:
+        """Seconds this step waited for the gradient all-reduce after its backward was done; nan if unknown."""
+        try:
+            data = self._ddp._get_ddp_logging_data()
+        except RuntimeError:
+            return math.nan
+        end, comm_end = data.get("backward_compute_time_end", 0), data.get("backward_comm_time_end", 0)
+        if not end or not comm_end or end < step_start_ns:  # stamps from an older iteration
+            return math.nan
+        return max(0.0, (comm_end - end) / 1e9)
 
     def lap(self) -> tuple[float, float] | None:
-        """Close the current step: (step seconds, collective wait seconds), or None for the first call."""
-        now = time.perf_counter()
-        last, self._last = self._last, now
-        with self._lock:
+        """Close the current step: (step seconds, collective wait seconds or nan), or None for the first call."""
+        now, now_ns = time.perf_counter(), time.time_ns()
+        last, last_ns = self._last, self._last_ns
+        self._last, self._last_ns = now, now_ns
+        wait = math.nan
+        if self._manual_used:
             wait = self._manual_wait
-            if self._ready and self._done:
-                wait += max(0.0, max(self._done) - max(self._ready))
-            self._ready.clear()
-            self._done.clear()
-            self._manual_wait = 0.0
+        elif self._ddp is not None and self._laps % self.sample_every == 0:
+            wait = self._ddp_wait(last_ns)
+        self._manual_wait = 0.0
+        self._laps += 1
         if last is None:
             return None
         step = now - last
-        return step, min(wait, step)
+        return step, min(wait, step) if math.isfinite(wait) else math.nan
 
     @contextmanager
     def comm(self):
         """Count the time inside this block as collective wait (for loops that all-reduce by hand)."""
-        self.comm_measured = True
+        self.comm_measured = self._manual_used = True
         t0 = time.perf_counter()
         try:
             yield
         finally:
-            with self._lock:
-                self._manual_wait += time.perf_counter() - t0
-
-    def install_ddp_hook(self, ddp) -> bool:
-        """Register a timing all-reduce hook on a DDP model. False when the model already has a comm hook."""
-        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
-        timer = self
-
-        def timed_allreduce(state, bucket):
-            ready = time.perf_counter()
-            with timer._lock:
-                timer._ready.append(ready)
-            fut = allreduce_hook(state, bucket)
-
-            def finished(f):
-                with timer._lock:
-                    timer._done.append(time.perf_counter())
-                return f.value()
-
-            return fut.then(finished)
-
-        try:
-            ddp.register_comm_hook(ddp.process_group, timed_allreduce)
-        except RuntimeError:
-            return False
-        self.comm_measured = True
-        return True
+            self._manual_wait += time.perf_counter() - t0
 
 
 def straggler_scores(compute: dict[int, list[float]], threshold: float = 1.5, min_gap_s: float = 0.005,
-                     min_samples: int = 10) -> dict:
+                     min_samples: int = 5) -> dict:
     """Per-rank median compute time and score; the ranks flagged as stragglers.
 
     compute: global rank -> recent compute times in seconds.
