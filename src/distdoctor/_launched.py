@@ -20,14 +20,15 @@ import json
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from typing import Callable
 
 from distdoctor import world as W
 
-HEARTBEAT_S = 1.0
-HEARTBEAT_STALE_S = 5.0
+HEARTBEAT_S = 0.5
+HEARTBEAT_STALE_S = 2.5
 _job_counter = itertools.count()
 
 
@@ -65,7 +66,9 @@ def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable 
     world_size = int(os.environ["WORLD_SIZE"])
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     backend = W.resolve_backend(cfg, local_world)
-    iface = cfg.iface or (W.pick_iface(os.environ.get("MASTER_ADDR", cfg.master_addr)) if backend == "gloo" else None)
+    multi_host = world_size > local_world
+    iface = cfg.iface or (W.pick_iface(os.environ.get("MASTER_ADDR", cfg.master_addr), multi_host)
+                          if backend == "gloo" else None)
     prefix = f"distdoctor/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/job{next(_job_counter)}"
     start = time.time()
 
@@ -81,6 +84,10 @@ def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable 
     ctx = None
     heartbeat = None
     outcome: dict
+    # The function's own prints must not reach stdout, where the reporter may write one JSON document.
+    sys.stdout.flush()
+    saved_stdout = os.dup(1)
+    os.dup2(2, 1)
     try:
         try:
             device, timeout, local_rank = W._init_process_group(backend, cfg.timeout_s, iface)
@@ -93,9 +100,9 @@ def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable 
             outcome = {"ok": True, "value": W._load_target(target)(ctx, **args)}
         except _Terminated:
             outcome = {"ok": False, "error": "terminated by the launcher (another worker failed)",
-                       "phase": ctx.current_phase if ctx else None}
+                       "phase": (ctx.failed_in or ctx.current_phase) if ctx else None}
         except Exception as exc:  # noqa: BLE001 - reported, and the job fails
-            outcome = {"ok": False, "error": W._describe_exception(exc), "phase": ctx.current_phase if ctx else None}
+            outcome = {"ok": False, "error": W._describe_exception(exc), "phase": (ctx.failed_in or ctx.current_phase) if ctx else None}
         if ctx is None:  # no process group, no store: this rank can only speak for itself
             return _alone(rank, world_size, backend, iface, outcome, start)
         try:
@@ -107,6 +114,9 @@ def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable 
             result = _alone(rank, world_size, backend, iface, outcome, start,
                             f"unreachable: the rendezvous store is gone ({W._describe_exception(exc)})")
     finally:
+        sys.stdout.flush()
+        os.dup2(saved_stdout, 1)
+        os.close(saved_stdout)
         if heartbeat is not None:
             heartbeat.stop_event.set()
         if previous is not None:
@@ -136,22 +146,35 @@ def _rank_gone(store, prefix: str, r: int, now: float) -> bool:
     return not done and (hb is None or now - hb["t"] > HEARTBEAT_STALE_S)
 
 
+def _rank_stuck(store, prefix: str, r: int, now: float, timeout_s: float) -> bool:
+    """Alive but silent for a whole timeout while the reporter is done: every collective it waits in has
+    timed out by now, so it is hung."""
+    if store.check([f"{prefix}/done/{r}"]):
+        return False
+    phase = _get_json(store, f"{prefix}/phase/{r}") or _get_json(store, f"{prefix}/start/{r}")
+    return phase is not None and now - phase["t"] > timeout_s
+
+
 def _gather(store, prefix, rank, world_size, backend, iface, timeout_s, terminated) -> W.JobResult:
     deadline = time.time() + timeout_s + 5
     done_keys = [f"{prefix}/done/{r}" for r in range(world_size)]
     is_reporter = rank == 0
     while True:
         now = time.time()
-        if terminated.is_set():
-            deadline = min(deadline, now + 3)
+        if terminated.is_set():  # the launcher stops us soon: long enough to see a dead peer's heartbeat stop
+            deadline = min(deadline, now + HEARTBEAT_STALE_S + 1.5)
+        if store.check([f"{prefix}/reported"]):  # a lower survivor already reported in our place
+            is_reporter = False
+            break
         if is_reporter:
             pending = [r for r in range(world_size) if not store.check([done_keys[r]])]
-            if not pending or all(_rank_gone(store, prefix, r, now) for r in pending) or now > deadline:
+            if not pending or now > deadline or all(
+                    _rank_gone(store, prefix, r, now) or _rank_stuck(store, prefix, r, now, timeout_s)
+                    for r in pending):
                 break
         else:
-            if store.check([f"{prefix}/reported"]):
-                break
-            if all(_rank_gone(store, prefix, q, now) for q in range(rank)) or now > deadline + 5:
+            if all(_rank_gone(store, prefix, q, now) or _rank_stuck(store, prefix, q, now, timeout_s)
+                   for q in range(rank)) or now > deadline + 5:
                 is_reporter = True  # every lower rank is gone: report in their place
                 continue
         time.sleep(0.2)

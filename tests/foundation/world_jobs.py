@@ -39,3 +39,21 @@ def lose_rank(ctx, victim=1, how="exit"):
                 raise ValueError("planted bug")
         dist.all_reduce(t)
     return {"rank": ctx.rank}
+
+
+def hang_at_end(ctx, victim=1):
+    """Every collective completes; then one rank never returns: nobody times out, the watcher must act."""
+    import torch
+    import torch.distributed as dist
+
+    with ctx.phase("all_reduce float32 count=4 group=world"):
+        dist.all_reduce(torch.ones(4))
+    if ctx.rank == victim:
+        with ctx.phase("post-processing after the last collective"):
+            while True:
+                time.sleep(1)
+    return {"rank": ctx.rank}
+
+
+def not_json(ctx):
+    return object()
