@@ -59,7 +59,7 @@ class HealthMonitor:
                  group=None, events_path=None, *, check_nan: bool = True, param_grads: bool = False, check_buffers: bool = False,
                  loss_window: int = 100, flat_rtol: float = 1e-4, rise_rtol: float = 0.05,
                  straggler_window: int = 200, straggler_threshold: float = 1.5, straggler_min_gap_s: float = 0.005,
-                 timing_every: int = 4, memory_threshold: float = 1.25, memory_min_gap_bytes: float = 256 * 2**20):
+                 timing_every: int = 4, fingerprint_budget: int = 1 << 20, memory_threshold: float = 1.25, memory_min_gap_bytes: float = 256 * 2**20):
         if every < 1:
             raise ValueError(f"every must be >= 1, got {every}")
         self.model, self.optimizer, self.every, self.group = model, optimizer, every, group
@@ -78,6 +78,7 @@ class HealthMonitor:
         self.sink = EventSink(events_path, write=self.is_reporter)
         self.nan = NanOrigin(model, param_grads=param_grads) if check_nan else None
         self.timer = StepTimer(sample_every=timing_every)
+        self.cursor = fp.ChunkCursor(fingerprint_budget)
         if isinstance(model, torch.nn.parallel.DistributedDataParallel) and not self.timer.attach_ddp(model):
             log.info("this torch has no DDP runtime stamps: collective wait is not measured (use monitor.comm())")
         inner = getattr(model, "module", model)
@@ -132,7 +133,7 @@ class HealthMonitor:
         return new
 
     # ---- the collective check ----------------------------------------------------------------------------
-    def _payload(self, named) -> torch.Tensor:
+    def _payload(self, named, chunks) -> torch.Tensor:
         nf = self._first_nonfinite
         module_idx = param_idx = prev_idx = -1.0
         if nf is not None:
@@ -149,7 +150,7 @@ class HealthMonitor:
 
         stats = torch.tensor(header + padded(self._step_s) + padded(self._wait_s) + padded(self._losses),
                              dtype=torch.float64)
-        prints = fp.fingerprint(named, torch.device("cpu")).reshape(-1).view(torch.float64)
+        prints = fp.fingerprint(named, chunks).view(torch.float64)
         return torch.cat([stats, prints]).to(self.comm_device)
 
     def _unpack(self, rank: int, t: torch.Tensor) -> tuple[RankView, torch.Tensor]:
@@ -166,13 +167,14 @@ class HealthMonitor:
             nf = NonFinite(int(h[3]), phase, module, param, between)
         view = RankView(rank, int(h[0]), body[:k], body[e:e + k], body[2 * e:2 * e + n_loss],
                         h[8], h[9], bool(h[10]), nf)
-        prints = t[_HEADER + 3 * e:].contiguous().view(torch.int64).reshape(-1, 2)
+        prints = t[_HEADER + 3 * e:].contiguous().view(torch.int64)
         return view, prints
 
     def check(self) -> list[HealthEvent]:
         """Gather every rank's state and run all cross-rank checks now. Collective: every rank must call it."""
         named = fp.state_tensors(self.model, self.optimizer, buffers=self.check_buffers)
-        mine = self._payload(named)
+        chunks = self.cursor.next(named)
+        mine = self._payload(named, chunks)
         if self.distributed and len(self.ranks) > 1:
             parts = [torch.empty_like(mine) for _ in self.ranks]
             dist.all_gather(parts, mine, group=self.group)
@@ -186,7 +188,7 @@ class HealthMonitor:
         self.views = views
         step = self.steps - 1
         self._check_nonfinite(views)
-        self._check_replicas(prints, [n for n, _ in named], step)
+        self._check_replicas(prints, named, chunks, step)
         self._check_loss(views, step)
         self._check_stragglers(views, step)
         self._check_memory(views, step)
@@ -217,23 +219,26 @@ class HealthMonitor:
                                      "per_rank": {str(r): {"step": n.step, "phase": n.phase, "module": n.module}
                                                   for _, r, n in seen}}))
 
-    def _check_replicas(self, prints: list[torch.Tensor], names: list[str], step: int) -> None:
-        diff = fp.compare(prints, names, self.ranks)
+    def _check_replicas(self, prints: list[torch.Tensor], named, chunks, step: int) -> None:
+        diff = fp.compare(prints, [named[i][0] for i, _, _ in chunks], self.ranks)
         self.last_divergence = diff
         if diff is None:
-            self.sink.rearm("replica_divergence")
+            if self.cursor.cycle <= self.cursor.budget:  # the whole state was checked: replicas agree again
+                self.sink.rearm("replica_divergence")
             return
-        max_abs = self._measure_divergence(diff, names)
+        _, start, end = chunks[diff["index"]]
+        diff["elements"] = [start, end]
+        max_abs = self._measure_divergence(diff)
         diff["max_abs_diff"] = max_abs
         who = f"rank(s) {diff['ranks']} differ from the others" if diff["majority"] else \
             f"no majority among ranks {diff['ranks']} (groups {diff['groups']})"
         self.sink.emit(HealthEvent(
             "replica_divergence", step, diff["ranks"],
-            f"replicas diverged by step {step}: first differing tensor {diff['name']} ({diff['count']} tensor(s) "
-            f"differ); {who}; max |difference| {max_abs:.3g} from rank {diff['reference_rank']}",
+            f"replicas diverged by step {step}: first differing tensor {diff['name']} ({diff['count']} checked "
+            f"chunk(s) differ); {who}; max |difference| {max_abs:.3g} from rank {diff['reference_rank']}",
             subject=diff["name"], data=dict(diff)))
 
-    def _measure_divergence(self, diff: dict, names: list[str]) -> float:
+    def _measure_divergence(self, diff: dict) -> float:
         """How far apart the first differing tensor is (a broadcast from a majority rank; all ranks take part)."""
         named = dict(fp.state_tensors(self.model, self.optimizer, buffers=self.check_buffers))
         mine = named[diff["name"]].detach()

@@ -10,8 +10,8 @@ size trains an MLP (--layers x --hidden, float32, SGD) with DDP:
 One rank uses one process without DDP (the baseline people compare with). Every rank gets the same number
 of CPU threads at every size (cores / max ranks), so a bigger world does not win or lose by threading.
 
-Projected: an alpha-beta all-reduce model fitted from an all_reduce timing sweep on the largest measured
-world (see distdoctor.health.projection), with the measured compute time; points for 8 ... 1024 ranks carry
+Projected: an alpha-beta all-reduce model fitted from `distdoctor bench` all_reduce rows (its bench_worker,
+run inside the job of the largest measured world; see distdoctor.health.projection), with the measured compute time; points for 8 ... 1024 ranks carry
 `"projected": true` and are kept in their own list, never mixed with the measured ones.
 """
 
@@ -88,25 +88,12 @@ def _measure(ctx, mode: str, batch: int, layers: int, hidden: int, steps: int, w
             "exposed_allreduce_ms": exposed * 1e3, "exposed_allreduce_share": exposed / step_s, "projected": False}
 
 
-def _allreduce_sweep(ctx, max_bytes: int, iters: int) -> list[dict]:
-    """all_reduce float32 timings, 4 KiB .. max_bytes (x4), slowest rank, bench-style rows."""
-    rows, size = [], 4096
-    device = torch.device(ctx.device)
-    while size <= max_bytes * 4:
-        t = torch.ones(size // 4, device=device)
-        with ctx.phase(f"all_reduce sweep {size} B"):
-            dist.all_reduce(t)
-            dist.barrier()
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                dist.all_reduce(t)
-            if t.is_cuda:
-                torch.cuda.synchronize()
-            el = torch.tensor([(time.perf_counter() - t0) / iters * 1e6], dtype=torch.float64, device=device)
-            dist.all_reduce(el, op=dist.ReduceOp.MAX)
-        rows.append({"op": "all_reduce", "size_bytes": size, "time_us": float(el)})
-        size *= 4
-    return rows
+def sweep_options(grad_bytes: int, iters: int):
+    """The all_reduce sweep the alpha-beta fit uses: distdoctor bench's own rows, 4 KiB .. 4x the gradient."""
+    from distdoctor.bench import BenchOptions
+
+    return BenchOptions(op="all_reduce", dtype="float32", minbytes=4096, maxbytes=max(4096, 4 * grad_bytes),
+                        stepfactor=4, iters=iters, warmup=2, check=False)
 
 
 def scaling_worker(ctx, batch: int, global_batch: int, layers: int, hidden: int, steps: int, warmup: int,
@@ -120,7 +107,11 @@ def scaling_worker(ctx, batch: int, global_batch: int, layers: int, hidden: int,
     grad_bytes = sum(p.numel() * p.element_size() for p in make_model(layers, hidden).parameters())
     out["grad_bytes"] = grad_bytes
     if sweep and ctx.world_size > 1:
-        out["sweep"] = _allreduce_sweep(ctx, grad_bytes, sweep_iters)
+        from distdoctor.bench import bench_worker
+
+        # the rows go out through ctx.emit, exactly as `distdoctor bench` produces them
+        bench_worker(ctx, **sweep_options(grad_bytes, sweep_iters).worker_args())
+        out["swept"] = True
     return out
 
 
@@ -152,14 +143,18 @@ def run_scaling(cfg: WorldConfig, max_ranks: int, batch: int, global_batch: int,
         value = res.results[min(res.results)]
         doc["model"]["grad_bytes"] = value["grad_bytes"]
         doc["measured"] += value["points"]
-        if "sweep" in value:
-            doc["sweep"] = value["sweep"]
+        if value.get("swept"):
+            from distdoctor.bench import summarize_bench
+
+            bench = summarize_bench(res, sweep_options(value["grad_bytes"], args["sweep_iters"]))
+            doc["sweep"] = [{k: r[k] for k in ("op", "size_bytes", "time_us", "busbw_gbps")}
+                            for r in bench["rows"] if not r["inplace"]]
     base = {m["mode"]: m for m in doc["measured"] if m["world_size"] == 1}
     for m in doc["measured"]:
         m["efficiency"] = m["samples_per_s"] / (m["world_size"] * base[m["mode"]]["samples_per_s"]) if m["mode"] in base else None
     if doc.get("sweep") and len(sizes) > 1 and not doc["errors"]:
         fit = fit_alpha_beta(doc["sweep"], sizes[-1])
-        fit["source"] = f"all_reduce sweep on {sizes[-1]} ranks"
+        fit["source"] = f"distdoctor bench all_reduce rows on {sizes[-1]} ranks"
         doc["alpha_beta"] = fit
         doc["projected"] = project(doc["measured"], fit, doc["model"]["grad_bytes"],
                                    [n for n in PROJECT_TO if n > sizes[-1]])
