@@ -29,7 +29,7 @@ import torch.distributed as dist
 from distdoctor.health import fingerprint as fp
 from distdoctor.health import memory
 from distdoctor.health.events import EventSink, HealthEvent
-from distdoctor.health.nan_origin import NanOrigin, NonFinite
+from distdoctor.health.nan_origin import NanOrigin, NonFinite, Sentinel
 from distdoctor.health.stragglers import StepTimer, straggler_scores
 from distdoctor.health.trend import loss_trend
 
@@ -56,7 +56,7 @@ class RankView:
 
 class HealthMonitor:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, every: int = 50,
-                 group=None, events_path=None, *, check_nan: bool = True, param_grads: bool = False, check_buffers: bool = False,
+                 group=None, events_path=None, *, check_nan: bool = True, nan_hooks: str = "replay", param_grads: bool = False, check_buffers: bool = False,
                  loss_window: int = 100, flat_rtol: float = 1e-4, rise_rtol: float = 0.05,
                  straggler_window: int = 200, straggler_threshold: float = 1.5, straggler_min_gap_s: float = 0.005,
                  timing_every: int = 4, fingerprint_budget: int = 1 << 20, memory_threshold: float = 1.25, memory_min_gap_bytes: float = 256 * 2**20):
@@ -76,7 +76,14 @@ class HealthMonitor:
         self.device = first_param.device if first_param is not None else torch.device("cpu")
         self.comm_device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         self.sink = EventSink(events_path, write=self.is_reporter)
-        self.nan = NanOrigin(model, param_grads=param_grads) if check_nan else None
+        # default: a cheap sentinel that replays a bad step with full hooks (needs the optimizer's pre-step hook);
+        # without an optimizer, or with nan_hooks="always", every module is hooked on every step
+        if not check_nan:
+            self.nan = None
+        elif optimizer is not None and nan_hooks == "replay" and not param_grads:
+            self.nan = Sentinel(model, optimizer)
+        else:
+            self.nan = NanOrigin(model, param_grads=param_grads)
         self.timer = StepTimer(sample_every=timing_every)
         self.cursor = fp.ChunkCursor(fingerprint_budget)
         if isinstance(model, torch.nn.parallel.DistributedDataParallel) and not self.timer.attach_ddp(model):
@@ -114,6 +121,8 @@ class HealthMonitor:
         value = float(loss.detach().float()) if torch.is_tensor(loss) else (None if loss is None else float(loss))
         lap = self.timer.lap()
         if lap is not None:
+            if math.isfinite(lap[2]) and self._wait_s:
+                self._wait_s[-1] = min(lap[2], self._step_s[-1])
             self._step_s.append(lap[0])
             self._wait_s.append(lap[1])
         self._losses.append(math.nan if value is None else value)

@@ -172,3 +172,100 @@ class NanOrigin:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+
+
+class Sentinel:
+    """Cheap per-step NaN watch that finds the origin only when something went wrong (the default mode).
+
+    Per step it costs two hooks on the root module, one on the root's output gradient and one optimizer
+    step pre-hook: the root's output and the gradient arriving at it are summed (tiny tensors) and checked
+    once, before the optimizer updates anything. Only when one is non-finite does it replay that step's
+    forward — same parameters (not yet updated), same inputs, same RNG state, buffers restored afterwards — on
+    the unwrapped module with full per-module hooks (NanOrigin), which names the module. The replay runs no
+    collective (the inner module, not the DDP wrapper), so one rank can do it alone.
+
+    A NaN born in the backward with finite forward and loss shows up one step later as non-finite
+    parameters; the replay of that later step then finds the first module with non-finite output holding
+    non-finite parameters, and the origin is reported at the previous step as a backward problem: the last
+    module (in forward order) whose parameters went non-finite, with the next leaf as the other side.
+    """
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
+        self.model = model
+        self.inner = getattr(model, "module", model)
+        self.found: NonFinite | None = None
+        self.step = 0
+        self._args = None
+        self._rng = None
+        self._flags: list[torch.Tensor] = []
+        self._handles = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
+                         model.register_forward_hook(self._post),
+                         optimizer.register_step_pre_hook(self._before_update)]
+
+    def _pre(self, module, args, kwargs):
+        self._args = (args, kwargs)
+        self._rng = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
+
+    def _post(self, module, args, out):
+        for t in _float_tensors(out):
+            self._flags.append(_sum(t))
+            if t.requires_grad:
+                t.register_hook(lambda g: self._flags.append(_sum(g)))
+
+    def _before_update(self, optimizer, args, kwargs):
+        flags, self._flags = self._flags, []
+        if self.found is not None or not flags or bool(torch.isfinite(torch.stack(flags)).all()):
+            return
+        self.found = self._replay() or NonFinite(self.step, "loss", "<loss>")
+
+    def _replay(self) -> NonFinite | None:
+        if self._args is None:
+            return None
+        args, kwargs = self._args
+        buffers = {n: b.detach().clone() for n, b in self.inner.named_buffers()}
+        rng_now = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
+        probe = NanOrigin(self.inner)
+        try:
+            torch.set_rng_state(self._rng[0])
+            if self._rng[1] is not None:
+                torch.cuda.set_rng_state_all(self._rng[1])
+            with torch.no_grad():
+                self.inner(*args, **kwargs)
+            order = probe._passes[-1].leaves if probe._passes else []
+            found = probe.collect(self.step, True)
+        finally:
+            probe.remove()
+            with torch.no_grad():
+                for n, b in self.inner.named_buffers():
+                    b.copy_(buffers[n])
+            torch.set_rng_state(rng_now[0])
+            if rng_now[1] is not None:
+                torch.cuda.set_rng_state_all(rng_now[1])
+        if found is None or found.phase != "forward":
+            return None
+        modules = dict(self.inner.named_modules())
+        culprit = modules.get(found.module if found.module != "<model>" else "")
+        if culprit is not None and any(not bool(torch.isfinite(p).all()) for p in culprit.parameters()):
+            return self._from_parameters(order)
+        return found
+
+    def _from_parameters(self, leaves: list[str]) -> NonFinite:
+        """Parameters already non-finite: the previous update brought a non-finite gradient.
+
+        `leaves`: leaf modules in the replay's forward execution order."""
+        bad = [n for n in leaves if any(not bool(torch.isfinite(p).all()) for p in self.inner.get_submodule(n if n != "<model>" else "").parameters(recurse=False))]
+        last = bad[-1] if bad else "<model>"
+        nxt = leaves[leaves.index(last) + 1] if last in leaves and leaves.index(last) + 1 < len(leaves) else "<loss>"
+        return NonFinite(max(0, self.step - 1), "backward", nxt, between=[last, nxt])
+
+    def collect(self, step: int, loss_finite: bool) -> NonFinite | None:
+        found, self.found = self.found, None
+        self.step = step + 1
+        if found is None and not loss_finite:
+            found = NonFinite(step, "loss", "<loss>")
+        return found
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()

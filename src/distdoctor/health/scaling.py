@@ -147,8 +147,10 @@ def run_scaling(cfg: WorldConfig, max_ranks: int, batch: int, global_batch: int,
             from distdoctor.bench import summarize_bench
 
             bench = summarize_bench(res, sweep_options(value["grad_bytes"], args["sweep_iters"]))
-            doc["sweep"] = [{k: r[k] for k in ("op", "size_bytes", "time_us", "busbw_gbps")}
-                            for r in bench["rows"] if not r["inplace"]]
+            by_size = {}  # one row per size, out-of-place where bench has both
+            for r in sorted(bench["rows"], key=lambda r: not r["inplace"]):
+                by_size[r["size_bytes"]] = {k: r[k] for k in ("op", "size_bytes", "time_us", "busbw_gbps", "inplace")}
+            doc["sweep"] = [by_size[k] for k in sorted(by_size)]
     base = {m["mode"]: m for m in doc["measured"] if m["world_size"] == 1}
     for m in doc["measured"]:
         m["efficiency"] = m["samples_per_s"] / (m["world_size"] * base[m["mode"]]["samples_per_s"]) if m["mode"] in base else None

@@ -32,6 +32,7 @@ class StepTimer:
         self.sample_every = sample_every
         self._last: float | None = None
         self._last_ns = 0
+        self._prev_ns = 0
         self._laps = 0
         self._manual_wait = 0.0
         self._manual_used = False
@@ -41,6 +42,7 @@ class StepTimer:
     def start(self) -> None:
         self._last = time.perf_counter()
         self._last_ns = time.time_ns()
+        self._prev_ns = 0
 
     def attach_ddp(self, ddp) -> bool:
         """Turn on DDP's per-iteration runtime stamps. False when this torch lacks them."""
@@ -52,33 +54,37 @@ class StepTimer:
         self.comm_measured = True
         return True
 
-    def _ddp_wait(self, step_start_ns: int) -> float:
-        """Seconds this step waited for the gradient all-reduce after its backward was done; nan if unknown."""
+    def _ddp_wait(self, prev_start_ns: int, start_ns: int) -> float:
+        """Seconds the PREVIOUS step waited for its gradient all-reduce after its backward; nan if unknown.
+
+        DDP publishes an iteration's stamps when the next forward starts, so after step s they describe s-1."""
         try:
             data = self._ddp._get_ddp_logging_data()
         except RuntimeError:
             return math.nan
         end, comm_end = data.get("backward_compute_time_end", 0), data.get("backward_comm_time_end", 0)
-        if not end or not comm_end or end < step_start_ns:  # stamps from an older iteration
+        if not end or not comm_end or not prev_start_ns or not prev_start_ns <= end <= start_ns:
             return math.nan
         return max(0.0, (comm_end - end) / 1e9)
 
-    def lap(self) -> tuple[float, float] | None:
-        """Close the current step: (step seconds, collective wait seconds or nan), or None for the first call."""
+    def lap(self) -> tuple[float, float, float] | None:
+        """Close the current step: (step seconds, its collective wait or nan, the previous step's wait or nan).
+
+        None for the first call. Under DDP the wait arrives one step late (see _ddp_wait)."""
         now, now_ns = time.perf_counter(), time.time_ns()
-        last, last_ns = self._last, self._last_ns
-        self._last, self._last_ns = now, now_ns
-        wait = math.nan
+        last, last_ns, prev_ns = self._last, self._last_ns, self._prev_ns
+        self._last, self._last_ns, self._prev_ns = now, now_ns, last_ns
+        wait = prev_wait = math.nan
         if self._manual_used:
             wait = self._manual_wait
         elif self._ddp is not None and self._laps % self.sample_every == 0:
-            wait = self._ddp_wait(last_ns)
+            prev_wait = self._ddp_wait(prev_ns, last_ns)
         self._manual_wait = 0.0
         self._laps += 1
         if last is None:
             return None
         step = now - last
-        return step, min(wait, step) if math.isfinite(wait) else math.nan
+        return step, (min(wait, step) if math.isfinite(wait) else math.nan), prev_wait
 
     @contextmanager
     def comm(self):
