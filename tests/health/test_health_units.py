@@ -141,10 +141,17 @@ def test_nan_origin_forward_names_layer_and_step():
 
 
 def test_nan_origin_backward_names_module():
-    mon = _train(Net(bad_backward=True), 3)
+    mon = _train(Net(bad_backward=True), 3, nan_hooks="always")
     (ev,) = [e for e in mon.events if e.kind == "nonfinite"]
     # gradient finite at bad's output, NaN at fc2's output: bad's backward made it
     assert (ev.step, ev.data["phase"], ev.subject, ev.data["between"]) == (0, "backward", "bad", ["fc2", "bad"])
+
+
+def test_nan_origin_backward_found_by_sentinel_one_step_later():
+    mon = _train(Net(bad_backward=True), 3)  # default: sentinel + replay
+    (ev,) = [e for e in mon.events if e.kind == "nonfinite"]
+    # fc1 and fc2 got NaN gradients at step 0 (fc3 did not): seen as parameters at step 1, reported at step 0
+    assert (ev.step, ev.data["phase"], ev.subject, ev.data["between"]) == (0, "update", "bad", ["fc2", "bad"])
 
 
 def test_nan_origin_backward_with_parameter_gradients():

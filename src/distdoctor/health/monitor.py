@@ -35,7 +35,7 @@ from distdoctor.health.trend import loss_trend
 
 log = logging.getLogger("distdoctor.health")
 
-_PHASES = ("forward", "backward", "loss")
+_PHASES = ("forward", "backward", "loss", "update")
 _HEADER = 11  # step, n times, n losses, nonfinite step, phase, module idx, param idx, prev-leaf idx, peak, current, comm measured
 
 
@@ -210,12 +210,18 @@ class HealthMonitor:
         if not seen:
             return
         first_step = min(s for s, _, _ in seen)
-        culprits = sorted(r for s, r, _ in seen if s == first_step)
+        at_first = [(r, n) for s, r, n in seen if s == first_step]
+        direct = [r for r, n in at_first if n.phase != "update"]  # seen, not inferred from parameters
+        culprits = sorted(direct or [r for r, _ in at_first])
         nf = views[culprits[0]].nonfinite
         if nf.phase == "forward":
             where = f"the output of {nf.module} (forward)"
         elif nf.phase == "loss":
             where = "the loss (the model's outputs were finite)"
+        elif nf.phase == "update":
+            where = (f"parameters of {nf.between[0]} and earlier were non-finite after the update: a non-finite "
+                     f"gradient from the backward of {nf.module} or after it (under DDP the gradient is averaged, "
+                     f"so the rank that made it is not known)")
         elif nf.parameter:
             where = f"the local gradient of {nf.parameter} (backward of {nf.module})"
         else:

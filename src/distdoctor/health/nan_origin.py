@@ -34,7 +34,7 @@ import torch
 @dataclass
 class NonFinite:
     step: int
-    phase: str  # "forward" | "backward" | "loss"
+    phase: str  # "forward" | "backward" | "loss" | "update" (found as non-finite parameters after that step's update)
     module: str  # module name, "<model>" for the root, "<loss>" for the loss
     parameter: str = ""  # backward with param_grads: the parameter whose local gradient was non-finite
     between: list[str] = field(default_factory=list)  # backward: [leaf whose output grad was first bad, next leaf]
@@ -186,8 +186,10 @@ class Sentinel:
 
     A NaN born in the backward with finite forward and loss shows up one step later as non-finite
     parameters; the replay of that later step then finds the first module with non-finite output holding
-    non-finite parameters, and the origin is reported at the previous step as a backward problem: the last
-    module (in forward order) whose parameters went non-finite, with the next leaf as the other side.
+    non-finite parameters, and the origin is reported at the previous step with phase "update": the last
+    module (in forward order) whose parameters went non-finite, with the next leaf as the other side. Under
+    DDP every rank gets the averaged non-finite gradient, so such a record does not say which rank made it;
+    a rank that saw the NaN directly at that step (forward, loss) is preferred over it.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
@@ -256,7 +258,7 @@ class Sentinel:
         bad = [n for n in leaves if any(not bool(torch.isfinite(p).all()) for p in self.inner.get_submodule(n if n != "<model>" else "").parameters(recurse=False))]
         last = bad[-1] if bad else "<model>"
         nxt = leaves[leaves.index(last) + 1] if last in leaves and leaves.index(last) + 1 < len(leaves) else "<loss>"
-        return NonFinite(max(0, self.step - 1), "backward", nxt, between=[last, nxt])
+        return NonFinite(max(0, self.step - 1), "update", nxt, between=[last, nxt])
 
     def collect(self, step: int, loss_finite: bool) -> NonFinite | None:
         found, self.found = self.found, None
