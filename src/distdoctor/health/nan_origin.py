@@ -1,5 +1,9 @@
 """Where a NaN/Inf first appeared: the module, the pass (forward or backward), the rank and the step.
 
+Two modes: `Sentinel` (the default) watches only the model's output and its gradient every step and, when
+one goes non-finite, replays that step's forward with a `NanOrigin` attached; `NanOrigin` alone hooks every
+module on every step (no optimizer needed, and it also localizes a NaN born in the backward at once).
+
 The test for "non-finite" is a plain sum: NaN and Inf propagate through a sum (Inf + -Inf is NaN), and a
 sum is the cheapest full read of a tensor (~0.1 ns per element on one CPU core, 30x cheaper than
 `isfinite().all()` or an infinity norm). Half-precision tensors are summed in float32, so only a tensor
