@@ -83,8 +83,9 @@ def worker(ctx, hidden: int, layers: int, batch: int, block: int, rounds: int, e
         monitor.check()
     check_s = (time.perf_counter() - t0) / 5
     params = sum(p.numel() for p in nets["plain"][0].parameters())
-    # random targets and a small learning rate: a flat loss is a true finding here; nothing else may fire
-    assert {e.kind for e in monitor.events} <= {"loss_flat"}, [e.detail for e in monitor.events]
+    # random targets and a small learning rate: a flat loss is a true finding here, and on a shared machine
+    # a rank can truly be slowed by other jobs; replicas, NaN and memory must stay quiet
+    assert {e.kind for e in monitor.events} <= {"loss_flat", "straggler"}, [e.detail for e in monitor.events]
     return {"times": times, "check_s": check_s, "params": params, "events": [e.kind for e in monitor.events]}
 
 
