@@ -10,7 +10,7 @@ Correct data-parallel replicas are bit-identical (DDP all-reduces gradients to t
 and every rank applies the same update), so exact equality is the right test, not a tolerance.
 
 Cost: an integer pass over the state is several times slower than a float one on CPU (~7 ns/element on one
-core here), so each check fingerprints a budget of elements: the state is cut into chunks of at most 2^20
+core here), so each check fingerprints a budget of elements: the state is cut into chunks of at most 2^18
 elements and each check takes the next chunks round-robin, up to `budget` elements (at least one chunk).
 A divergence persists (DDP never re-syncs parameters), so it is found within one cycle of checks; models
 under the budget are covered in full at every check.
@@ -37,7 +37,7 @@ def _bits(t: torch.Tensor, start: int = 0, end: int | None = None) -> torch.Tens
     return flat
 
 
-CHUNK = 1 << 20
+CHUNK = 1 << 18
 
 
 def chunk_fingerprint(t: torch.Tensor, start: int = 0, end: int | None = None) -> torch.Tensor:

@@ -59,7 +59,8 @@ class HealthMonitor:
                  group=None, events_path=None, *, check_nan: bool = True, nan_hooks: str = "replay", param_grads: bool = False, check_buffers: bool = False,
                  loss_window: int = 100, flat_rtol: float = 1e-4, rise_rtol: float = 0.05,
                  straggler_window: int = 200, straggler_threshold: float = 1.5, straggler_min_gap_s: float = 0.005,
-                 timing_every: int = 4, fingerprint_budget: int = 1 << 20, memory_threshold: float = 1.25, memory_min_gap_bytes: float = 256 * 2**20):
+                 timing_every: int = 4, fingerprint_budget: int = 1 << 18,
+                 memory_threshold: float = 1.25, memory_min_gap_bytes: float = 256 * 2**20):
         if every < 1:
             raise ValueError(f"every must be >= 1, got {every}")
         self.model, self.optimizer, self.every, self.group = model, optimizer, every, group
