@@ -251,6 +251,10 @@ def scaling_command(max_ranks, batch, global_batch, layers, hidden, steps, warmu
     """Measured and projected data-parallel scaling efficiency of a small real model."""
     if world.get("nproc") is not None:
         raise InputError("--nproc", "scaling chooses the world sizes itself; use --max-ranks")
+    from distdoctor.world import under_launcher
+
+    if under_launcher():
+        raise InputError("scaling", "it starts its own worlds of 1, 2, 4, ... ranks; run it without torchrun")
     cfg_world = {k: v for k, v in world.items() if k != "nproc"}
     from distdoctor.world import _gpu_count, config_from_options
 
