@@ -139,6 +139,8 @@ class Recorder:
         self._dump_lock = threading.RLock()
         self._dumping = False
         self.watchdog = None
+        self.pid: int | None = None
+        self._fork_hook_installed = False
 
     # ---- hot path ------------------------------------------------------------------------------------------
     def begin(self, raw: str, op: str, call: Call, is_p2p: bool) -> _Record | None:
@@ -259,11 +261,19 @@ class Recorder:
             _warn(f"cannot read the process group ({exc}); recorder stays off")
             return
         self.active = True
+        self.pid = os.getpid()
         self.last_progress = time.time()
+        if not self._fork_hook_installed:  # a forked child (data loader worker) is not this rank: record nothing
+            os.register_at_fork(after_in_child=self._after_fork_in_child)
+            self._fork_hook_installed = True
         from distdoctor.trace.watchdog import Watchdog
 
         self.watchdog = Watchdog(self)
         self.watchdog.start()
+
+    def _after_fork_in_child(self) -> None:
+        self.active = False
+        self.watchdog = None
 
     def deactivate(self) -> None:
         self.active = False
@@ -315,8 +325,8 @@ class Recorder:
 
     def dump(self, reason: str, extra_stacks: dict | None = None) -> str | None:
         """Write rank_<r>.jsonl (and rank_<r>.fr.pkl when Flight Recorder is on). Never raises."""
-        if self.rank is None:
-            return None
+        if self.rank is None or self.pid != os.getpid():
+            return None  # never activated here, or a forked child that must not overwrite its parent's dump
         with self._dump_lock:
             if self._dumping:  # a signal arrived while this thread was already dumping
                 return None
@@ -339,7 +349,13 @@ class Recorder:
 
 
 def flight_recorder_dump() -> bytes | None:
-    """Flight Recorder's own pickle dump, when this torch has it and it is switched on."""
+    """Flight Recorder's own pickle dump, when this torch has it and it is switched on.
+
+    Without FR's stack traces unless DISTDOCTOR_FR_STACKS=1: symbolizing them costs 5-12 s on the first dump
+    (measured here, torch 2.13 CPU), which would delay a crashing process's exit, and our own entries already
+    carry the Python frames of each call.
+    """
+    stacks = os.environ.get("DISTDOCTOR_FR_STACKS", "0") == "1"
     if _env_number("TORCH_FR_BUFFER_SIZE", int, 0) <= 0 and _env_number("TORCH_NCCL_TRACE_BUFFER_SIZE", int, 0) <= 0:
         return None
     try:
@@ -347,9 +363,9 @@ def flight_recorder_dump() -> bytes | None:
 
         c = torch._C._distributed_c10d
         if hasattr(c, "_dump_fr_trace"):
-            return bytes(c._dump_fr_trace(True, True, False))
+            return bytes(c._dump_fr_trace(True, stacks, False))
         if hasattr(c, "_dump_nccl_trace"):
-            return bytes(c._dump_nccl_trace(True, True, False))
+            return bytes(c._dump_nccl_trace(True, stacks, False))
     except Exception as exc:
         _warn(f"Flight Recorder dump failed: {type(exc).__name__}: {exc}")
     return None
