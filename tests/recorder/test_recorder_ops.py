@@ -9,6 +9,8 @@ import pytest
 
 from distdoctor.trace.model import loads
 
+from recorder_helpers import WORKERS
+
 pytestmark = pytest.mark.slow
 
 WORLD = ["all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base",
@@ -74,6 +76,8 @@ def test_every_collective_and_p2p_is_recorded(ranks_factory, tmp_path):
             assert e.stream == "MainThread"
             assert e.frames and e.frames[-1].filename.endswith("all_ops.py"), e.frames
         ar = by_raw["all_reduce"]
+        source = (WORKERS / "all_ops.py").read_text().splitlines()
+        assert source[ar.frames[-1].line - 1] == "dist.all_reduce(t)" and ar.frames[-1].name == "<module>"
         assert (ar.in_sizes, ar.out_sizes, ar.in_dtypes, ar.reduce_op) == ([[5]], [[5]], ["float32"], "sum")
         assert by_raw["reduce"].reduce_op == "max"
         assert (by_raw["all_gather"].in_sizes, by_raw["all_gather"].out_sizes) == ([[5]], [[5]] * 4)

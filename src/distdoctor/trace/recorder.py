@@ -94,12 +94,13 @@ class RecorderConfig:
             stacks = os.environ.get("DISTDOCTOR_STACKS", "1") != "0"
         if dump_on_exit is None:
             dump_on_exit = os.environ.get("DISTDOCTOR_DUMP_ON_EXIT", "0") == "1"
+        frames = _env_number("DISTDOCTOR_FRAMES", int, CALLER_FRAMES)
         if buffer_size < 1:
             raise ValueError(f"buffer_size must be at least 1, got {buffer_size}")
         if hang_timeout is not None and hang_timeout < 0:
             raise ValueError(f"hang_timeout must be >= 0 seconds, got {hang_timeout}")
         return cls(os.path.abspath(os.fspath(dump_dir)), hang_timeout or None, int(buffer_size), bool(stacks),
-                   bool(dump_on_exit))
+                   bool(dump_on_exit), int(frames))
 
 
 class _Record:
@@ -117,6 +118,13 @@ def _reduce_name(op, name: str) -> str | None:
         return "sum" if name in _REDUCING else None
     label = getattr(op, "name", None) or str(op)
     return str(label).rsplit(".", 1)[-1].lower()
+
+
+def _line_of(code, lasti: int) -> int:
+    for start, end, line in code.co_lines():
+        if start <= lasti < end and line is not None:
+            return line
+    return code.co_firstlineno
 
 
 class Recorder:
@@ -186,13 +194,15 @@ class Recorder:
         else:
             r.state, r.t_started = "started", now
         r.thread = threading.get_ident()
+        # (code, instruction offset) pairs; the line number is looked up at dump time (f_lineno costs more).
         frames = []
-        limit = self.config.frames
-        f = sys._getframe(2)
-        while f is not None and len(frames) < limit:
+        left = self.config.frames
+        f = sys._getframe(2) if left else None
+        while f is not None and left:
             code = f.f_code
             if code.co_filename != _C10D_FILE and not code.co_filename.startswith(_THIS_DIR):
-                frames.append((code, f.f_lineno))
+                frames.append((code, f.f_lasti))
+                left -= 1
             f = f.f_back
         r.frames = frames
         self.buffer.append(r)
@@ -316,7 +326,7 @@ class Recorder:
             root=r.root, peer=r.peer, reduce_op=_reduce_name(r.reduce_op, r.op), state=r.state,
             t_created=r.t_created, t_started=r.t_started, t_completed=r.t_completed, async_op=r.async_op,
             stream=threads.get(r.thread, f"thread {r.thread}"),
-            frames=[model.Frame(code.co_name, code.co_filename, line) for code, line in reversed(r.frames)],
+            frames=[model.Frame(code.co_name, code.co_filename, _line_of(code, lasti)) for code, lasti in reversed(r.frames)],
             error=r.error)
 
     def dump_paths(self) -> tuple[str, str]:
