@@ -57,6 +57,11 @@ class Watchdog:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._wakeup_w is not None:  # wake the select() at once instead of waiting out its tick
+            try:
+                os.write(self._wakeup_w, b"\0")
+            except OSError:
+                pass
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
         if threading.current_thread() is threading.main_thread():
