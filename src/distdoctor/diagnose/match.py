@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from distdoctor.collectives import get_spec
+from distdoctor.diagnose.progress import NOT_USER_CODE
 from distdoctor.trace.model import Entry, TraceSet
 
 SAME_INPUT_SIZE = {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather", "barrier"}
@@ -216,3 +217,36 @@ def _group_key(name: str):
 
 def counter_summary(values) -> str:
     return ", ".join(f"{v} x{c}" for v, c in Counter(values).most_common())
+
+
+
+
+def callsite(e: Entry) -> tuple:
+    """The chain of user (non-torch) frames that issued an entry; empty when the dump has no frames."""
+    return tuple((f.filename, f.line, f.name) for f in e.frames if not any(m in f.filename for m in NOT_USER_CODE))
+
+
+def callsite_divergence(view: GroupView, rank: int, upto: int) -> dict | None:
+    """First seq (< upto) where `rank` issued from a different code path than the majority of the others.
+
+    This is how an asymmetric code path shows up before the hang: the seq numbers still agree, but one rank's
+    n-th collective comes from another line (it skipped one, or issued an extra one)."""
+    mine = view.by_rank.get(rank, {})
+    others = [r for r in view.by_rank if r != rank and view.by_rank[r]]
+    for seq in sorted(s for s in mine if s < upto):
+        site = callsite(mine[seq])
+        if not site:
+            return None
+        theirs: dict[tuple, list[int]] = {}
+        for r in others:
+            e = view.by_rank[r].get(seq)
+            if e is not None:
+                theirs.setdefault(callsite(e), []).append(r)
+        if not theirs:
+            continue
+        majority = max(theirs, key=lambda k: len(theirs[k]))
+        if majority and majority != site:
+            fmt = lambda chain: " <- ".join(f"{n} ({fn.rsplit('/', 1)[-1]}:{ln})" for fn, ln, n in chain[:3])
+            return {"seq": seq, "op": mine[seq].op, "rank_site": fmt(site), "others_site": fmt(majority),
+                    "others": theirs[majority]}
+    return None

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from distdoctor.trace.model import Entry, Frame, RankTrace
 
-_TORCH_PATH_MARKS = ("/torch/", "/site-packages/torch", "distdoctor/trace/")
+# Frames that are plumbing, not the user's code (torch itself, decorators it wraps calls in, our recorder).
+NOT_USER_CODE = ("/torch/", "/site-packages/torch", "distdoctor/trace/", "typing_extensions.py", "/contextlib.py",
+                 "/functools.py")
+_TORCH_PATH_MARKS = NOT_USER_CODE
 
 
 def user_frame(frames: list[Frame]) -> Frame | None:
@@ -53,7 +56,7 @@ def steps(entries: list[Entry]) -> tuple[int, int] | None:
         period = sigs.index(sigs[0], 1)
     except ValueError:
         return None
-    if any(sigs[i] != sigs[i % period] for i in range(len(sigs))) or len(sigs) < 2 * period:
+    if period < 2 or any(sigs[i] != sigs[i % period] for i in range(len(sigs))) or len(sigs) < 2 * period:
         return None
     done = sum(1 for e in entries if not e.is_p2p and e.state == "completed")
     return done // period, period
@@ -119,4 +122,9 @@ def describe_rank(rank: int, trace: RankTrace | None, pending: list[Entry]) -> s
     now = where_now(trace)
     if now:
         parts.append(f"its main thread is now at {now}")
-    return f"rank {rank}: " + ", ".join(parts)
+    return f"rank {rank}: " + "; ".join(parts)
+
+
+def is_gloo_fr(trace: RankTrace | None) -> bool:
+    return bool(trace and trace.source.startswith("flight_recorder")
+                and any(e.raw_op.startswith("gloo:") for e in trace.entries[-50:]))
