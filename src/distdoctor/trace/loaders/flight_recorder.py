@@ -31,7 +31,17 @@ import re
 from distdoctor.collectives import canonical_op
 from distdoctor.trace.model import DEFAULT_GROUP, Entry, Frame, GroupInfo, RankTrace
 
-PICKLE_ALLOWED = {("builtins", "set"), ("builtins", "frozenset")}
+def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
+    """Protocol-2 pickles spell bytes as _codecs.encode(str, 'latin1'); nothing else is allowed through."""
+    if encoding not in ("latin1", "latin-1") or not isinstance(text, str):
+        raise pickle.UnpicklingError(f"refused to load _codecs.encode with encoding {encoding!r}")
+    return text.encode("latin1")
+
+
+# The only names a dump may refer to: builders of builtin containers (older protocols spell them as globals).
+PICKLE_ALLOWED = {("builtins", "set"): set, ("builtins", "frozenset"): frozenset,
+                  ("__builtin__", "set"): set, ("__builtin__", "frozenset"): frozenset,
+                  ("_codecs", "encode"): _latin1_bytes}
 _P2P_META = re.compile(r"^\s*(\d+)\s*(->|<-)\s*(\d+)\s*$")
 _RANK_SUFFIX = re.compile(r"(\d+)$")
 _KNOWN_EXT = (".pkl", ".pickle", ".json", ".jsonl", ".bin", ".txt", ".dump", ".fr")
@@ -42,7 +52,7 @@ class SafeUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str):  # noqa: D102 - the whole point of this class
         if (module, name) in PICKLE_ALLOWED:
-            return super().find_class(module, name)
+            return PICKLE_ALLOWED[(module, name)]
         raise pickle.UnpicklingError(
             f"refused to load {module}.{name}: a Flight Recorder dump holds only builtin containers and scalars")
 
@@ -55,7 +65,8 @@ def safe_unpickle(data: bytes) -> object:
     try:
         return SafeUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as exc:
-        raise ValueError(str(exc)) from None
+        msg = str(exc)
+        raise ValueError(msg if msg.startswith("refused") else f"corrupt or truncated pickle ({msg})") from None
     except (EOFError, IndexError):
         raise ValueError("truncated pickle (ends before its STOP opcode)") from None
     except RecursionError:
