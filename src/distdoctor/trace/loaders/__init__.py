@@ -176,10 +176,11 @@ def _infer_groups(ts: TraceSet) -> None:
     world = list(range(ts.world_size or 0))
     for t in ts.ranks.values():
         for name in set(t.groups) | {e.group for e in t.entries}:
-            if name in given:
+            if name == DEFAULT_GROUP:  # the default group is the world, however many ranks left a dump
+                stated = given.get(name)
+                t.groups[name] = GroupInfo(name, world, stated != world, descs.get(name, "default_pg"))
+            elif name in given:
                 t.groups[name] = GroupInfo(name, list(given[name]), False, descs.get(name, ""))
-            elif name == DEFAULT_GROUP:
-                t.groups[name] = GroupInfo(name, world, True, descs.get(name, "default_pg"))
             else:
                 t.groups[name] = GroupInfo(name, sorted(issued.get(name, {t.rank})), True, descs.get(name, ""))
 
