@@ -4,7 +4,7 @@ For every rank: collectives completed per group, the last completed collective, 
 incomplete, see waitfor.py) with its age at dump time, where it was called from (the innermost frame outside
 torch, when the dump has frames), the current Python stack of its main thread (native dumps), and training
 steps when the collective sequence is periodic: the period is the distance between repeats of the first
-signature (group, op, sizes), confirmed over the whole trace; steps = completed entries // period.
+signature (group, op), confirmed over the whole trace; steps = completed entries // period.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def where_now(trace: RankTrace) -> str | None:
 
 def steps(entries: list[Entry]) -> tuple[int, int] | None:
     """(steps completed, collectives per step) when the sequence is periodic, else None."""
-    sigs = [(e.group, e.op, repr(e.in_sizes)) for e in entries if not e.is_p2p]
+    sigs = [(e.group, e.op) for e in entries if e.seq is not None]
     if len(sigs) < 4:
         return None
     try:
@@ -58,7 +58,7 @@ def steps(entries: list[Entry]) -> tuple[int, int] | None:
         return None
     if period < 2 or any(sigs[i] != sigs[i % period] for i in range(len(sigs))) or len(sigs) < 2 * period:
         return None
-    done = sum(1 for e in entries if not e.is_p2p and e.state == "completed")
+    done = sum(1 for e in entries if e.seq is not None and e.state == "completed")
     return done // period, period
 
 
