@@ -13,9 +13,11 @@ JOBS = Path(__file__).parent / "scenarios" / "jobs.py"
 @pytest.fixture(scope="session")
 def scenario_dumps(tmp_path_factory) -> dict:
     """Run every planted-fault scenario once (real 4-rank Gloo jobs, concurrently) and return
-    {"dir": Path, "status": {scenario: {...}}}; dumps are in dir/<scenario>/{pickle,json}/."""
+    {"dir": Path, "status": {scenario: {...}}}; dumps are in dir/<scenario>/{pickle,json,native}/ (native: the
+    recorder's rank_<r>.jsonl beside its own Flight Recorder rank_<r>.fr.pkl)."""
     out = tmp_path_factory.mktemp("scenarios")
-    proc = subprocess.Popen([sys.executable, str(JOBS), "--out", str(out), "--deadline", "120"],
+    env = dict(os.environ, DISTDOCTOR_TRACE="1")  # the recorder's native dumps too, from the same runs
+    proc = subprocess.Popen([sys.executable, str(JOBS), "--out", str(out), "--deadline", "120"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=240)

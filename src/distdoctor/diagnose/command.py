@@ -10,6 +10,11 @@ import click
 from distdoctor.errors import CheckFailed, InputError
 
 
+def is_superseded(err) -> bool:
+    """A Flight Recorder dump beside the recorder's own trace of the same rank (what `distdoctor run` writes)."""
+    return "is preferred over flight_recorder" in err.reason
+
+
 @click.command("diagnose")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text", show_default=True,
@@ -41,8 +46,13 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
     if world_size is not None and ts.world_size and ts.world_size > world_size:
         raise InputError("--world-size", f"{world_size} is smaller than the traces show ({ts.world_size})")
     report = analyze(ts)
+    superseded = [e for e in ts.errors if is_superseded(e)]
     for err in ts.errors:
-        click.echo(f"distdoctor diagnose: warning: {err}", err=True)
+        if not is_superseded(err):
+            click.echo(f"distdoctor diagnose: warning: {err}", err=True)
+    if superseded:
+        click.echo(f"distdoctor diagnose: note: {len(superseded)} Flight Recorder dump(s) not used: the distdoctor "
+                   f"traces of the same ranks are preferred", err=True)
 
     renderers = {"text": render_text, "json": lambda r: json.dumps(r.to_json(), indent=2) + "\n",
                  "html": render_html}

@@ -244,8 +244,9 @@ def counter_summary(values) -> str:
 
 
 def callsite(e: Entry) -> tuple:
-    """The chain of user (non-torch) frames that issued an entry; empty when the dump has no frames."""
-    return tuple((f.filename, f.line, f.name) for f in e.frames if not any(m in f.filename for m in NOT_USER_CODE))
+    """The chain of user (non-torch) frames that issued an entry, innermost first; empty without frames."""
+    return tuple((f.filename, f.line, f.name) for f in reversed(e.frames)
+                 if not any(m in f.filename for m in NOT_USER_CODE))
 
 
 def callsite_divergence(view: GroupView, rank: int, upto: int) -> dict | None:

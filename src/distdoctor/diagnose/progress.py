@@ -18,19 +18,20 @@ _TORCH_PATH_MARKS = NOT_USER_CODE
 
 
 def user_frame(frames: list[Frame]) -> Frame | None:
-    """Innermost frame that is not torch's own (FR frames are innermost first)."""
-    for f in frames:
+    """Innermost frame that is not torch's own (frames are innermost last)."""
+    for f in reversed(frames):
         if not any(m in f.filename for m in _TORCH_PATH_MARKS):
             return f
-    return frames[0] if frames else None
+    return frames[-1] if frames else None
 
 
 def main_stack(trace: RankTrace) -> tuple[str, list[Frame]] | None:
     if not trace.stacks:
         return None
-    for name in ("MainThread", "main", "python"):
-        if name in trace.stacks:
-            return name, trace.stacks[name]
+    for prefix in ("MainThread", "main", "python"):  # the recorder names threads "MainThread (<ident>)"
+        for name, frames in trace.stacks.items():
+            if name == prefix or name.startswith(prefix + " "):
+                return name, frames
     name = next(iter(trace.stacks))
     return name, trace.stacks[name]
 

@@ -13,10 +13,11 @@ def render_text(report: Report) -> str:
     ts = report.traces
     lines = []
     n_find = len(report.findings)
+    n_bad = sum(1 for e in ts.errors if "is preferred over flight_recorder" not in e.reason)
     head = "PROBLEM" if report.verdict == "problem" else "OK"
     lines.append(f"verdict: {head} - {n_find} finding{'s' if n_find != 1 else ''}; world size {report.world_size}, "
                  f"{len(ts.ranks)} trace{'s' if len(ts.ranks) != 1 else ''} loaded"
-                 + (f", {len(ts.errors)} file{'s' if len(ts.errors) != 1 else ''} unusable" if ts.errors else ""))
+                 + (f", {n_bad} file{'s' if n_bad != 1 else ''} unusable" if n_bad else ""))
     if report.verdict == "ok":
         lines.append("No desync, hang or straggler found in these traces.")
     for i, f in enumerate(report.findings, 1):
@@ -37,10 +38,16 @@ def render_text(report: Report) -> str:
             lines.append(f"  ... {len(report.ranks) - MAX_RANK_LINES} more ranks (see --format json)")
             break
         lines.append("  " + _rank_line(rank, p))
-    if ts.errors:
+    superseded = [e for e in ts.errors if "is preferred over flight_recorder" in e.reason]
+    unusable = [e for e in ts.errors if e not in superseded]
+    if unusable:
         lines.append("")
         lines.append("files not used:")
-        lines.extend(f"  {e.path}: {e.reason}" for e in ts.errors)
+        lines.extend(f"  {e.path}: {e.reason}" for e in unusable)
+    if superseded:
+        lines.append("")
+        lines.append(f"{len(superseded)} Flight Recorder dump(s) not used: the distdoctor traces of the same ranks "
+                     f"are preferred (they carry stacks and p2p).")
     return "\n".join(lines) + "\n"
 
 

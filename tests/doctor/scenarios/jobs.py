@@ -74,14 +74,15 @@ class Watch:
             self.dumped = True
 
 
-def _native_enable() -> None:
+def _native_enable(out: str, scenario: str) -> None:
     if not os.environ.get("DISTDOCTOR_TRACE"):
         return
     try:
         import distdoctor.trace as trace
 
-        trace.enable()
-    except (ImportError, AttributeError):  # the recorder is not in this build yet
+        # dumps on demand only (Watch decides when), so both kinds of dump show the same moment
+        trace.enable(dump_dir=os.path.join(out, scenario, "native"), hang_timeout=0, dump_on_exit=False)
+    except (ImportError, AttributeError):  # the recorder is not in this build
         pass
 
 
@@ -207,7 +208,7 @@ SCENARIOS = {name[2:]: fn for name, fn in globals().items() if name.startswith("
 
 def _rank_main(scenario: str, rank: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD))
-    _native_enable()
+    _native_enable(out, scenario)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=PG_TIMEOUT_S))
     w = Watch(out, scenario, rank)
     try:

@@ -96,18 +96,27 @@ def load_traces(paths: list[str], world_size: int | None = None) -> TraceSet:
         except ValueError as exc:
             ts.errors.append(LoadError(path, str(exc)))
     _drop_mixed_versions(loaded, ts.errors)
+    # Several files for one rank: the richest source wins (the recorder writes rank_<r>.jsonl next to Flight
+    # Recorder's rank_<r>.fr.pkl); among equals, the first in path order. The others are reported, not used.
+    loaded.sort(key=lambda t: _SOURCE_RANK.get(t.source, 0))
     for trace in loaded:
         if trace.rank < 0:
             ts.errors.append(LoadError(trace.path, f"negative rank {trace.rank}"))
         elif trace.rank in ts.ranks:
+            kept = ts.ranks[trace.rank]
+            why = ("" if kept.source == trace.source else
+                   f" ({kept.source} is preferred over {trace.source})")
             ts.errors.append(LoadError(trace.path, f"duplicate rank {trace.rank}: already loaded from "
-                                                   f"{ts.ranks[trace.rank].path}; this file is ignored"))
+                                                   f"{kept.path}{why}; this file is ignored"))
         else:
             ts.ranks[trace.rank] = trace
     ts.ranks = dict(sorted(ts.ranks.items()))
     ts.world_size = _world_size(ts, world_size)
     _infer_groups(ts)
     return ts
+
+
+_SOURCE_RANK = {"native": 0, "simulated": 0, "flight_recorder-pickle": 1, "flight_recorder-json": 2}
 
 
 def _drop_mixed_versions(loaded: list[RankTrace], errors: list[LoadError]) -> None:

@@ -44,8 +44,7 @@ PICKLE_ALLOWED = {("builtins", "set"): set, ("builtins", "frozenset"): frozenset
                   ("__builtin__", "set"): set, ("__builtin__", "frozenset"): frozenset,
                   ("_codecs", "encode"): _latin1_bytes}
 _P2P_META = re.compile(r"^\s*(\d+)\s*(->|<-)\s*(\d+)\s*$")
-_RANK_SUFFIX = re.compile(r"(\d+)$")
-_KNOWN_EXT = (".pkl", ".pickle", ".json", ".jsonl", ".bin", ".txt", ".dump", ".fr")
+_RANK_SUFFIX = re.compile(r"(\d+)(?:\.[A-Za-z]+)*$")  # rank_3, dump_3.pkl, rank_3.fr.pkl
 
 
 class SafeUnpickler(pickle.Unpickler):
@@ -79,13 +78,8 @@ def safe_unpickle(data: bytes) -> object:
 
 
 def rank_from_filename(path: str) -> int | None:
-    """`nccl_trace_rank_3`, `dump_3.pkl`, `fr_3.json` -> 3 (the last number before a known extension)."""
-    base = path.rsplit("/", 1)[-1]
-    for ext in _KNOWN_EXT:
-        if base.lower().endswith(ext):
-            base = base[: -len(ext)]
-            break
-    m = _RANK_SUFFIX.search(base)
+    """`nccl_trace_rank_3`, `dump_3.pkl`, `rank_3.fr.pkl` -> 3 (the last number before the extensions)."""
+    m = _RANK_SUFFIX.search(path.rsplit("/", 1)[-1])
     return int(m.group(1)) if m else None
 
 
@@ -196,8 +190,8 @@ _ENTRY_FIELDS = ("index", "group", "op", "seq", "p2p_seq", "raw_op", "in_sizes",
                  "out_dtypes", "root", "peer", "reduce_op", "state", "t_created", "t_started", "t_completed",
                  "async_op", "stream", "frames")
 # Positional construction is ~3x faster than keywords (a dump has millions of entries); only while the model's
-# field order is the one written here.
-_POSITIONAL = tuple(f.name for f in dataclasses.fields(Entry)) == _ENTRY_FIELDS
+# field order starts with the one written here.
+_POSITIONAL = tuple(f.name for f in dataclasses.fields(Entry))[: len(_ENTRY_FIELDS)] == _ENTRY_FIELDS
 
 
 def _op_of(profiling: str, interner: _Interner) -> tuple[str, bool, int | None]:
@@ -225,7 +219,8 @@ def _parse_entry(raw: dict, i: int, interner: _Interner) -> tuple[Entry, int | N
     else:
         state = _STATES.get(raw.get("state"), "issued")
     frames_raw = raw.get("frames")
-    frames = ([Frame(str(f["name"]), str(f["filename"]), int(f["line"])) for f in frames_raw]
+    # Flight Recorder lists frames innermost first; the model (like a traceback) keeps innermost last.
+    frames = ([Frame(str(f["name"]), str(f["filename"]), int(f["line"])) for f in reversed(frames_raw)]
               if frames_raw else interner.empty_frames)
     seq = raw.get("collective_seq_id")
     p2p_seq = raw.get("p2p_seq_id")
