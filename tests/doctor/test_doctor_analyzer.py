@@ -147,3 +147,27 @@ def test_state_mismatch_and_world_size_from_flag(tmp_path):
 def test_ok_traces_are_ok(tmp_path):
     report = load(tmp_path, [trace(r, [coll(i, i + 1) for i in range(10)]) for r in WORLD])
     assert report.verdict == "ok" and report.ranks["2"]["completed"] == {"0": 10}
+
+
+def test_html_escapes_every_string_from_a_dump(tmp_path, run_cli):
+    evil = "<script>alert(1)</script>"
+    traces = [trace(r, [coll(0, 1, group=evil, state="issued" if r else "completed")],
+                    groups={"0": [0, 1], evil: [0, 1]}, world=2,
+                    stacks={"MainThread": [Frame(evil, f"/x/{evil}.py", 3)]}) for r in (0, 1)]
+    for t in traces:
+        (tmp_path / f"rank_{t.rank}.jsonl").write_text(dumps(t))
+    res = run_cli("diagnose", str(tmp_path), "--format", "html")
+    assert res.returncode == 1, res.stderr
+    assert evil not in res.stdout and "&lt;script&gt;alert(1)&lt;/script&gt;" in res.stdout
+    assert "<script" not in res.stdout
+
+
+def test_native_trace_with_wrong_types_is_a_load_error(tmp_path):
+    good = trace(0, [coll(0, 1)], world=1)
+    text = dumps(good).replace('"seq": 1', '"seq": "one"')
+    (tmp_path / "rank_0.jsonl").write_text(text)
+    (tmp_path / "rank_1.jsonl").write_text(dumps(trace(1, [coll(0, 1)], world=2))[:-40])
+    ts = load_traces([str(tmp_path)])
+    reasons = sorted(e.reason for e in ts.errors)
+    assert reasons[0] == "entry 0 (line 2): seq 'one' is not an integer"
+    assert "truncated" in reasons[1] or "not JSON" in reasons[1]

@@ -45,7 +45,11 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
         raise InputError(" ".join(paths), f"no usable trace: {reasons}{more}")
     if world_size is not None and ts.world_size and ts.world_size > world_size:
         raise InputError("--world-size", f"{world_size} is smaller than the traces show ({ts.world_size})")
-    report = analyze(ts)
+    try:
+        report = analyze(ts)
+    except Exception as exc:  # a trace shape the analysis does not handle: say so in one line, not a traceback
+        raise InputError(" ".join(paths), f"analysis failed on these traces ({type(exc).__name__}: {exc}); "
+                                          f"please report it with the files") from exc
     superseded = [e for e in ts.errors if is_superseded(e)]
     for err in ts.errors:
         if not is_superseded(err):

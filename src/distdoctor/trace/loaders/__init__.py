@@ -74,6 +74,8 @@ def load_file(path: str, interner: _Interner | None = None) -> RankTrace:
     if data.lstrip()[:1] in (b"{", b"["):
         try:
             obj = _json_loads(data)
+        except RecursionError:
+            raise ValueError("corrupt JSON (nested too deeply)") from None
         except ValueError as exc:
             raise ValueError(f"corrupt or truncated JSON ({str(exc).splitlines()[0]})") from None
         if not isinstance(obj, dict) or "entries" not in obj or "version" not in obj:
@@ -95,6 +97,8 @@ def load_traces(paths: list[str], world_size: int | None = None) -> TraceSet:
             loaded.append(load_file(path, interner))
         except ValueError as exc:
             ts.errors.append(LoadError(path, str(exc)))
+        except (MemoryError, RecursionError) as exc:
+            ts.errors.append(LoadError(path, f"too large or too deeply nested to load ({type(exc).__name__})"))
     _drop_mixed_versions(loaded, ts.errors)
     # Several files for one rank: the richest source wins (the recorder writes rank_<r>.jsonl next to Flight
     # Recorder's rank_<r>.fr.pkl); among equals, the first in path order. The others are reported, not used.
