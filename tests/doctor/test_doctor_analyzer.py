@@ -171,3 +171,22 @@ def test_native_trace_with_wrong_types_is_a_load_error(tmp_path):
     reasons = sorted(e.reason for e in ts.errors)
     assert reasons[0] == "entry 0 (line 2): seq 'one' is not an integer"
     assert "truncated" in reasons[1] or "not JSON" in reasons[1]
+
+
+def test_simulated_send_to_a_peer_stuck_on_a_buffer(tmp_path):
+    """The seed's pipeline hang, as the simulator writes it: stage-1 ranks block sending gradients to stage-0 ranks,
+    whose backward stream never posts the recv (it waits for an event the forward stream, stuck acquiring a
+    one-slot buffer, would record)."""
+    groups = {"0": [0, 1], "world": [0, 1]}
+    stuck = {"fwd": [Frame("acquire buffer act", "plan.yaml:rank0/fwd", 5)],
+             "bwd": [Frame("wait event grad_in0", "plan.yaml:rank0/bwd", 0)]}
+    r0 = trace(0, [p2p(0, "send", 1, 1, state="completed", group="world", stream="fwd")], groups=groups,
+               stacks=stuck, source="simulated", world=2)
+    r1 = trace(1, [p2p(0, "recv", 0, 1, state="completed", group="world", stream="fwd"),
+                   p2p(1, "send", 0, 1, state="issued", group="world", stream="bwd")], groups=groups,
+               source="simulated", world=2)
+    report = load(tmp_path, [r0, r1])
+    assert found(report) == [("missing_ranks", [0], "world", 1, "send")]
+    d = report.findings[0].detail
+    assert "rank 1 waits in send #1 to rank 0" in d and "never posted the matching recv" in d
+    assert "its streams are now at fwd: acquire buffer act (plan.yaml:rank0/fwd:5); bwd: wait event grad_in0" in d

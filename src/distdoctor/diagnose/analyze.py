@@ -111,6 +111,7 @@ def analyze(ts: TraceSet) -> Report:
                                      "because": "members were lost" if lost else "a deadlock cycle holds them"})
             else:
                 findings.append(_from_divergence(d))
+    findings.extend(p2p.unposted_peers(ts, waits, pending, on_cycle))
     if not findings:
         findings.extend(find_stragglers(views))
 

@@ -36,16 +36,23 @@ def main_stack(trace: RankTrace) -> tuple[str, list[Frame]] | None:
     return name, trace.stacks[name]
 
 
-def where_now(trace: RankTrace) -> str | None:
-    """The innermost user frame of the main thread's current stack (stacks are innermost last)."""
-    got = main_stack(trace)
-    if not got:
-        return None
-    _, frames = got
+def _innermost_user(frames: list[Frame]) -> str | None:
     for f in reversed(frames):
         if not any(m in f.filename for m in _TORCH_PATH_MARKS) and "threading.py" not in f.filename:
             return str(f)
     return str(frames[-1]) if frames else None
+
+
+def where_now(trace: RankTrace) -> str | None:
+    """The innermost user frame of the main thread's current stack (stacks are innermost last). A simulated
+    trace has one pseudo-thread per stream and no main thread: then every stream's position, by name."""
+    if trace.stacks and trace.source == "simulated":
+        parts = [f"{name}: {_innermost_user(frames)}" for name, frames in trace.stacks.items() if frames]
+        return "; ".join(parts) or None
+    got = main_stack(trace)
+    if not got:
+        return None
+    return _innermost_user(got[1])
 
 
 def steps(entries: list[Entry]) -> tuple[int, int] | None:
@@ -111,7 +118,8 @@ def describe_rank(rank: int, trace: RankTrace | None, pending: list[Entry]) -> s
     done = [e for e in trace.entries if e.state == "completed"]
     if done:
         e = done[-1]
-        parts.append(f"its last completed collective was {e.op} #{e.seq if not e.is_p2p else e.p2p_seq} "
+        what = "call" if e.is_p2p else "collective"
+        parts.append(f"its last completed {what} was {e.op} #{e.seq if not e.is_p2p else e.p2p_seq} "
                      f"on group '{e.group}'")
     elif not trace.entries:
         parts.append("it recorded no collective at all")
@@ -122,7 +130,7 @@ def describe_rank(rank: int, trace: RankTrace | None, pending: list[Entry]) -> s
         parts.append("it is in no collective")
     now = where_now(trace)
     if now:
-        parts.append(f"its main thread is now at {now}")
+        parts.append(f"its {'streams are' if trace.source == 'simulated' else 'main thread is'} now at {now}")
     return f"rank {rank}: " + "; ".join(parts)
 
 
