@@ -158,3 +158,16 @@ def test_cli_unusable_input_exits_2_with_one_line(tmp_path, run_cli):
     doc = json.loads(res.stdout)
     assert doc["load_errors"][0]["path"].endswith("notes.txt")
     assert "warning:" in res.stderr and "notes.txt" in res.stderr
+
+
+def test_diagnose_runs_without_torch(tmp_path):
+    """Loaders and the analyzer are pure Python: diagnose works where torch cannot even be imported."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from distdoctor.cli import main\n"
+            f"main(['diagnose', {str(FIX / 'nccl_style')!r}, '--format', 'json'])\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stderr
+    assert json.loads(res.stdout)["findings"][0]["kind"] == "state_mismatch"
