@@ -63,15 +63,22 @@ def build_views(ts: TraceSet) -> dict[str, GroupView]:
         for name, g in trace.groups.items():
             if name not in views:
                 views[name] = GroupView(name, list(g.ranks), g.inferred)
+        by_group: dict[str, dict[int, Entry]] = {}
         for e in trace.entries:
-            if e.seq is None or e.is_p2p:
+            seq = e.seq
+            if seq is None or e.op in ("send", "recv"):
                 continue
-            view = views.get(e.group)
-            if view is None:
-                view = views[e.group] = GroupView(e.group, [rank], True)
-            view.by_rank.setdefault(rank, {})[e.seq] = e
-            if e.state == "completed" and e.seq > view.last_completed.get(rank, -1):
-                view.last_completed[rank] = e.seq
+            seqs = by_group.get(e.group)
+            if seqs is None:
+                view = views.get(e.group)
+                if view is None:
+                    view = views[e.group] = GroupView(e.group, [rank], True)
+                seqs = by_group[e.group] = view.by_rank.setdefault(rank, {})
+            seqs[seq] = e
+        for name, seqs in by_group.items():
+            done = [s for s, e in seqs.items() if e.state == "completed"]
+            if done:
+                views[name].last_completed[rank] = max(done)
     for view in views.values():
         for rank in ts.ranks:
             if rank in view.members:

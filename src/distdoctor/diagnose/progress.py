@@ -87,10 +87,9 @@ def rank_progress(trace: RankTrace, pending: list[Entry]) -> dict:
     completed: dict[str, int] = {}
     last_done: Entry | None = None
     for e in trace.entries:
-        if e.state == "completed" and not e.is_p2p:
+        if e.state == "completed" and e.seq is not None:
             completed[e.group] = completed.get(e.group, 0) + 1
             last_done = e
-    dump_time = trace.dump_time or max((e.t_created or 0 for e in trace.entries), default=None)
     out: dict = {
         "source": trace.source, "path": trace.path, "entries": len(trace.entries),
         "completed": completed,
