@@ -67,6 +67,9 @@ def test_run_torchrun_two_ranks(tmp_path, cli_env):
         stack(rank1, "MainThread")[-1] == "load_next_batch"
     assert [(e.op, e.seq, e.state) for e in rank0.entries][-1] == ("all_reduce", 2, "started")
     assert "2 rank dump(s)" in err and "next: distdoctor diagnose" in err
+    # run printed diagnose's report of the dumps: rank 1 never reached all_reduce #2, it was loading data
+    assert "verdict: PROBLEM" in err and "missing_ranks: ranks [1] at all_reduce #2" in err, err[-3000:]
+    assert "load_next_batch" in err
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -303,9 +303,9 @@ class Recorder:
         stacks = None
         if self.config.stacks:
             skip = self.watchdog.ident if self.watchdog is not None else None
-            stacks = all_thread_stacks(skip_ident=skip)
-        if extra_stacks:
-            stacks = {**extra_stacks, **(stacks or {})}
+            stacks = all_thread_stacks(skip_ident=skip, trim_dir=_THIS_DIR + os.sep)
+        if extra_stacks:  # e.g. the traceback of the exception that is ending a thread replaces its live stack
+            stacks = {**(stacks or {}), **extra_stacks}
         return model.RankTrace(
             rank=self.rank if self.rank is not None else -1, source="native", version=str(model.NATIVE_VERSION),
             world_size=self.world_size, groups=dict(self.group_infos), entries=entries, stacks=stacks,
