@@ -108,3 +108,13 @@ def diagnose_json(path, cli_env):
                           capture_output=True, text=True, timeout=120, env=cli_env)
     assert proc.returncode in (0, 1), proc.stderr
     return json.loads(proc.stdout)
+
+
+def test_exit_with_a_pending_call_dumps(ranks_factory, tmp_path):
+    job = ranks_factory("exit_pending.py", 2)
+    assert job.wait(timeout=120) == [0, 0]
+    rank0 = read(tmp_path / "dumps" / "rank_0.jsonl")
+    assert rank0.dump_reason == "exit: process exiting with 1 pending, oldest recv on group 0 peer 1"
+    last = rank0.entries[-1]
+    assert (last.op, last.peer, last.p2p_seq, last.state, last.async_op) == ("recv", 1, 1, "started", True)
+    assert not (tmp_path / "dumps" / "rank_1.jsonl").exists()  # nothing pending there: no dump
