@@ -11,9 +11,10 @@ torch.distributed, functions unpatched) and on (`distdoctor.trace.enable()`), so
   3. a small DDP training loop (MLP, batch 32, SGD, plus the usual loss all_reduce for logging): ms/step off
      and on, overhead in % of step time (median of per-pair ratios).
 The DDP figure is also bounded from below the noise: calls the recorder saw per step (DDP's gradient buckets
-are issued from C++ and never reach it) times the added CPU per call, over the step time.
-Each is reported as wall time and as CPU time (calling-thread CPU for 1. and 2., process CPU for 3.): on a shared, oversubscribed
-machine wall time mostly measures the scheduler, while the recorder's cost is CPU on the calling thread.
+are issued from C++ and never reach it) times the added CPU per call, over the step time; and the best round of
+each mode is compared. Each is reported as wall time and as CPU time (calling-thread CPU for 1. and 2.,
+process CPU for 3.): on a shared, oversubscribed machine wall time mostly measures the scheduler, while the
+recorder's cost is CPU on the calling thread.
 Flight Recorder is on (TORCH_FR_BUFFER_SIZE) in both modes, as `distdoctor run` sets it before the process
 group exists; it cannot be toggled within a job, so this isolates the cost of our Python-level recorder.
 """

@@ -42,9 +42,11 @@ def expected_entries(rank: int) -> list[tuple]:
         rows.append(("recv", "recv", "0", None, 4, None, 0, False))
     rows.append(("barrier", "barrier", mine, 3, None, None, None, False))
     if rank == 0:
-        rows += [("irecv", "recv", "0", None, 1, None, 1, True), ("barrier", "barrier", "1", 4, None, None, None, False)]
+        rows += [("irecv", "recv", "0", None, 1, None, 1, True),
+                 ("barrier", "barrier", "1", 4, None, None, None, False)]
     if rank == 1:
-        rows += [("barrier", "barrier", "1", 4, None, None, None, False), ("send", "send", "0", None, 1, None, 0, False)]
+        rows += [("barrier", "barrier", "1", 4, None, None, None, False),
+                 ("send", "send", "0", None, 1, None, 0, False)]
     return rows
 
 

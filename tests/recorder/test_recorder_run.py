@@ -102,3 +102,21 @@ def test_run_bad_input_is_one_line(args, needle, cli_env):
     rc, out, err = run_distdoctor(args, timeout=60, env=cli_env)
     assert rc == 2
     assert err.strip().count("\n") == 0 and needle in err and "Traceback" not in err
+
+
+def test_run_hook_enables_and_chains_an_existing_sitecustomize(tmp_path, cli_env):
+    """The hook enables the recorder in the child without importing torch, then runs the sitecustomize it
+    shadows."""
+    own = tmp_path / "own"
+    own.mkdir()
+    marker = tmp_path / "marker"
+    (own / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    env = dict(cli_env, PYTHONPATH=os.pathsep.join([str(own), cli_env["PYTHONPATH"]]))
+    probe = ("import sys, distdoctor.trace as t; r = t.get_recorder(); "
+             "print(r is not None, r.active, 'torch' in sys.modules, r.config.hang_timeout, r.config.buffer_size)")
+    rc, out, err = run_distdoctor(["--dump-dir", str(tmp_path / "d"), "--hang-timeout", "7", "--buffer", "99",
+                                   "--", sys.executable, "-c", probe], timeout=60, env=env)
+    assert rc == 0, err
+    assert out.split() == ["True", "False", "False", "7.0", "99"]  # enabled, dormant, torch not imported
+    assert marker.read_text() == "ran"
+    assert "no dumps written" in err

@@ -330,7 +330,8 @@ class Recorder:
             root=r.root, peer=r.peer, reduce_op=_reduce_name(r.reduce_op, r.op), state=r.state,
             t_created=r.t_created, t_started=r.t_started, t_completed=r.t_completed, async_op=r.async_op,
             stream=threads.get(r.thread, f"thread {r.thread}"),
-            frames=[model.Frame(code.co_name, code.co_filename, _line_of(code, lasti)) for code, lasti in reversed(r.frames)],
+            frames=[model.Frame(code.co_name, code.co_filename, _line_of(code, lasti))
+                    for code, lasti in reversed(r.frames)],
             error=r.error)
 
     def dump_paths(self) -> tuple[str, str]:
