@@ -24,8 +24,9 @@ Limits: calls made through names imported before enable() (`from torch.distribut
 level) and collectives issued from C++ (DDP's gradient buckets) are not seen here; Flight Recorder, which
 `enable()` turns on and which is dumped next to our file, records those.
 
-The recorder becomes active in a process only when a process group exists (init_process_group is wrapped, or
-enable() finds one): only then do the watchdog, signal and exception hooks start. That keeps it harmless in
+The recorder becomes active in a process only when a process group exists (init_process_group is wrapped;
+enable() finds one; or the first collective finds one made through an unwrapped reference, as
+init_device_mesh does): only then do the watchdog, signal and exception hooks start. That keeps it harmless in
 processes that merely import torch, such as the torchrun agent.
 """
 
@@ -151,6 +152,7 @@ class Recorder:
         self._dumping = False
         self.watchdog = None
         self.pid: int | None = None
+        self.forked = False
         self._fork_hook_installed = False
 
     # ---- hot path ------------------------------------------------------------------------------------------
@@ -287,7 +289,16 @@ class Recorder:
 
     def _after_fork_in_child(self) -> None:
         self.active = False
+        self.forked = True
         self.watchdog = None
+
+    def activate_late(self) -> bool:
+        """A process group made through a reference to init_process_group taken before we patched it
+        (torch.distributed.device_mesh does that): notice it at the first collective and come alive then."""
+        if self.forked or _c10d is None or _c10d._world.default_pg is None:
+            return False
+        self.activate()
+        return self.active
 
     def deactivate(self) -> None:
         self.active = False
@@ -400,7 +411,7 @@ def _make_wrapper(raw: str, orig, op: str, describer, is_p2p: bool):
     @functools.wraps(orig)
     def traced(*args, **kwargs):
         rec = _recorder
-        if rec is None or not rec.active or getattr(_tls, "busy", False):
+        if rec is None or getattr(_tls, "busy", False) or not (rec.active or rec.activate_late()):
             return orig(*args, **kwargs)
         _tls.busy = True
         try:
@@ -440,7 +451,7 @@ def _make_batch_wrapper(orig):
     @functools.wraps(orig)
     def traced(p2p_op_list):
         rec = _recorder
-        if rec is None or not rec.active or getattr(_tls, "busy", False):
+        if rec is None or getattr(_tls, "busy", False) or not (rec.active or rec.activate_late()):
             return orig(p2p_op_list)
         _tls.busy = True
         try:
@@ -545,6 +556,8 @@ def _define_traced_work():
             return self._inner.boxed()
 
         def __getattr__(self, name):
+            if name == "_inner":  # not set yet (e.g. while copying): never recurse
+                raise AttributeError(name)
             return getattr(self._inner, name)
 
     for name in ("get_future_result", "block_current_stream", "_get_duration", "_get_op_type"):
@@ -569,11 +582,13 @@ def _make_destroy_wrapper(orig):
     @functools.wraps(orig)
     def destroy_process_group(group=None):
         rec = _recorder
-        if rec is not None and (group is None or group is _c10d._world.default_pg):
-            rec.deactivate()
+        whole = group is None or group is _c10d._world.default_pg
+        result = orig(group)
         if rec is not None:
+            if whole:
+                rec.deactivate()
             rec.groups.clear()  # do not keep destroyed process groups alive
-        return orig(group)
+        return result
 
     destroy_process_group._distdoctor_original = orig
     return destroy_process_group

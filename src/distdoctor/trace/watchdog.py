@@ -107,6 +107,10 @@ class Watchdog:
             self.sig_dumped = requested
             rec.dump("signal: SIGUSR1")
         timeout = rec.config.hang_timeout
+        from distdoctor.trace import recorder
+
+        if recorder._c10d is not None and recorder._c10d._world.default_pg is None:
+            return  # the process group is gone (destroyed through a reference we did not wrap): no hang to see
         if timeout and not rec.hang_dumped:
             idle = time.time() - rec.last_progress
             if idle > timeout:
