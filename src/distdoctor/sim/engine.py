@@ -1,0 +1,402 @@
+"""Discrete-event execution of a Program: timing, blocking, and what is left when nothing can move.
+
+Algorithm. Every stream is a cursor over its ops. The event queue holds "this stream may try its next op
+at time t" (a heap of distinct times, each with a FIFO bucket of streams). A popped stream runs zero-time
+ops (record, wait on a recorded event, acquire of a free slot, release) inline and stops at the first op
+that takes time or blocks:
+- compute: busy for `us`, then back in the queue at t + us;
+- wait: parks on the event until a `record` on the same rank (once recorded, an event stays recorded);
+- acquire: parks FIFO on the buffer; `release` hands the slot to the first parked acquirer;
+- collective: the n-th collective a rank issues on a group joins instance (group, n); the instance starts
+  when every member has arrived, and holds every member's stream until start + duration;
+- send/recv: FIFO per (sender, receiver, tag) channel; a pair starts when both are posted and holds both.
+Taking events in time order makes "the n-th collective issued" and buffer hand-over follow simulated time;
+ties keep scheduling order, so runs are deterministic. When the queue is empty and some stream has ops left,
+that is a deadlock; `waitfor.build_edges` / `find_cycle` then build the wait-for graph and extract the cycle.
+A collective instance whose members issue different ops (kind or bytes) is recorded as a mismatch (desync).
+
+Durations: `us` when an op gives it, else the cost model: collectives alpha + bytes * bus_factor(kind, n) /
+bandwidth with nccl-tests' bus factors (distdoctor.collectives, the one source of truth); p2p alpha +
+bytes / bandwidth. The hot loop sees only ints, floats and tuples (no pydantic, no names).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from heapq import heappop, heappush
+
+from distdoctor.collectives import bus_factor
+from distdoctor.sim.ir import Op, Program
+
+COMPUTE, RECORD, WAIT, ACQUIRE, RELEASE, COLLECTIVE, SEND, RECV = range(8)
+_CODES = {"compute": COMPUTE, "record": RECORD, "wait": WAIT, "acquire": ACQUIRE, "release": RELEASE,
+          "collective": COLLECTIVE, "send": SEND, "recv": RECV}
+_INST = 1 << 32  # instance key = group id * _INST + per-group collective number
+
+
+def collective_us(op: Op, n: int, alpha_us: float, gbps: float) -> float:
+    if op.us is not None:
+        return float(op.us)
+    if op.kind == "barrier" or n <= 1:
+        return alpha_us if n > 1 else 0.0
+    return alpha_us + op.bytes * bus_factor(op.kind, n) / (gbps * 1e3)  # GB/s = 1e3 bytes/us
+
+
+def p2p_us(op: Op, alpha_us: float, gbps: float) -> float:
+    return float(op.us) if op.us is not None else alpha_us + op.bytes / (gbps * 1e3)
+
+
+@dataclass
+class Compiled:
+    """The program as integer-indexed arrays."""
+
+    program: Program
+    streams: list[tuple[int, str]]  # sid -> (rank, stream name)
+    ops: list[list[tuple]]  # sid -> compiled ops
+    rank_of: list[int]
+    group_names: list[str]
+    group_members: list[list[int]]
+    buffer_keys: list[tuple[int, str]]  # bid -> (rank, name)
+    capacity: list[int]
+    event_keys: list[tuple[int, str]]
+    channels: list[tuple[int, int, str]]  # chan -> (src, dst, tag)
+    compute_sids: set[int]
+
+
+def compile_program(prog: Program) -> Compiled:
+    group_names = list(prog.groups)
+    gid = {g: i for i, g in enumerate(group_names)}
+    members = [list(prog.groups[g]) for g in group_names]
+    gsize = [len(m) for m in members]
+    alpha, gbps = prog.cost.alpha_us, prog.cost.gbps
+    streams, ops_out, rank_of, buffer_keys, capacity = [], [], [], [], []
+    event_keys: list[tuple[int, str]] = []
+    chan_id: dict[tuple[int, int, str], int] = {}
+    compute_sids = set()
+    coll_cache: dict[tuple, float] = {}
+    # Generators share one Op object among ranks where the op does not depend on the rank (compute, a
+    # group's collective): compile those once, keyed by object identity (the program keeps them alive).
+    shared: dict[int, tuple] = {}
+    kind_id: dict[str, int] = {}
+    for r in sorted(prog.ranks):
+        rp = prog.ranks[r]
+        bid = {}
+        for b, cap in rp.buffers.items():
+            bid[b] = len(buffer_keys)
+            buffer_keys.append((r, b))
+            capacity.append(cap)
+        local_events: dict[str, int] = {}
+        for s, ops in rp.streams.items():
+            sid = len(streams)
+            streams.append((r, s))
+            rank_of.append(r)
+            out = []
+            append = out.append
+            for op in ops:
+                cop = shared.get(id(op))
+                if cop is not None:
+                    append(cop)
+                    if cop[0] == COMPUTE:
+                        compute_sids.add(sid)
+                    continue
+                k = op.op
+                if k == "compute":
+                    cop = shared[id(op)] = (COMPUTE, float(op.us))
+                    append(cop)
+                    compute_sids.add(sid)
+                elif k == "record" or k == "wait":
+                    e = local_events.get(op.event)
+                    if e is None:
+                        e = local_events[op.event] = len(event_keys)
+                        event_keys.append((r, op.event))
+                    append((RECORD if k == "record" else WAIT, e))
+                elif k == "acquire" or k == "release":
+                    append((ACQUIRE if k == "acquire" else RELEASE, bid[op.buffer]))
+                elif k == "collective":
+                    g = gid[op.group]
+                    ck = (op.us, op.kind, op.bytes, gsize[g])
+                    d = coll_cache.get(ck)
+                    if d is None:
+                        d = coll_cache[ck] = collective_us(op, gsize[g], alpha, gbps)
+                    kid = kind_id.setdefault(op.kind, len(kind_id))
+                    cop = shared[id(op)] = (COLLECTIVE, g, d, kid, op.bytes)
+                    append(cop)
+                else:
+                    key = (r, op.peer, op.tag) if k == "send" else (op.peer, r, op.tag)
+                    ch = chan_id.setdefault(key, len(chan_id))
+                    append((SEND if k == "send" else RECV, ch, p2p_us(op, alpha, gbps)))
+            ops_out.append(out)
+    return Compiled(prog, streams, ops_out, rank_of, group_names, members, buffer_keys, capacity,
+                    event_keys, list(chan_id), compute_sids)
+
+
+def jittered(compiled: Compiled, jitter: float, seed: int) -> Compiled:
+    """A copy whose compute durations are scaled by independent factors in [1 - jitter, 1 + jitter].
+
+    Matching that depends on timing (several streams of a rank issuing on one group, buffers shared by
+    streams) follows simulated time, so one timing is one interleaving; jittered trials explore others."""
+    import random
+
+    rng = random.Random(seed)
+    lo = max(0.0, 1.0 - jitter)
+    ops = [[(COMPUTE, op[1] * rng.uniform(lo, 1.0 + jitter)) if op[0] == COMPUTE else op for op in sops]
+           for sops in compiled.ops]
+    return Compiled(compiled.program, compiled.streams, ops, compiled.rank_of, compiled.group_names,
+                    compiled.group_members, compiled.buffer_keys, compiled.capacity, compiled.event_keys,
+                    compiled.channels, compiled.compute_sids)
+
+
+@dataclass
+class RunState:
+    """What the run leaves behind: per stream cursor and timings, plus the detail the reports draw."""
+
+    compiled: Compiled
+    makespan: float
+    pc: list[int]
+    busy: list[float]
+    wait: list[float]
+    since: list[float]  # for blocked streams: when they blocked
+    inst_of: dict[int, int]  # blocked sid -> instance key of the collective it waits in
+    open_instances: dict[int, list]  # instance key -> [remaining, sids, duration, kind id, bytes, first sid, its op]
+    coll_count: dict[int, int]  # rank * n_groups + gid -> collectives issued
+    peak: list[int]
+    busy_union: dict[int, float]  # rank -> time any compute stream was busy (ranks with >1 compute stream)
+    spans: list[tuple] | None  # (sid, start, end, op_index, "busy"|"wait"|"blocked")
+    comm_log: list[list[list]] | None  # sid -> [[op_index, seq, t_issue, t_start, t_end], ...]
+    ops_executed: int
+    mismatches: list[tuple]  # (gid, instance, sid, op index, first member's sid and op index)
+
+    @property
+    def deadlock(self) -> bool:
+        return any(p < len(o) for p, o in zip(self.pc, self.compiled.ops))
+
+    def blocked_sids(self) -> list[int]:
+        return [s for s, (p, o) in enumerate(zip(self.pc, self.compiled.ops)) if p < len(o)]
+
+
+def run(compiled: Compiled, detail: bool = False) -> RunState:
+    ops, rank_of = compiled.ops, compiled.rank_of
+    S, NG = len(ops), len(compiled.group_names)
+    gsize = [len(m) for m in compiled.group_members]
+    pc, busy, wait, since = [0] * S, [0.0] * S, [0.0] * S, [0.0] * S
+    recorded = [False] * len(compiled.event_keys)
+    ewaiters: list[list | None] = [None] * len(compiled.event_keys)
+    free = list(compiled.capacity)
+    cap = compiled.capacity
+    peak = [0] * len(cap)
+    bwaiters: list[deque] = [deque() for _ in cap]
+    sendq: list[deque] = [deque() for _ in compiled.channels]
+    recvq: list[deque] = [deque() for _ in compiled.channels]
+    chan_n = [[0, 0] for _ in compiled.channels]  # posts so far: sends, recvs (p2p seq numbers)
+    coll_count: dict[int, int] = {}
+    inst: dict[int, list] = {}
+    inst_of: dict[int, int] = {}
+    mismatches: list[tuple] = []  # (gid, instance, sid, op index, first member's sid and op index)
+    spans: list[tuple] | None = [] if detail else None
+    comm_log = [[] for _ in range(S)] if detail else None
+    # Ranks with several compute streams need the union of their busy time for the bubble fraction. Busy
+    # intervals always start at the current time, which never decreases, so a running merge suffices.
+    by_rank: dict[int, list[int]] = {}
+    for s in sorted(compiled.compute_sids):
+        by_rank.setdefault(rank_of[s], []).append(s)
+    union_ranks = [r for r, ss in by_rank.items() if len(ss) > 1]
+    uidx = [-1] * S
+    for u, r in enumerate(union_ranks):
+        for s in by_rank[r]:
+            uidx[s] = u
+    cov_s, cov_e, cov = [0.0] * len(union_ranks), [0.0] * len(union_ranks), [0.0] * len(union_ranks)
+
+    def cover(u: int, a: float, b: float) -> None:
+        if a >= cov_e[u]:
+            cov[u] += cov_e[u] - cov_s[u]
+            cov_s[u], cov_e[u] = a, b
+        elif b > cov_e[u]:
+            cov_e[u] = b
+
+    # Event queue: a heap of distinct times, each with a FIFO bucket of streams. Same-time events run in
+    # the order they were scheduled (deterministic), and a symmetric plan with thousands of ranks costs
+    # one heap operation per distinct time instead of one per stream.
+    times: list[float] = [0.0]
+    buckets: dict[float, list[int]] = {0.0: list(range(S))}
+
+    def push(x: float, w: int) -> None:
+        b = buckets.get(x)
+        if b is None:
+            buckets[x] = [w]
+            heappush(times, x)
+        else:
+            b.append(w)
+
+    now = 0.0
+    _heappush, _heappop, _get = heappush, heappop, buckets.get
+    while times:
+        t = _heappop(times)
+        now = t
+        bucket = buckets[t]
+        j = 0
+        while j < len(bucket):
+            sid = bucket[j]
+            j += 1
+            sops = ops[sid]
+            n = len(sops)
+            i = pc[sid]
+            while i < n:
+                op = sops[i]
+                c = op[0]
+                if c == COMPUTE:
+                    d = op[1]
+                    busy[sid] += d
+                    if spans is not None:
+                        spans.append((sid, t, t + d, i, "busy"))
+                    if uidx[sid] >= 0:
+                        cover(uidx[sid], t, t + d)
+                    i += 1
+                    if d > 0:
+                        x = t + d
+                        b = _get(x)
+                        if b is None:
+                            buckets[x] = [sid]
+                            _heappush(times, x)
+                        else:
+                            b.append(sid)
+                        break
+                elif c == RECORD:
+                    e = op[1]
+                    if not recorded[e]:
+                        recorded[e] = True
+                        ws = ewaiters[e]
+                        if ws:
+                            for w in ws:
+                                wait[w] += t - since[w]
+                                if spans is not None:
+                                    spans.append((w, since[w], t, pc[w], "wait"))
+                                pc[w] += 1
+                                bucket.append(w)
+                            ewaiters[e] = None
+                    i += 1
+                elif c == WAIT:
+                    e = op[1]
+                    if recorded[e]:
+                        i += 1
+                        continue
+                    if ewaiters[e] is None:
+                        ewaiters[e] = []
+                    ewaiters[e].append(sid)
+                    since[sid] = t
+                    break
+                elif c == ACQUIRE:
+                    b = op[1]
+                    if free[b] > 0:
+                        free[b] -= 1
+                        if cap[b] - free[b] > peak[b]:
+                            peak[b] = cap[b] - free[b]
+                        i += 1
+                        continue
+                    bwaiters[b].append(sid)
+                    since[sid] = t
+                    break
+                elif c == RELEASE:
+                    b = op[1]
+                    q = bwaiters[b]
+                    if q:  # hand the slot straight to the first parked acquirer
+                        w = q.popleft()
+                        wait[w] += t - since[w]
+                        if spans is not None:
+                            spans.append((w, since[w], t, pc[w], "wait"))
+                        pc[w] += 1
+                        bucket.append(w)
+                    elif free[b] < cap[b]:
+                        free[b] += 1
+                    i += 1
+                elif c == COLLECTIVE:
+                    g = op[1]
+                    ck = rank_of[sid] * NG + g
+                    k = coll_count.get(ck, 0)
+                    coll_count[ck] = k + 1
+                    ik = g * _INST + k
+                    st = inst.get(ik)
+                    if st is None:
+                        st = inst[ik] = [gsize[g], [], 0.0, op[3], op[4], sid, i]
+                    elif op[3] != st[3] or op[4] != st[4]:
+                        # the n-th collective on a group is a different op on this member: a desync
+                        mismatches.append((g, k, sid, i, st[5], st[6]))
+                    st[0] -= 1
+                    st[1].append(sid)
+                    if op[2] > st[2]:
+                        st[2] = op[2]
+                    if comm_log is not None:
+                        comm_log[sid].append([i, k + 1, t, None, None])
+                    if st[0] > 0:
+                        since[sid] = t
+                        inst_of[sid] = ik
+                        break
+                    del inst[ik]
+                    d = st[2]
+                    x = t + d
+                    for m in st[1]:
+                        if m != sid:
+                            wait[m] += t - since[m]
+                            if spans is not None:
+                                spans.append((m, since[m], t, pc[m], "wait"))
+                            pc[m] += 1
+                            del inst_of[m]
+                        busy[m] += d
+                        if spans is not None:
+                            spans.append((m, t, x, pc[m] - 1 if m != sid else i, "busy"))
+                        if comm_log is not None:
+                            rec = comm_log[m][-1]
+                            rec[3], rec[4] = t, x
+                        if uidx[m] >= 0:
+                            cover(uidx[m], t, x)
+                        if m != sid:
+                            push(x, m)
+                    i += 1
+                    push(x, sid)
+                    break
+                else:  # SEND / RECV
+                    ch = op[1]
+                    mine, other = (sendq, recvq) if c == SEND else (recvq, sendq)
+                    side = 0 if c == SEND else 1
+                    chan_n[ch][side] += 1
+                    if comm_log is not None:
+                        comm_log[sid].append([i, chan_n[ch][side], t, None, None])
+                    q = other[ch]
+                    if not q:
+                        mine[ch].append(sid)
+                        since[sid] = t
+                        break
+                    w = q.popleft()
+                    d = max(op[2], ops[w][pc[w]][2])
+                    x = t + d
+                    wait[w] += t - since[w]
+                    if spans is not None:
+                        spans.append((w, since[w], t, pc[w], "wait"))
+                        spans.append((w, t, x, pc[w], "busy"))
+                        spans.append((sid, t, x, i, "busy"))
+                    if comm_log is not None:
+                        for m in (w, sid):
+                            rec = comm_log[m][-1]
+                            rec[3], rec[4] = t, x
+                    for m in (w, sid):
+                        busy[m] += d
+                        if uidx[m] >= 0:
+                            cover(uidx[m], t, x)
+                    pc[w] += 1
+                    push(x, w)
+                    i += 1
+                    push(x, sid)
+                    break
+            pc[sid] = i
+        del buckets[t]
+
+    for sid in range(S):
+        if pc[sid] < len(ops[sid]):
+            wait[sid] += now - since[sid]
+            if spans is not None:
+                spans.append((sid, since[sid], now, pc[sid], "blocked"))
+    busy_union = {r: cov[u] + min(cov_e[u], now) - cov_s[u] for u, r in enumerate(union_ranks)}
+    return RunState(compiled, now, pc, busy, wait, since, inst_of, inst, coll_count, peak, busy_union, spans,
+                    comm_log, sum(pc), mismatches)
+
+
