@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import networkx as nx
-
 from distdoctor.diagnose import p2p
 from distdoctor.diagnose.findings import PRIORITY, Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import Divergence, GroupView, build_views, callsite_divergence, divergences
@@ -179,7 +177,3 @@ def _from_divergence(d: Divergence) -> Finding:
                 "dtype": "passed a different dtype", "root": "named a different root"}[what]
         detail = f"at {d.op} #{d.seq} on {fmt_group(d.group)} {fmt_ranks(d.ranks)} {verb} than the other members: {d.detail}."
     return Finding(d.kind, d.ranks, group=d.group, seq=d.seq, op=d.op, t=d.t, detail=detail, evidence=d.evidence)
-
-
-def wait_graph(report: Report) -> nx.DiGraph:
-    return graph(report.waits)
