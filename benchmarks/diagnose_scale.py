@@ -142,6 +142,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=900, help="limit for distdoctor diagnose (s)")
     ap.add_argument("--torchfrtrace-timeout", type=float, default=900)
     ap.add_argument("--skip-torchfrtrace", action="store_true")
+    ap.add_argument("--skip-distdoctor", action="store_true", help="only torchfrtrace (e.g. to rerun it alone)")
     args = ap.parse_args()
     data = Path(args.data) / f"{args.ranks}x{args.entries}"
     t = time.perf_counter()
@@ -149,7 +150,8 @@ def main() -> None:
     print(f"dumps ready in {time.perf_counter() - t:.1f} s under {data}", file=sys.stderr)
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     report_path = str(data / "report.json")
-    ours = timed_child([sys.executable, "-m", "distdoctor", "diagnose", str(data / "json"), "--format", "json"],
+    ours = {"rc": None, "outcome": "skipped", "wall_s": float("nan"), "cpu_s": float("nan")} if args.skip_distdoctor \
+        else timed_child([sys.executable, "-m", "distdoctor", "diagnose", str(data / "json"), "--format", "json"],
                        args.timeout, env, report_path)
     summary = {"ranks": args.ranks, "entries_per_rank": args.entries, "cpus": os.cpu_count(),
                "json_bytes": sum(p.stat().st_size for p in (data / "json").iterdir()), "distdoctor": ours}
