@@ -190,3 +190,23 @@ def test_simulated_send_to_a_peer_stuck_on_a_buffer(tmp_path):
     d = report.findings[0].detail
     assert "rank 1 waits in send #1 to rank 0" in d and "never posted the matching recv" in d
     assert "its streams are now at fwd: acquire buffer act (plan.yaml:rank0/fwd:5); bwd: wait event grad_in0" in d
+
+
+def test_a_stopped_rank_is_one_finding_not_one_per_group(tmp_path):
+    """Rank 3 stops: it is absent from the next collective of the default group and of its subgroup; the first
+    in time is the finding, the other a consequence named in its detail."""
+    groups = {"0": WORLD, "1": [2, 3]}
+    traces = []
+    for r in WORLD:
+        entries = [coll(0, 1, t=1.0), coll(1, 1, group="1", t=2.0)] if r in (2, 3) else [coll(0, 1, t=1.0)]
+        if r != 3:
+            entries.append(coll(len(entries), 2, state="issued", t=3.0))
+        if r == 2:
+            entries.insert(2, coll(2, 2, group="1", state="completed", t=2.5))  # rank 2 went on in group 1
+            entries[-1].index = 3
+        traces.append(trace(r, entries, groups=groups))
+    report = load(tmp_path, traces)
+    assert found(report) == [("missing_ranks", [3], "1", 2, "all_reduce")]
+    assert "never reached all_reduce #2 on group '0'" in report.findings[0].detail
+    assert {"kind": "missing_ranks", "group": "0", "seq": 2, "op": "all_reduce", "ranks": [3],
+            "because": "the same ranks are already missing from an earlier collective"} in report.consequences

@@ -171,3 +171,19 @@ def test_diagnose_runs_without_torch(tmp_path):
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 1, res.stderr
     assert json.loads(res.stdout)["findings"][0]["kind"] == "state_mismatch"
+
+
+def test_parallel_load_gives_the_same_traces(tmp_path):
+    for p in (FIX / "bad").iterdir():
+        shutil.copy(p, tmp_path / p.name)
+    for r in range(4):
+        shutil.copy(FIX / "nccl_style" / f"nccl_trace_rank_{r}", tmp_path / f"nccl_trace_rank_{r}")
+    serial = load_traces([str(tmp_path)], jobs=1)
+    parallel = load_traces([str(tmp_path)], jobs=2)
+    assert sorted(map(str, serial.errors)) == sorted(map(str, parallel.errors))
+    for r in serial.ranks:
+        assert serial.ranks[r].entries == parallel.ranks[r].entries
+        assert serial.ranks[r].groups == parallel.ranks[r].groups
+    a, b = parallel.ranks[0].entries[0], parallel.ranks[3].entries[0]
+    assert a.in_sizes is b.in_sizes  # equal lists are shared again across ranks after the trip
+    assert [(f.kind, f.ranks) for f in analyze(parallel).findings] == [("state_mismatch", [1])]

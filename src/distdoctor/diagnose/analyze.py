@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import networkx as nx
-
 from distdoctor.diagnose import p2p
 from distdoctor.diagnose.findings import PRIORITY, Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import Divergence, GroupView, build_views, callsite_divergence, divergences
@@ -116,11 +114,48 @@ def analyze(ts: TraceSet) -> Report:
         findings.extend(find_stragglers(views))
 
     findings.sort(key=lambda f: (PRIORITY[f.kind], f.t if f.t is not None else float("inf"), f.ranks))
+    findings = _one_finding_per_absent_rank(findings, consequences)
     ranks = {str(r): rank_progress(t, pending.get(r, [])) for r, t in ts.ranks.items()}
     for r in no_dump:
         ranks[str(r)] = {"missing": True}
     return Report(ts, findings, dict(sorted(ranks.items(), key=lambda kv: int(kv[0]))), ts.world_size, waits,
                   cycles, consequences, views)
+
+
+def _one_finding_per_absent_rank(findings: list[Finding], consequences: list[dict]) -> list[Finding]:
+    """A rank that stopped is absent from the next collective of every group it belongs to: the first of those
+    (by time) is the finding, the others are consequences, named in its detail."""
+    kept: list[Finding] = []
+    seen: dict[int, Finding] = {}
+    for f in findings:
+        if f.kind != "missing_ranks":
+            kept.append(f)
+            continue
+        new = [r for r in f.ranks if r not in seen]
+        if len(new) == len(f.ranks):
+            kept.append(f)
+            for r in f.ranks:
+                seen[r] = f
+            continue
+        consequences.append({"kind": f.kind, "group": f.group, "seq": f.seq, "op": f.op, "ranks": f.ranks,
+                             "because": "the same ranks are already missing from an earlier collective"})
+        for r in f.ranks:
+            if r in seen:
+                also = seen[r].evidence.setdefault("also_absent_from", [])
+                if (f.group, f.seq) not in [(a["group"], a["seq"]) for a in also]:
+                    also.append({"group": f.group, "seq": f.seq, "op": f.op})
+        if new:  # some ranks are new: they still deserve their own finding
+            f.ranks = new
+            kept.append(f)
+            for r in new:
+                seen[r] = f
+    for f in kept:
+        also = f.evidence.get("also_absent_from")
+        if also:
+            f.detail += (" The same rank(s) never reached " + ", ".join(
+                f"{a['op']} #{a['seq']} on group '{a['group']}'" for a in also[:5])
+                + (f" and {len(also) - 5} more" if len(also) > 5 else "") + " either (consequences).")
+    return kept
 
 
 def _order_deadlock(c: Cycle) -> Finding:
@@ -179,7 +214,3 @@ def _from_divergence(d: Divergence) -> Finding:
                 "dtype": "passed a different dtype", "root": "named a different root"}[what]
         detail = f"at {d.op} #{d.seq} on {fmt_group(d.group)} {fmt_ranks(d.ranks)} {verb} than the other members: {d.detail}."
     return Finding(d.kind, d.ranks, group=d.group, seq=d.seq, op=d.op, t=d.t, detail=detail, evidence=d.evidence)
-
-
-def wait_graph(report: Report) -> nx.DiGraph:
-    return graph(report.waits)

@@ -17,7 +17,6 @@ group (communicators complete in order).
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
 from distdoctor.collectives import get_spec
@@ -242,10 +241,6 @@ def divergences(ts: TraceSet, views: dict[str, GroupView] | None = None) -> list
 
 def _group_key(name: str):
     return (0, int(name), "") if name.isdigit() else (1, 0, name)
-
-
-def counter_summary(values) -> str:
-    return ", ".join(f"{v} x{c}" for v, c in Counter(values).most_common())
 
 
 

@@ -104,6 +104,16 @@ class _Interner:
         self.empty_frames: list[Frame] = []
         self.names: dict[str, tuple] = {}
         self.groups: dict = {}
+        self.strings: dict = {}
+
+    def text(self, raw) -> str | None:
+        """One shared object per distinct short string (thread names repeat on every entry)."""
+        if not raw:
+            return None
+        got = self.strings.get(raw)
+        if got is None:
+            got = self.strings[raw] = str(raw)
+        return got
 
     def group(self, raw) -> str:
         name = str(raw) or DEFAULT_GROUP  # Gloo's default group: '' in pg_config, '0' in entries
@@ -194,7 +204,7 @@ _ENTRY_FIELDS = ("index", "group", "op", "seq", "p2p_seq", "raw_op", "in_sizes",
 _POSITIONAL = tuple(f.name for f in dataclasses.fields(Entry))[: len(_ENTRY_FIELDS)] == _ENTRY_FIELDS
 
 
-def _op_of(profiling: str, interner: _Interner) -> tuple[str, bool, int | None]:
+def _op_of(profiling: str, interner: _Interner) -> tuple[str, bool, int | None, str]:
     got = interner.names.get(profiling)
     if got is None:
         name, _, meta = profiling.partition(" ")
@@ -204,7 +214,7 @@ def _op_of(profiling: str, interner: _Interner) -> tuple[str, bool, int | None]:
             m = _P2P_META.match(meta)
             if m:  # "send 0->1" is src->dst and "recv 1<-0" is dst<-src: the peer is the number after the arrow
                 local_peer = int(m.group(3))
-        got = interner.names[profiling] = (op, op in ("send", "recv"), local_peer)
+        got = interner.names[profiling] = (op, op in ("send", "recv"), local_peer, str(profiling))
     return got
 
 
@@ -212,7 +222,7 @@ def _parse_entry(raw: dict, i: int, interner: _Interner) -> tuple[Entry, int | N
     group = raw["process_group"][0]
     group = interner.groups.get(group) or interner.group(group)
     profiling = raw["profiling_name"]
-    op, p2p_name, local_peer = _op_of(profiling, interner)
+    op, p2p_name, local_peer, profiling = _op_of(profiling, interner)  # one shared string per name
     is_p2p = p2p_name or bool(raw.get("is_p2p"))
     if raw.get("retired"):
         state = "completed"
@@ -230,13 +240,13 @@ def _parse_entry(raw: dict, i: int, interner: _Interner) -> tuple[Entry, int | N
         int(raw.get("record_id", i)), group, op,
         None if is_p2p or seq is None else int(seq),
         int(p2p_seq) if is_p2p and p2p_seq is not None else None,
-        str(profiling),
+        profiling,
         interner.size_list(raw.get("input_sizes")), interner.size_list(raw.get("output_sizes")),
         interner.str_list(raw.get("input_dtypes")), interner.str_list(raw.get("output_dtypes")),
         None, None, None, state,
         int(created) / 1e9 if created else None, int(started) / 1e9 if started else None,
         int(completed) / 1e9 if completed else None, None,
-        raw.get("thread_name") or None, frames,
+        interner.text(raw.get("thread_name")), frames,
     )
     entry = Entry(*values) if _POSITIONAL else Entry(**dict(zip(_ENTRY_FIELDS, values)))
     return entry, local_peer
