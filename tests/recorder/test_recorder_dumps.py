@@ -74,6 +74,8 @@ def test_hang_dump_then_sigusr1_while_blocked(ranks_factory, tmp_path, wait_for,
 
     release.touch()
     assert job.wait(timeout=60) == [0, 0]
+    # the programs' own SIGUSR1 handlers still ran (rank 0's once its all_reduce returned)
+    assert (tmp_path / "usr1_rank0").exists() and (tmp_path / "usr1_rank1").exists()
     final0 = read(paths[0])
     assert final0.dump_reason == "signal: SIGUSR1"  # a clean exit with nothing pending writes no new dump
     assert not list(dumps.glob(".*tmp*")) and not list(dumps.glob(".rank_*.pid"))

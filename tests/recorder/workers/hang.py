@@ -1,9 +1,11 @@
 """2 ranks: rank 1 is stuck in a fake data loader while rank 0 waits in all_reduce; released by a file.
 
-Both ranks also run a 'prefetcher' thread, to check that dumps carry every thread's stack.
+Both ranks also run a 'prefetcher' thread, to check that dumps carry every thread's stack, and install their
+own SIGUSR1 handler (writes usr1_rank<r> next to the release file), which the recorder must chain to.
 """
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -16,6 +18,8 @@ import torch.distributed as dist
 import distdoctor.trace as trace
 
 release = Path(sys.argv[1])
+# the program's own SIGUSR1 handler, installed first: the recorder must chain to it
+signal.signal(signal.SIGUSR1, lambda *_: release.with_name(f"usr1_rank{os.environ['RANK']}").touch())
 trace.enable(hang_timeout=float(os.environ.get("HANG_TIMEOUT", "2")))
 dist.init_process_group("gloo", timeout=timedelta(seconds=120))
 rank = dist.get_rank()
