@@ -120,3 +120,20 @@ def test_exit_with_a_pending_call_dumps(ranks_factory, tmp_path):
     last = rank0.entries[-1]
     assert (last.op, last.peer, last.p2p_seq, last.state, last.async_op) == ("recv", 1, 1, "started", True)
     assert not (tmp_path / "dumps" / "rank_1.jsonl").exists()  # nothing pending there: no dump
+
+
+def test_sigterm_dumps_then_terminates(ranks_factory, tmp_path, wait_for):
+    """What torchrun does to the surviving ranks when one fails: each dumps, then ends as SIGTERM would —
+    also rank 0, whose main thread is blocked inside all_reduce."""
+    job = ranks_factory("hang.py", 2, env={"HANG_TIMEOUT": "0"}, args=[str(tmp_path / "release")])
+    wait_for(lambda: (tmp_path / "ready_rank0").exists() and (tmp_path / "ready_rank1").exists(), 120, "ranks")
+    time.sleep(0.5)  # rank 0 is inside all_reduce #2, rank 1 in fetch_batch
+    for p in job.procs:
+        os.kill(p.pid, signal.SIGTERM)
+    codes = job.wait(timeout=60)
+    # by the signal itself (the main thread ran the handler) or 143 (the watchdog ended a blocked rank)
+    assert all(c in (-signal.SIGTERM, 128 + signal.SIGTERM) for c in codes), codes
+    rank0, rank1 = (read(tmp_path / "dumps" / f"rank_{r}.jsonl") for r in (0, 1))
+    assert rank0.dump_reason == rank1.dump_reason == "signal: SIGTERM"
+    assert [(e.op, e.seq, e.state) for e in rank0.entries][-1] == ("all_reduce", 2, "started")
+    assert names(next(v for n, v in rank1.stacks.items() if n.startswith("MainThread")))[-1] == "fetch_batch"

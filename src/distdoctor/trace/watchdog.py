@@ -1,4 +1,4 @@
-"""When to dump: hang watchdog, SIGUSR1, uncaught exceptions, exit with a collective pending.
+"""When to dump: hang watchdog, SIGUSR1, SIGTERM, uncaught exceptions, exit with a collective pending.
 
 Hang rule: dump once when no collective has completed for `hang_timeout` seconds since the last collective
 was issued or completed (or since the process group came up). This fires both on a rank blocked inside a
@@ -11,6 +11,10 @@ So the watchdog thread also owns the signal wakeup fd (`signal.set_wakeup_fd`, w
 CPython's C-level handler writes the signal number there immediately, and the watchdog dumps from its own
 thread. The Python-level handler counts the signal too (covering programs that later take the wakeup fd for
 asyncio) and chains any previous handler; counting both ways, a signal is dumped once.
+
+SIGTERM (torchrun's way of stopping the surviving ranks when one failed) dumps and then terminates as the
+default action would (by the signal itself from the main thread, or exit status 143 from the watchdog when the
+main thread is blocked); only installed where nobody handles SIGTERM and the watchdog owns the wakeup fd.
 
 Exceptions: sys.excepthook and threading.excepthook are chained; the dump carries the exception's traceback
 as an extra stack. Exit: an atexit hook dumps when a collective is still pending (or always with
@@ -42,6 +46,8 @@ class Watchdog:
         self.sig_handled = 0  # SIGUSR1 seen by the Python handler
         self.sig_dumped = 0
         self._prev_usr1 = None
+        self._term_lock = threading.Lock()
+        self._terminating = False
         self._prev_excepthook = None
         self._prev_thread_hook = None
 
@@ -98,6 +104,10 @@ class Watchdog:
             except (BlockingIOError, InterruptedError):
                 return
             self.sig_bytes += data.count(bytes([signal.SIGUSR1]))
+            if bytes([signal.SIGTERM]) in data and signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+                # give the main thread a moment: if it runs Python it handles this itself, the default way
+                time.sleep(0.2)
+                self._terminate_from_watchdog()
 
     def _check(self) -> None:
         rec = self.rec
@@ -136,10 +146,20 @@ class Watchdog:
                 return
             self._wakeup_r, self._wakeup_w = r, w
         except (ValueError, OSError):
+            return
+        # SIGTERM (what torchrun sends the surviving ranks when one fails): dump, then die as the default action
+        # would. Only where nobody handles SIGTERM yet and the watchdog owns the wakeup fd — a Python handler
+        # alone would leave a rank blocked inside a collective unkillable by SIGTERM.
+        try:
+            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, self._on_sigterm)
+        except (ValueError, OSError):
             pass
 
     def _uninstall_signal(self) -> None:
         try:
+            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
             if signal.getsignal(signal.SIGUSR1) == self._on_sigusr1:
                 signal.signal(signal.SIGUSR1, self._prev_usr1 if self._prev_usr1 is not None else signal.SIG_DFL)
             if self._wakeup_w is not None:
@@ -151,6 +171,28 @@ class Watchdog:
                 self._wakeup_r = self._wakeup_w = None
         except (ValueError, OSError):
             pass
+
+    def _claim_termination(self) -> bool:
+        with self._term_lock:
+            if self._terminating:
+                return False
+            self._terminating = True
+            return True
+
+    def _on_sigterm(self, signum, frame) -> None:
+        """Main thread, when it runs Python: dump, then terminate by the default action."""
+        if self._claim_termination():
+            self.rec.final_dump_reason = "signal: SIGTERM"
+            self.rec.dump("signal: SIGTERM")
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def _terminate_from_watchdog(self) -> None:
+        """The main thread is blocked (in a collective): dump from here and exit as SIGTERM would have."""
+        if self._claim_termination():
+            self.rec.final_dump_reason = "signal: SIGTERM"
+            self.rec.dump("signal: SIGTERM")
+            os._exit(128 + signal.SIGTERM)
 
     def _on_sigusr1(self, signum, frame) -> None:
         self.sig_handled += 1
