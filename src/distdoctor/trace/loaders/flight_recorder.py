@@ -1,0 +1,264 @@
+"""PyTorch Flight Recorder dumps (versions 2.x, NCCL and Gloo styles) -> RankTrace.
+
+Two physical forms carry the same dict:
+- pickle: what `torch._C._distributed_c10d._dump_fr_trace` / `_dump_nccl_trace` return and what
+  `TORCH_FR_DUMP_TEMP_FILE<rank>` holds. A dump is untrusted input, so it is read with `SafeUnpickler`, which
+  builds only builtin containers and scalars and refuses every global (no class, no function, no __reduce__
+  callable can be named, so nothing in the file can run).
+- JSON: `_dump_fr_trace_json` (no stack frames; `time_discovered_*` are 0 instead of None; pg_status values
+  are strings).
+
+Fields read (torch/csrc/distributed/c10d/FlightRecorder*.cpp, flight_recorder/components/*.py):
+top level `version`, `pg_config` {name: {name, desc, ranks: "[0, 1]"}}, `entries`; per entry `record_id`,
+`process_group` (name, desc), `collective_seq_id`, `p2p_seq_id`, `is_p2p`, `profiling_name` ("nccl:all_reduce",
+"nccl:send 0->1", "nccl:recv 1<-0", group-local ranks), `input_sizes`/`output_sizes`/`*_dtypes`, `state`
+(scheduled/started/completed), `retired`, `time_created_ns`, `time_discovered_{started,completed}_ns`,
+`thread_name`, `frames`.
+
+Quirks handled here (checked on torch 2.13 Gloo dumps): the default group is `''` in pg_config but `'0'` in
+entries; pg_config may list no members (membership is then inferred across the trace set, see
+loaders/__init__.py); Gloo entries stay `scheduled` and signal completion only by `retired`; Gloo records no
+p2p. FR does not record broadcast/reduce roots, so `root` stays None.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import pickle
+import re
+
+from distdoctor.collectives import canonical_op
+from distdoctor.trace.model import DEFAULT_GROUP, Entry, Frame, GroupInfo, RankTrace
+
+def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
+    """Protocol-2 pickles spell bytes as _codecs.encode(str, 'latin1'); nothing else is allowed through."""
+    if encoding not in ("latin1", "latin-1") or not isinstance(text, str):
+        raise pickle.UnpicklingError(f"refused to load _codecs.encode with encoding {encoding!r}")
+    return text.encode("latin1")
+
+
+# The only names a dump may refer to: builders of builtin containers (older protocols spell them as globals).
+PICKLE_ALLOWED = {("builtins", "set"): set, ("builtins", "frozenset"): frozenset,
+                  ("__builtin__", "set"): set, ("__builtin__", "frozenset"): frozenset,
+                  ("_codecs", "encode"): _latin1_bytes}
+_P2P_META = re.compile(r"^\s*(\d+)\s*(->|<-)\s*(\d+)\s*$")
+_RANK_SUFFIX = re.compile(r"(\d+)(?:\.[A-Za-z]+)*$")  # rank_3, dump_3.pkl, rank_3.fr.pkl
+
+
+class SafeUnpickler(pickle.Unpickler):
+    """Builds dicts, lists, tuples, sets, str, bytes, numbers, bools and None; refuses anything else."""
+
+    def find_class(self, module: str, name: str):  # noqa: D102 - the whole point of this class
+        if (module, name) in PICKLE_ALLOWED:
+            return PICKLE_ALLOWED[(module, name)]
+        raise pickle.UnpicklingError(
+            f"refused to load {module}.{name}: a Flight Recorder dump holds only builtin containers and scalars")
+
+    def persistent_load(self, pid):
+        raise pickle.UnpicklingError("refused a persistent reference: not a Flight Recorder dump")
+
+
+def safe_unpickle(data: bytes) -> object:
+    """Unpickle untrusted bytes; raise ValueError with the reason on refusal or corruption."""
+    try:
+        return SafeUnpickler(io.BytesIO(data)).load()
+    except pickle.UnpicklingError as exc:
+        msg = str(exc)
+        raise ValueError(msg if msg.startswith("refused") else f"corrupt or truncated pickle ({msg})") from None
+    except (EOFError, IndexError):
+        raise ValueError("truncated pickle (ends before its STOP opcode)") from None
+    except RecursionError:
+        raise ValueError("pickle nested too deeply") from None
+    except MemoryError:
+        raise ValueError("pickle asks for more memory than is available") from None
+    except Exception as exc:  # corrupt opcodes raise a zoo of types (KeyError, ValueError, struct.error, ...)
+        raise ValueError(f"corrupt pickle ({type(exc).__name__}: {exc})") from None
+
+
+def rank_from_filename(path: str) -> int | None:
+    """`nccl_trace_rank_3`, `dump_3.pkl`, `rank_3.fr.pkl` -> 3 (the last number before the extensions)."""
+    m = _RANK_SUFFIX.search(path.rsplit("/", 1)[-1])
+    return int(m.group(1)) if m else None
+
+
+def looks_like_fr(obj: object) -> bool:
+    return isinstance(obj, dict) and "entries" in obj and "version" in obj
+
+
+def _parse_ranks(raw: object) -> list[int]:
+    if isinstance(raw, str):
+        raw = json.loads(raw) if raw.strip() else []
+    if not isinstance(raw, (list, tuple)):
+        raise ValueError(f"pg_config ranks is {type(raw).__name__}, not a list")
+    return sorted(int(r) for r in raw)
+
+
+class _Interner:
+    """Shares equal size/dtype lists between entries: a dump repeats a few shapes thousands of times."""
+
+    def __init__(self) -> None:
+        self.sizes: dict[tuple, list] = {}
+        self.strs: dict[tuple, list] = {}
+        self.empty_frames: list[Frame] = []
+        self.names: dict[str, tuple] = {}
+        self.groups: dict = {}
+        self.strings: dict = {}
+
+    def text(self, raw) -> str | None:
+        """One shared object per distinct short string (thread names repeat on every entry)."""
+        if not raw:
+            return None
+        got = self.strings.get(raw)
+        if got is None:
+            got = self.strings[raw] = str(raw)
+        return got
+
+    def group(self, raw) -> str:
+        name = str(raw) or DEFAULT_GROUP  # Gloo's default group: '' in pg_config, '0' in entries
+        self.groups[raw] = name
+        return name
+
+    def size_list(self, raw) -> list[list[int]]:
+        if not raw:
+            return []
+        key = tuple(map(tuple, raw))
+        got = self.sizes.get(key)
+        if got is None:
+            got = self.sizes[key] = [[int(d) for d in s] for s in raw]
+        return got
+
+    def str_list(self, raw) -> list[str]:
+        if not raw:
+            return []
+        key = tuple(raw)
+        got = self.strs.get(key)
+        if got is None:
+            got = self.strs[key] = [str(s) for s in raw]
+        return got
+
+
+def parse_fr_dump(obj: object, path: str, source: str, rank: int | None = None,
+                  interner: _Interner | None = None) -> RankTrace:
+    """Normalize one Flight Recorder dump dict. Raises ValueError(reason)."""
+    if not looks_like_fr(obj):
+        raise ValueError("not a Flight Recorder dump (no 'version' and 'entries')")
+    version = str(obj["version"])
+    if not version.startswith("2."):
+        raise ValueError(f"unsupported Flight Recorder version {version!r} (2.x is supported)")
+    if rank is None:
+        rank = obj.get("rank") if isinstance(obj.get("rank"), int) else rank_from_filename(path)
+    if rank is None:
+        raise ValueError("cannot tell which rank this dump is from: name it with a rank suffix (e.g. rank_3)")
+    interner = interner or _Interner()
+    trace = RankTrace(rank=rank, source=source, path=path, version=version)
+
+    pg_config = obj.get("pg_config") or {}
+    if not isinstance(pg_config, dict):
+        raise ValueError(f"pg_config is {type(pg_config).__name__}, not a dict")
+    for key, cfg in pg_config.items():
+        if not isinstance(cfg, dict):
+            raise ValueError(f"pg_config[{key!r}] is {type(cfg).__name__}, not a dict")
+        name = str(cfg.get("name", key)) or DEFAULT_GROUP  # Gloo: the default group is '' here, '0' in entries
+        try:
+            members = _parse_ranks(cfg.get("ranks", []))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"pg_config[{key!r}] ranks unreadable ({exc})") from None
+        trace.groups[name] = GroupInfo(name=name, ranks=members, inferred=False, desc=str(cfg.get("desc", "")))
+        if name == DEFAULT_GROUP and members:
+            trace.world_size = len(members)
+
+    entries = obj["entries"]
+    if not isinstance(entries, list):
+        raise ValueError(f"'entries' is {type(entries).__name__}, not a list")
+    local_peers: list[tuple[Entry, int]] = []
+    append = trace.entries.append
+    for i, raw in enumerate(entries):
+        try:
+            entry, local_peer = _parse_entry(raw, i, interner)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+            raise ValueError(f"entry {i} is malformed ({what})") from None
+        append(entry)
+        if local_peer is not None:
+            local_peers.append((entry, local_peer))
+        if entry.group not in trace.groups:
+            # Membership not given: the trace-set loader infers it from who issued on the group.
+            pg = raw["process_group"]
+            trace.groups[entry.group] = GroupInfo(entry.group, [], True, str(pg[1]) if len(pg) > 1 else "")
+    for entry, local in local_peers:
+        members = trace.groups[entry.group].ranks
+        if members and local < len(members):
+            entry.peer = members[local]
+        elif entry.group == DEFAULT_GROUP:
+            entry.peer = local  # default group: local rank == global rank
+    return trace
+
+
+_ENTRY_FIELDS = ("index", "group", "op", "seq", "p2p_seq", "raw_op", "in_sizes", "out_sizes", "in_dtypes",
+                 "out_dtypes", "root", "peer", "reduce_op", "state", "t_created", "t_started", "t_completed",
+                 "async_op", "stream", "frames")
+# Positional construction is ~3x faster than keywords (a dump has millions of entries); only while the model's
+# field order starts with the one written here.
+_POSITIONAL = tuple(f.name for f in dataclasses.fields(Entry))[: len(_ENTRY_FIELDS)] == _ENTRY_FIELDS
+
+
+def _op_of(profiling: str, interner: _Interner) -> tuple[str, bool, int | None, str]:
+    got = interner.names.get(profiling)
+    if got is None:
+        name, _, meta = profiling.partition(" ")
+        op = canonical_op(name) or f"other:{profiling}"
+        local_peer = None
+        if op in ("send", "recv") and meta:
+            m = _P2P_META.match(meta)
+            if m:  # "send 0->1" is src->dst and "recv 1<-0" is dst<-src: the peer is the number after the arrow
+                local_peer = int(m.group(3))
+        got = interner.names[profiling] = (op, op in ("send", "recv"), local_peer, str(profiling))
+    return got
+
+
+def _parse_entry(raw: dict, i: int, interner: _Interner) -> tuple[Entry, int | None]:
+    group = raw["process_group"][0]
+    group = interner.groups.get(group) or interner.group(group)
+    profiling = raw["profiling_name"]
+    op, p2p_name, local_peer, profiling = _op_of(profiling, interner)  # one shared string per name
+    is_p2p = p2p_name or bool(raw.get("is_p2p"))
+    if raw.get("retired"):
+        state = "completed"
+    else:
+        state = _STATES.get(raw.get("state"), "issued")
+    frames_raw = raw.get("frames")
+    # Flight Recorder lists frames innermost first; the model (like a traceback) keeps innermost last.
+    frames = ([Frame(str(f["name"]), str(f["filename"]), int(f["line"])) for f in reversed(frames_raw)]
+              if frames_raw else interner.empty_frames)
+    seq = raw.get("collective_seq_id")
+    p2p_seq = raw.get("p2p_seq_id")
+    created, started, completed = (raw.get("time_created_ns"), raw.get("time_discovered_started_ns"),
+                                   raw.get("time_discovered_completed_ns"))
+    values = (
+        int(raw.get("record_id", i)), group, op,
+        None if is_p2p or seq is None else int(seq),
+        int(p2p_seq) if is_p2p and p2p_seq is not None else None,
+        profiling,
+        interner.size_list(raw.get("input_sizes")), interner.size_list(raw.get("output_sizes")),
+        interner.str_list(raw.get("input_dtypes")), interner.str_list(raw.get("output_dtypes")),
+        None, None, None, state,
+        int(created) / 1e9 if created else None, int(started) / 1e9 if started else None,
+        int(completed) / 1e9 if completed else None, None,
+        interner.text(raw.get("thread_name")), frames,
+    )
+    entry = Entry(*values) if _POSITIONAL else Entry(**dict(zip(_ENTRY_FIELDS, values)))
+    return entry, local_peer
+
+
+_STATES = {"completed": "completed", "started": "started", "scheduled": "issued"}
+
+
+def load_fr_pickle(data: bytes, path: str, interner: _Interner | None = None) -> RankTrace:
+    obj = safe_unpickle(data)
+    return parse_fr_dump(obj, path, "flight_recorder-pickle", interner=interner)
+
+
+def load_fr_json(obj: dict, path: str, interner: _Interner | None = None) -> RankTrace:
+    return parse_fr_dump(obj, path, "flight_recorder-json", interner=interner)
