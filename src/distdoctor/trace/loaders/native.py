@@ -24,8 +24,13 @@ def _sizes_ok(v) -> bool:
 
 
 def _check(trace: RankTrace) -> None:
-    if not isinstance(trace.world_size, (int, type(None))):
+    if not isinstance(trace.world_size, (int, type(None))) or isinstance(trace.world_size, bool):
         raise ValueError(f"header world_size is {trace.world_size!r}, not a number")
+    if trace.dump_time is not None and (not isinstance(trace.dump_time, (int, float)) or isinstance(trace.dump_time, bool)):
+        raise ValueError(f"header dump_time is {trace.dump_time!r}, not a time")
+    for name in ("dump_reason", "host"):
+        if not isinstance(getattr(trace, name), (str, type(None))):
+            raise ValueError(f"header {name} is {getattr(trace, name)!r}, not text")
     for name, g in trace.groups.items():
         if not isinstance(g.ranks, list) or not all(_int_or_none(r) and r is not None for r in g.ranks):
             raise ValueError(f"group {name!r} has ranks {g.ranks!r}, not a list of ranks")
@@ -42,8 +47,12 @@ def _check(trace: RankTrace) -> None:
             if not _sizes_ok(getattr(e, name)):
                 raise ValueError(f"{where}: {name} must be a list of shapes (lists of integers)")
         for name in ("in_dtypes", "out_dtypes"):
-            if not isinstance(getattr(e, name), list):
-                raise ValueError(f"{where}: {name} must be a list")
+            v = getattr(e, name)
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                raise ValueError(f"{where}: {name} must be a list of dtype names")
+        for name in ("stream", "raw_op", "reduce_op"):
+            if not isinstance(getattr(e, name), (str, type(None))):
+                raise ValueError(f"{where}: {name} {getattr(e, name)!r} is not text")
         for name in ("t_created", "t_started", "t_completed"):
             v = getattr(e, name)
             if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
@@ -57,7 +66,9 @@ def load_native(data: bytes, path: str) -> RankTrace:
         raise ValueError(f"not UTF-8 text (byte {exc.start})") from None
     try:
         trace = loads(text, path=path)
+        _check(trace)
     except RecursionError:
         raise ValueError("nested too deeply") from None
-    _check(trace)
+    except (AttributeError, TypeError, KeyError, IndexError) as exc:  # a field of the wrong kind
+        raise ValueError(f"malformed distdoctor trace ({type(exc).__name__}: {exc})") from None
     return trace
