@@ -321,9 +321,13 @@ class HealthMonitor:
         ranks = []
         for r, v in sorted(self.views.items()):
             comp = list(self._compute.get(r, []))
+            # DDP publishes a step's collective wait one step late, so the newest step has none yet. Take both
+            # medians over the same steps: each wait is at most its step, and so is the median wait.
+            timed = [(st, w) for st, w in zip(v.step_s, v.wait_s) if math.isfinite(w)] if v.comm_measured else []
             ranks.append({
                 "rank": r, "step": v.step,
-                "step_ms": _median_ms(v.step_s), "wait_ms": _median_ms(v.wait_s) if v.comm_measured else None,
+                "step_ms": _median_ms([st for st, _ in timed] if timed else v.step_s),
+                "wait_ms": _median_ms([w for _, w in timed]) if v.comm_measured else None,
                 "compute_ms": _median_ms(comp), "straggler_score": s["score"].get(r),
                 "peak_mib": v.peak_bytes / 2**20,
                 "replica_ok": not (self.last_divergence and r in self.last_divergence["ranks"]),
