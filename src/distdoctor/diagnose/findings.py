@@ -1,0 +1,63 @@
+"""The fixed vocabulary of findings and what `ranks` means for each (the JSON contract of `diagnose`).
+
+- type_mismatch, size_mismatch, dtype_mismatch, root_mismatch: members issued different collectives at the same
+  sequence number; `ranks` are the culprits, the minority.
+- missing_ranks: some members never issued the collective; `ranks` are the absent ones.
+- state_mismatch: some members completed the collective while others are still in it; `ranks` are the stuck ones.
+- missing_dump: a member rank has no trace at all; `ranks` are those ranks.
+- order_deadlock: a cycle of waits across process groups; `ranks` all ranks on the cycle, `groups` the groups.
+- p2p_deadlock: send/recv that can never match; `ranks` the ranks involved.
+- straggler: no hang, but a rank arrives late at collectives consistently; `ranks` the late ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+KINDS = ("order_deadlock", "p2p_deadlock", "type_mismatch", "size_mismatch", "dtype_mismatch", "root_mismatch",
+         "missing_dump", "missing_ranks", "state_mismatch", "straggler")
+
+# Root cause first: a cycle or an impossible p2p explains every wait it causes; a mismatch explains the
+# crash or hang that follows it; a lost rank explains the survivors' waits; state differences come last.
+PRIORITY = {kind: i for i, kind in enumerate(KINDS)}
+
+
+@dataclass
+class Finding:
+    kind: str
+    ranks: list[int]
+    group: str | None = None
+    groups: list[str] = field(default_factory=list)
+    seq: int | None = None
+    op: str | None = None
+    detail: str = ""
+    evidence: dict = field(default_factory=dict)
+    t: float | None = None  # when the evidence happened (earliest entry time), for ordering
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown finding kind {self.kind!r}")
+        self.ranks = sorted(set(self.ranks))
+        if self.group is not None and not self.groups:
+            self.groups = [self.group]
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "ranks": self.ranks, "group": self.group, "groups": self.groups,
+                "seq": self.seq, "op": self.op, "detail": self.detail, "evidence": self.evidence}
+
+
+def fmt_ranks(ranks) -> str:
+    ranks = sorted(ranks)
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    if len(ranks) > 8:
+        return "ranks " + ", ".join(map(str, ranks[:8])) + f", ... ({len(ranks)} ranks)"
+    return "ranks " + ", ".join(map(str, ranks))
+
+
+def fmt_group(name: str | None) -> str:
+    if name is None:
+        return "an unknown group"
+    return "the default group '0'" if name == "0" else f"group '{name}'"

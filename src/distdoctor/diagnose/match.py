@@ -1,0 +1,218 @@
+"""Align collective entries across ranks per process group by sequence number; find each group's first divergence.
+
+Algorithm (linear in the number of entries): for every group, index each member's collective entries by `seq`.
+Flight Recorder is a ring buffer, so a rank's window may start late: comparison starts at the largest first
+`seq` any member still holds. For each `seq` in order, the members holding it are compared on op, sizes, dtypes
+and root; members whose last `seq` is smaller never issued it. Sizes are compared through the collective specs:
+every member's output numel must equal `spec.out_numel(input numel, group size)` (all_gather, reduce_scatter),
+and per-member input sizes must agree where the collective requires it (all_to_all's uneven splits and
+scatter's root-only input are exempt). The first `seq` with a mismatch or an absent member ends the scan for
+that group: everything after it is a consequence. A `seq` where some members completed and others did not is a
+state divergence; it is reported only when nothing structural follows it in the group.
+
+Assumptions: the n-th collective issued on a group is the same collective on every member (NCCL's and Gloo's
+rule); an entry is completed if the source says so, or if the same rank completed a later `seq` on the same
+group (communicators complete in order).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from distdoctor.collectives import get_spec
+from distdoctor.trace.model import Entry, TraceSet
+
+SAME_INPUT_SIZE = {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather", "barrier"}
+
+
+@dataclass
+class GroupView:
+    name: str
+    members: list[int]
+    inferred: bool
+    by_rank: dict[int, dict[int, Entry]] = field(default_factory=dict)  # rank -> seq -> entry (ranks with a trace)
+    last_completed: dict[int, int] = field(default_factory=dict)  # rank -> highest completed seq
+
+    def hi(self, rank: int) -> int:
+        seqs = self.by_rank.get(rank)
+        return max(seqs) if seqs else -1
+
+    def is_done(self, rank: int, entry: Entry) -> bool:
+        return entry.state == "completed" or (entry.seq is not None and self.last_completed.get(rank, -1) > entry.seq)
+
+
+@dataclass
+class Divergence:
+    group: str
+    seq: int
+    op: str
+    kind: str  # one of the finding kinds (mismatches, missing_ranks, state_mismatch)
+    ranks: list[int]  # culprits / absent / stuck
+    present: list[int]
+    detail: str
+    evidence: dict
+    t: float | None = None
+
+
+def build_views(ts: TraceSet) -> dict[str, GroupView]:
+    views: dict[str, GroupView] = {}
+    for rank, trace in ts.ranks.items():
+        for name, g in trace.groups.items():
+            if name not in views:
+                views[name] = GroupView(name, list(g.ranks), g.inferred)
+        for e in trace.entries:
+            if e.seq is None or e.is_p2p:
+                continue
+            view = views.get(e.group)
+            if view is None:
+                view = views[e.group] = GroupView(e.group, [rank], True)
+            view.by_rank.setdefault(rank, {})[e.seq] = e
+            if e.state == "completed" and e.seq > view.last_completed.get(rank, -1):
+                view.last_completed[rank] = e.seq
+    for view in views.values():
+        for rank in ts.ranks:
+            if rank in view.members:
+                view.by_rank.setdefault(rank, {})
+    return views
+
+
+def numel(sizes: list[list[int]]) -> int:
+    total = 0
+    for shape in sizes:
+        n = 1
+        for d in shape:
+            n *= d
+        total += n
+    return total
+
+
+def _minority(values: dict[int, object]) -> tuple[list[int], object, dict]:
+    """Ranks outside the largest class of equal values (ties: the class holding the lowest rank is the reference)."""
+    classes: dict[object, list[int]] = {}
+    if not values:
+        return [], None, {}
+    for rank in sorted(values):
+        classes.setdefault(values[rank], []).append(rank)
+    reference = max(classes, key=lambda v: (len(classes[v]), -classes[v][0]))
+    culprits = sorted(r for v, rs in classes.items() if v != reference for r in rs)
+    return culprits, reference, {str(v): rs for v, rs in classes.items()}
+
+
+def _compare(view: GroupView, seq: int, present: dict[int, Entry]) -> list[Divergence]:
+    out: list[Divergence] = []
+    t = min((e.t_created for e in present.values() if e.t_created), default=None)
+    ops = {r: e.op for r, e in present.items()}
+    culprits, ref_op, classes = _minority(ops)
+    if culprits:
+        out.append(Divergence(view.name, seq, str(ref_op), "type_mismatch", culprits, sorted(present),
+                              f"{_who(classes)}", {"ops": classes}, t))
+        return out  # different collectives: comparing their sizes would say nothing more
+    op = str(ref_op)
+    n = len(view.members) or len(present)
+    size_bad: list[int] = []
+    why = ""
+    if op in ("all_gather", "reduce_scatter"):
+        spec = get_spec(op)
+        for r, e in present.items():
+            if e.in_sizes and e.out_sizes and numel(e.out_sizes) != spec.out_numel(numel(e.in_sizes), n):
+                size_bad.append(r)
+        if size_bad:
+            why = (f"{op} over {n} ranks needs output = {'n x input' if op == 'all_gather' else 'input / n'}; "
+                   + "; ".join(f"rank {r}: in {present[r].in_sizes} out {present[r].out_sizes}" for r in size_bad))
+    if not size_bad and op in SAME_INPUT_SIZE:
+        sizes = {r: repr(e.in_sizes) for r, e in present.items() if e.in_sizes or op != "barrier"}
+        bad, ref, classes = _minority(sizes)
+        if bad:
+            size_bad, why = bad, f"input sizes: {_who(classes)}"
+    if size_bad:
+        out.append(Divergence(view.name, seq, op, "size_mismatch", size_bad, sorted(present), why,
+                              {"in_sizes": {r: present[r].in_sizes for r in present},
+                               "out_sizes": {r: present[r].out_sizes for r in present}}, t))
+    dtypes = {r: "/".join(e.in_dtypes or e.out_dtypes) for r, e in present.items() if e.in_dtypes or e.out_dtypes}
+    bad, _, classes = _minority(dtypes) if dtypes else ([], None, {})
+    if bad:
+        out.append(Divergence(view.name, seq, op, "dtype_mismatch", bad, sorted(present), f"dtypes: {_who(classes)}",
+                              {"dtypes": classes}, t))
+    roots = {r: e.root for r, e in present.items() if e.root is not None}
+    if len(roots) > 1:
+        bad, _, classes = _minority(roots)
+        if bad:
+            out.append(Divergence(view.name, seq, op, "root_mismatch", bad, sorted(present),
+                                  f"roots: {_who(classes)}", {"roots": classes}, t))
+    return out
+
+
+def _who(classes: dict) -> str:
+    parts = []
+    for value, ranks in sorted(classes.items(), key=lambda kv: (-len(kv[1]), kv[1][0])):
+        label = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ",".join(map(str, ranks))
+        parts.append(f"{label} {value}")
+    return "; ".join(parts)
+
+
+def first_divergence(view: GroupView) -> Divergence | None:
+    """The first structural divergence of a group, else its first state divergence, else None."""
+    holders = {r: seqs for r, seqs in view.by_rank.items() if seqs}
+    if not holders:
+        return None
+    his = {r: (max(seqs) if seqs else -1) for r, seqs in view.by_rank.items()}
+    start = max(min(seqs) for seqs in holders.values())
+    end = max(his.values())
+    state_div: Divergence | None = None
+    for seq in range(start, end + 1):
+        present: dict[int, Entry] = {}
+        absent: list[int] = []
+        for r, seqs in view.by_rank.items():
+            e = seqs.get(seq)
+            if e is not None:
+                present[r] = e
+            elif his[r] < seq:
+                absent.append(r)
+        if not present:
+            continue
+        divs = _compare(view, seq, present)
+        if divs:
+            return divs[0] if len(divs) == 1 else _merge(divs)
+        ref = next(iter(present.values()))
+        if absent:
+            t = min((e.t_created for e in present.values() if e.t_created), default=None)
+            return Divergence(view.name, seq, ref.op, "missing_ranks", sorted(absent), sorted(present), "",
+                              {"issued_by": sorted(present)}, t)
+        if state_div is None:
+            done = [r for r, e in present.items() if view.is_done(r, e)]
+            stuck = [r for r in present if r not in done]
+            if done and stuck:
+                t = min((e.t_created for e in present.values() if e.t_created), default=None)
+                state_div = Divergence(view.name, seq, ref.op, "state_mismatch", sorted(stuck), sorted(present),
+                                       f"completed on {sorted(done)}, not on {sorted(stuck)}",
+                                       {"completed": sorted(done), "stuck": sorted(stuck),
+                                        "states": {r: present[r].state for r in sorted(present)}}, t)
+    return state_div
+
+
+def _merge(divs: list[Divergence]) -> Divergence:
+    """Several mismatch kinds at one seq: keep the first as the finding, carry the others as evidence."""
+    first = divs[0]
+    first.evidence["also"] = [{"kind": d.kind, "ranks": d.ranks, "detail": d.detail} for d in divs[1:]]
+    first.extra = divs[1:]  # type: ignore[attr-defined]
+    return first
+
+
+def divergences(ts: TraceSet, views: dict[str, GroupView] | None = None) -> list[Divergence]:
+    views = views or build_views(ts)
+    out = []
+    for name in sorted(views, key=_group_key):
+        d = first_divergence(views[name])
+        if d is not None:
+            out.append(d)
+            out.extend(getattr(d, "extra", []))
+    return out
+
+
+def _group_key(name: str):
+    return (0, int(name), "") if name.isdigit() else (1, 0, name)
+
+
+def counter_summary(values) -> str:
+    return ", ".join(f"{v} x{c}" for v, c in Counter(values).most_common())

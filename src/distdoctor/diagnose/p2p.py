@@ -1,0 +1,57 @@
+"""Point-to-point sends and receives that can never pair.
+
+Sends and receives pair FIFO per (group, sender, receiver): the k-th send from s to r meets the k-th recv at r
+from s. Two ways they never can:
+- a cycle of p2p waits (both sides of a pair receive first, or a ring where everyone receives before sending):
+  found by the wait-for graph (waitfor.py); every rank on it is in `ranks`.
+- peers disagree on a pair that did meet: the k-th send and the k-th recv carry different sizes or dtypes
+  (the receiver reads garbage or the transport aborts).
+Flight Recorder over Gloo records no p2p at all, so these findings need the recorder's or simulator's traces.
+"""
+
+from __future__ import annotations
+
+from distdoctor.diagnose.findings import Finding, fmt_ranks
+from distdoctor.diagnose.waitfor import Cycle, describe_cycle
+from distdoctor.trace.model import TraceSet
+
+
+def cycle_findings(cycles: list[Cycle]) -> list[Finding]:
+    out = []
+    for c in cycles:
+        if not c.p2p_only:
+            continue
+        first = c.path[0][2].entry
+        both_recv = all(w.entry.op == "recv" for _, _, w in c.path)
+        why = "every rank on it receives before it sends" if both_recv else "each waits for a peer that waits on it"
+        out.append(Finding("p2p_deadlock", c.ranks, group=first.group, groups=c.groups, seq=first.p2p_seq,
+                           op=first.op, t=first.t_created,
+                           detail=f"{fmt_ranks(c.ranks)} can never pair their sends and receives: {why}. "
+                                  f"Cycle: {describe_cycle(c)}.",
+                           evidence={"cycle": [[a, b] for a, b, _ in c.path]}))
+    return out
+
+
+def pair_disagreements(ts: TraceSet) -> list[Finding]:
+    sends: dict[tuple, list] = {}
+    recvs: dict[tuple, list] = {}
+    for rank, trace in ts.ranks.items():
+        for e in trace.entries:
+            if e.op == "send" and e.peer is not None:
+                sends.setdefault((e.group, rank, e.peer), []).append(e)
+            elif e.op == "recv" and e.peer is not None:
+                recvs.setdefault((e.group, e.peer, rank), []).append(e)
+    out = []
+    for key, ss in sends.items():
+        rs = recvs.get(key, [])
+        for k, (s, r) in enumerate(zip(ss, rs)):
+            if (s.in_sizes and r.out_sizes and s.in_sizes != r.out_sizes) or \
+               (s.in_dtypes and r.out_dtypes and s.in_dtypes != r.out_dtypes):
+                group, src, dst = key
+                out.append(Finding(
+                    "p2p_deadlock", [src, dst], group=group, seq=s.p2p_seq, op="send", t=s.t_created,
+                    detail=f"send #{k} from rank {src} to rank {dst} carries {s.in_sizes} {s.in_dtypes} but the "
+                           f"matching recv on rank {dst} expects {r.out_sizes} {r.out_dtypes}: the peers disagree.",
+                    evidence={"send": [src, s.index], "recv": [dst, r.index]}))
+                break
+    return out

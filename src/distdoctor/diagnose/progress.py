@@ -1,0 +1,122 @@
+"""Per-rank progress: what each rank completed and where it is now — the summary otherwise built from logs.
+
+For every rank: collectives completed per group, the last completed collective, the blocking entry (oldest
+incomplete, see waitfor.py) with its age at dump time, where it was called from (the innermost frame outside
+torch, when the dump has frames), the current Python stack of its main thread (native dumps), and training
+steps when the collective sequence is periodic: the period is the distance between repeats of the first
+signature (group, op, sizes), confirmed over the whole trace; steps = completed entries // period.
+"""
+
+from __future__ import annotations
+
+from distdoctor.trace.model import Entry, Frame, RankTrace
+
+_TORCH_PATH_MARKS = ("/torch/", "/site-packages/torch", "distdoctor/trace/")
+
+
+def user_frame(frames: list[Frame]) -> Frame | None:
+    """Innermost frame that is not torch's own (FR frames are innermost first)."""
+    for f in frames:
+        if not any(m in f.filename for m in _TORCH_PATH_MARKS):
+            return f
+    return frames[0] if frames else None
+
+
+def main_stack(trace: RankTrace) -> tuple[str, list[Frame]] | None:
+    if not trace.stacks:
+        return None
+    for name in ("MainThread", "main", "python"):
+        if name in trace.stacks:
+            return name, trace.stacks[name]
+    name = next(iter(trace.stacks))
+    return name, trace.stacks[name]
+
+
+def where_now(trace: RankTrace) -> str | None:
+    """The innermost user frame of the main thread's current stack (stacks are innermost last)."""
+    got = main_stack(trace)
+    if not got:
+        return None
+    _, frames = got
+    for f in reversed(frames):
+        if not any(m in f.filename for m in _TORCH_PATH_MARKS) and "threading.py" not in f.filename:
+            return str(f)
+    return str(frames[-1]) if frames else None
+
+
+def steps(entries: list[Entry]) -> tuple[int, int] | None:
+    """(steps completed, collectives per step) when the sequence is periodic, else None."""
+    sigs = [(e.group, e.op, repr(e.in_sizes)) for e in entries if not e.is_p2p]
+    if len(sigs) < 4:
+        return None
+    try:
+        period = sigs.index(sigs[0], 1)
+    except ValueError:
+        return None
+    if any(sigs[i] != sigs[i % period] for i in range(len(sigs))) or len(sigs) < 2 * period:
+        return None
+    done = sum(1 for e in entries if not e.is_p2p and e.state == "completed")
+    return done // period, period
+
+
+def entry_json(e: Entry, dump_time: float | None = None) -> dict:
+    out = {"group": e.group, "seq": e.seq if not e.is_p2p else e.p2p_seq, "op": e.op, "state": e.state,
+           "in_sizes": e.in_sizes, "dtypes": e.in_dtypes}
+    if e.peer is not None:
+        out["peer"] = e.peer
+    f = user_frame(e.frames)
+    if f:
+        out["called_from"] = str(f)
+    if dump_time and e.t_created:
+        out["waiting_s"] = round(dump_time - e.t_created, 3)
+    return out
+
+
+def rank_progress(trace: RankTrace, pending: list[Entry]) -> dict:
+    completed: dict[str, int] = {}
+    last_done: Entry | None = None
+    for e in trace.entries:
+        if e.state == "completed" and not e.is_p2p:
+            completed[e.group] = completed.get(e.group, 0) + 1
+            last_done = e
+    dump_time = trace.dump_time or max((e.t_created or 0 for e in trace.entries), default=None)
+    out: dict = {
+        "source": trace.source, "path": trace.path, "entries": len(trace.entries),
+        "completed": completed,
+        "last_completed": entry_json(last_done) if last_done else None,
+        "pending": [entry_json(e, trace.dump_time) for e in pending],
+        "last_issued": entry_json(trace.entries[-1]) if trace.entries else None,
+        "dump_reason": trace.dump_reason,
+    }
+    st = steps(trace.entries)
+    if st:
+        out["steps"], out["collectives_per_step"] = st
+    now = where_now(trace)
+    if now:
+        out["now"] = now
+        name, frames = main_stack(trace) or ("", [])
+        out["stack"] = {"thread": name, "frames": [str(f) for f in frames[-12:]]}
+    return out
+
+
+def describe_rank(rank: int, trace: RankTrace | None, pending: list[Entry]) -> str:
+    """One phrase: what the rank did last and where it is now."""
+    if trace is None:
+        return f"rank {rank} left no trace"
+    parts = []
+    done = [e for e in trace.entries if e.state == "completed"]
+    if done:
+        e = done[-1]
+        parts.append(f"its last completed collective was {e.op} #{e.seq if not e.is_p2p else e.p2p_seq} "
+                     f"on group '{e.group}'")
+    elif not trace.entries:
+        parts.append("it recorded no collective at all")
+    if pending:
+        e = pending[0]
+        parts.append(f"it is blocked in {e.op} #{e.seq if not e.is_p2p else e.p2p_seq} on group '{e.group}'")
+    else:
+        parts.append("it is in no collective")
+    now = where_now(trace)
+    if now:
+        parts.append(f"its main thread is now at {now}")
+    return f"rank {rank}: " + ", ".join(parts)

@@ -1,0 +1,158 @@
+"""Wait-for graph across ranks and process groups, and its cycles (order deadlocks).
+
+Each rank's blocking points are its oldest incomplete entry on every stream/thread (one for a plain training
+script, one per stream for a simulated plan). An entry counts as incomplete when its source did not mark it
+completed and the rank did not complete a later collective on the same group (communicators finish in order).
+For a collective on group G at seq n, the rank waits for every member of G that has not *reached* G#n: a member
+reached it if it issued G#n and has no older incomplete entry on the stream G#n was issued on. For a recv from
+(send to) peer p, the rank waits for p unless p has posted the matching send (recv) - pairs match FIFO per
+(sender, receiver, group). Members without a trace are nodes with no outgoing edges (they cannot be examined).
+
+A strongly connected component with a cycle is a deadlock: no rank on it can move until another on it does.
+Only collective waits on the cycle: order_deadlock; only p2p waits: p2p_deadlock; mixed: order_deadlock.
+Assumption: a rank that issued an operation and has nothing older pending is able to complete it once its peers
+arrive (true for NCCL and Gloo; a rank blocked in Python outside any collective has no blocking entry).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from distdoctor.diagnose.match import GroupView
+from distdoctor.trace.model import Entry, TraceSet
+
+
+@dataclass
+class Wait:
+    rank: int
+    entry: Entry
+    waits_for: list[int]
+
+
+def pending_entries(ts: TraceSet, views: dict[str, GroupView]) -> dict[int, list[Entry]]:
+    """rank -> oldest incomplete entry per stream (in issue order)."""
+    out: dict[int, list[Entry]] = {}
+    for rank, trace in ts.ranks.items():
+        seen_streams: set = set()
+        pend: list[Entry] = []
+        for e in trace.entries:
+            if e.stream in seen_streams:
+                continue
+            if _incomplete(rank, e, views):
+                seen_streams.add(e.stream)
+                pend.append(e)
+        out[rank] = pend
+    return out
+
+
+def _incomplete(rank: int, e: Entry, views: dict[str, GroupView]) -> bool:
+    if e.state == "completed":
+        return False
+    if e.seq is not None and not e.is_p2p:
+        view = views.get(e.group)
+        if view is not None and view.last_completed.get(rank, -1) > e.seq:
+            return False
+    return True
+
+
+def _p2p_index(ts: TraceSet) -> dict[tuple[str, int, int, str], list[Entry]]:
+    """(group, sender, receiver, 'send'|'recv') -> entries in issue order, as seen by the posting rank."""
+    idx: dict[tuple[str, int, int, str], list[Entry]] = {}
+    for rank, trace in ts.ranks.items():
+        for e in trace.entries:
+            if e.op == "send" and e.peer is not None:
+                idx.setdefault((e.group, rank, e.peer, "send"), []).append(e)
+            elif e.op == "recv" and e.peer is not None:
+                idx.setdefault((e.group, e.peer, rank, "recv"), []).append(e)
+    return idx
+
+
+def build_waits(ts: TraceSet, views: dict[str, GroupView]) -> tuple[list[Wait], dict[int, list[Entry]]]:
+    pending = pending_entries(ts, views)
+    first_pending = {r: {e.stream: e.index for e in es} for r, es in pending.items()}
+    p2p = _p2p_index(ts)
+    waits: list[Wait] = []
+    for rank, entries in pending.items():
+        for e in entries:
+            if e.is_p2p:
+                if e.peer is None:
+                    continue
+                key = (e.group, rank, e.peer, "send") if e.op == "send" else (e.group, e.peer, rank, "recv")
+                mine = p2p.get(key, [])
+                ordinal = next((i for i, x in enumerate(mine) if x is e), 0)
+                other = (e.group, rank, e.peer, "recv") if e.op == "send" else (e.group, e.peer, rank, "send")
+                theirs = p2p.get(other, []) if e.peer in ts.ranks else []
+                match = theirs[ordinal] if ordinal < len(theirs) else None
+                if match is None or not _reached(e.peer, match, first_pending):
+                    waits.append(Wait(rank, e, [e.peer]))
+                continue
+            view = views.get(e.group)
+            if view is None or e.seq is None:
+                continue
+            blockers = []
+            for m in view.members:
+                if m == rank:
+                    continue
+                if m not in ts.ranks:
+                    blockers.append(m)
+                    continue
+                theirs = view.by_rank.get(m, {}).get(e.seq)
+                if theirs is None or not _reached(m, theirs, first_pending):
+                    blockers.append(m)
+            if blockers:
+                waits.append(Wait(rank, e, blockers))
+    return waits, pending
+
+
+def _reached(rank: int, entry: Entry, first_pending: dict[int, dict]) -> bool:
+    """The rank issued `entry` and nothing older is still pending on that stream."""
+    oldest = first_pending.get(rank, {}).get(entry.stream)
+    return oldest is None or oldest >= entry.index
+
+
+def graph(waits: list[Wait]) -> nx.DiGraph:
+    g = nx.DiGraph()
+    for w in waits:
+        for other in w.waits_for:
+            if g.has_edge(w.rank, other):
+                g[w.rank][other]["waits"].append(w)
+            else:
+                g.add_edge(w.rank, other, waits=[w])
+    return g
+
+
+@dataclass
+class Cycle:
+    ranks: list[int]  # every rank in the strongly connected component
+    path: list[tuple[int, int, Wait]]  # one concrete cycle: (rank, waits for rank, why)
+    groups: list[str]
+    p2p_only: bool
+
+
+def find_cycles(g: nx.DiGraph) -> list[Cycle]:
+    cycles = []
+    for comp in nx.strongly_connected_components(g):
+        if len(comp) < 2 and not any(g.has_edge(n, n) for n in comp):
+            continue
+        sub = g.subgraph(comp)
+        start = min(comp)
+        edges = nx.find_cycle(sub, source=start)
+        path = [(a, b, sub[a][b]["waits"][0]) for a, b in edges]
+        all_waits = [w for a, b in sub.edges for w in sub[a][b]["waits"]]
+        groups = sorted({w.entry.group for w in all_waits}, key=lambda s: (not s.isdigit(), int(s) if s.isdigit() else 0, s))
+        cycles.append(Cycle(sorted(comp), path, groups, all(w.entry.is_p2p for w in all_waits)))
+    cycles.sort(key=lambda c: c.ranks)
+    return cycles
+
+
+def describe_wait(w: Wait, target: int) -> str:
+    e = w.entry
+    if e.is_p2p:
+        return f"rank {w.rank} waits in {e.op} {'to' if e.op == 'send' else 'from'} rank {e.peer} (group '{e.group}') for rank {target}"
+    return f"rank {w.rank} waits in group '{e.group}' {e.op} #{e.seq} for rank {target}"
+
+
+def describe_cycle(c: Cycle) -> str:
+    return " -> ".join(describe_wait(w, b) for a, b, w in c.path) + f" -> (back to rank {c.path[0][0]})"

@@ -1,0 +1,187 @@
+"""Load per-rank traces from files or directories into one TraceSet, whatever produced them.
+
+Dispatch is by content, never by extension: a pickle opcode stream is a Flight Recorder pickle (read with the
+safe unpickler), a first line with the distdoctor-trace header is native JSON lines, any other JSON object with
+`version` and `entries` is a Flight Recorder JSON dump. Every file that cannot be used becomes a LoadError naming
+the file and the reason, and the rest still load.
+
+After loading, the set is made consistent:
+- duplicate ranks: the first file (in sorted path order) wins, later ones are LoadErrors;
+- mixed versions: Flight Recorder dumps whose version differs from the majority are LoadErrors (one job writes
+  one version; mixing dumps from two jobs would produce nonsense matches);
+- group membership missing from a dump (Gloo's pg_config lists none) is inferred from which ranks issued on the
+  group anywhere in the set (marked `inferred`), and the default group '0' spans the whole world;
+- world size: the largest of --world-size, a dump's own statement, max rank + 1, and the group size implied by
+  all_gather / reduce_scatter size relations on the default group (so a lost last rank is still counted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+from distdoctor.collectives import get_spec
+from distdoctor.trace.loaders.flight_recorder import _Interner, load_fr_json, load_fr_pickle
+from distdoctor.trace.loaders.native import is_native, load_native
+from distdoctor.trace.model import DEFAULT_GROUP, GroupInfo, LoadError, RankTrace, TraceSet
+
+try:  # optional: parses big JSON dumps several times faster; the stdlib parser is the fallback
+    import orjson as _fastjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _fastjson = None
+
+
+def _json_loads(data: bytes):
+    if _fastjson is not None:
+        return _fastjson.loads(data)
+    return json.loads(data)
+
+
+def expand_paths(paths: list[str]) -> tuple[list[str], list[LoadError]]:
+    files: list[str] = []
+    errors: list[LoadError] = []
+    for p in paths:
+        if os.path.isdir(p):
+            found = []
+            for root, dirs, names in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                found.extend(os.path.join(root, n) for n in names if not n.startswith("."))
+            if not found:
+                errors.append(LoadError(p, "directory holds no files"))
+            files.extend(sorted(found))
+        elif os.path.isfile(p):
+            files.append(p)
+        else:
+            errors.append(LoadError(p, "no such file or directory"))
+    return files, errors
+
+
+def load_file(path: str, interner: _Interner | None = None) -> RankTrace:
+    """Load one file; raise ValueError(reason) when it cannot be used."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ValueError(f"cannot read ({exc.strerror})") from None
+    if not data.strip():
+        raise ValueError("empty file")
+    if data[:1] == b"\x80":  # pickle protocol >= 2 starts with PROTO
+        return load_fr_pickle(data, path, interner)
+    first_line = data.split(b"\n", 1)[0]
+    if is_native(first_line):
+        return load_native(data, path)
+    if data.lstrip()[:1] in (b"{", b"["):
+        try:
+            obj = _json_loads(data)
+        except ValueError as exc:
+            raise ValueError(f"corrupt or truncated JSON ({str(exc).splitlines()[0]})") from None
+        if not isinstance(obj, dict) or "entries" not in obj or "version" not in obj:
+            raise ValueError("JSON but not a trace: neither a Flight Recorder dump nor a distdoctor-trace file")
+        return load_fr_json(obj, path, interner)
+    if data[:2] in (b"(d", b"}q", b"(l", b"]q") or data[:1] == b"c":
+        return load_fr_pickle(data, path, interner)  # protocol 0/1 pickles
+    raise ValueError("unrecognized format: not a Flight Recorder pickle or JSON dump, nor a distdoctor trace")
+
+
+def load_traces(paths: list[str], world_size: int | None = None) -> TraceSet:
+    """Load every trace under `paths` (files or directories) into one TraceSet."""
+    files, errors = expand_paths(list(paths))
+    ts = TraceSet(errors=errors)
+    interner = _Interner()
+    loaded: list[RankTrace] = []
+    for path in files:
+        try:
+            loaded.append(load_file(path, interner))
+        except ValueError as exc:
+            ts.errors.append(LoadError(path, str(exc)))
+    _drop_mixed_versions(loaded, ts.errors)
+    for trace in loaded:
+        if trace.rank < 0:
+            ts.errors.append(LoadError(trace.path, f"negative rank {trace.rank}"))
+        elif trace.rank in ts.ranks:
+            ts.errors.append(LoadError(trace.path, f"duplicate rank {trace.rank}: already loaded from "
+                                                   f"{ts.ranks[trace.rank].path}; this file is ignored"))
+        else:
+            ts.ranks[trace.rank] = trace
+    ts.ranks = dict(sorted(ts.ranks.items()))
+    ts.world_size = _world_size(ts, world_size)
+    _infer_groups(ts)
+    return ts
+
+
+def _drop_mixed_versions(loaded: list[RankTrace], errors: list[LoadError]) -> None:
+    fr = [t for t in loaded if t.source.startswith("flight_recorder")]
+    if not fr:
+        return
+    counts = Counter(t.version for t in fr)
+    if len(counts) < 2:
+        return
+    majority, _ = counts.most_common(1)[0]
+    for t in fr:
+        if t.version != majority:
+            errors.append(LoadError(t.path, f"Flight Recorder version {t.version} differs from the other dumps' "
+                                            f"{majority}: dumps of one job share one version; this file is ignored"))
+    loaded[:] = [t for t in loaded if not t.source.startswith("flight_recorder") or t.version == majority]
+
+
+def _world_size(ts: TraceSet, given: int | None) -> int | None:
+    sizes = [given or 0]
+    for t in ts.ranks.values():
+        sizes.append(t.world_size or 0)
+        sizes.append(t.rank + 1)
+        g = t.groups.get(DEFAULT_GROUP)
+        if g and not g.inferred:
+            sizes.append(len(g.ranks))
+        sizes.append(_implied_size(t, DEFAULT_GROUP))
+    n = max(sizes)
+    return n or None
+
+
+def _implied_size(trace: RankTrace, group: str) -> int:
+    """Group size implied by all_gather/reduce_scatter: out numel = n * in numel (resp. in = n * out)."""
+    best = 0
+    for e in trace.entries:
+        if e.group != group or e.op not in ("all_gather", "reduce_scatter") or not e.in_sizes or not e.out_sizes:
+            continue
+        ins = sum(_numel(s) for s in e.in_sizes)
+        outs = sum(_numel(s) for s in e.out_sizes)
+        small, big = (ins, outs) if e.op == "all_gather" else (outs, ins)
+        if small and big % small == 0 and get_spec(e.op).out_numel(ins, big // small if e.op == "all_gather"
+                                                                    else big // small) == outs:
+            best = max(best, big // small)
+    return best
+
+
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _infer_groups(ts: TraceSet) -> None:
+    """One membership per group for the whole set: given where any dump states it, else inferred."""
+    given: dict[str, list[int]] = {}
+    issued: dict[str, set[int]] = {}
+    descs: dict[str, str] = {}
+    for t in ts.ranks.values():
+        for name, g in t.groups.items():
+            if not g.inferred and g.ranks:
+                given.setdefault(name, g.ranks)
+            if g.desc and not descs.get(name):
+                descs[name] = g.desc
+        for name in {e.group for e in t.entries}:
+            issued.setdefault(name, set()).add(t.rank)
+    world = list(range(ts.world_size or 0))
+    for t in ts.ranks.values():
+        for name in set(t.groups) | {e.group for e in t.entries}:
+            if name in given:
+                t.groups[name] = GroupInfo(name, list(given[name]), False, descs.get(name, ""))
+            elif name == DEFAULT_GROUP:
+                t.groups[name] = GroupInfo(name, world, True, descs.get(name, "default_pg"))
+            else:
+                t.groups[name] = GroupInfo(name, sorted(issued.get(name, {t.rank})), True, descs.get(name, ""))
+
+
+__all__ = ["load_traces", "load_file", "expand_paths"]
