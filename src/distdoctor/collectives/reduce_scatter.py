@@ -1,4 +1,11 @@
-from distdoctor.collectives.base import CollectiveSpec
+"""reduce_scatter: rank g ends with the reduction over ranks of chunk g of their (count * n) input.
+
+`reduce_scatter_tensor(out, in)` with every reduction op; in-place (output = this rank's chunk of the
+input, as nccl-tests and FSDP use it) with SUM.
+"""
+
+from distdoctor.collectives.base import (REDOPS, CollectiveSpec, GroupView, Prepared, Variant, cast, reduce64,
+                                         torch_redop)
 
 
 class ReduceScatter(CollectiveSpec):
@@ -15,3 +22,38 @@ class ReduceScatter(CollectiveSpec):
 
     def out_numel(self, in_numel: int, n: int) -> int:
         return in_numel // n
+
+    def variants(self, n: int) -> list[Variant]:
+        return [Variant(form="tensor", redop=op) for op in REDOPS] + [Variant(form="tensor", inplace=True,
+                                                                               redop="sum")]
+
+    def bench_variants(self, n, redop, root):
+        return {False: Variant(form="tensor", redop=redop), True: Variant(form="tensor", inplace=True, redop=redop)}
+
+    def inputs(self, variant, count, seed, members, grank):
+        return super().inputs(variant, count * len(members), seed, members, grank)
+
+    def expected(self, variant, count, seed, members, grank):
+        stack = self.all_inputs(variant, count, seed, members)
+        return reduce64(stack[:, grank * count:(grank + 1) * count], variant.redop)
+
+    def all_inputs(self, variant, count, seed, members):
+        import torch
+
+        return torch.stack([self.inputs(variant, count, seed, members, g) for g in range(len(members))])
+
+    def prepare(self, variant, count, dtype, seed, group: GroupView, device) -> Prepared:
+        import torch
+        import torch.distributed as dist
+
+        g = group.rank
+        src = cast(self.inputs(variant, count, seed, group.members, g), dtype, device)
+        op = torch_redop(variant.redop)
+        if variant.inplace:
+            buf = src.clone()
+            mine = buf[g * count:(g + 1) * count]
+            return Prepared(call=lambda: dist.reduce_scatter_tensor(mine, buf, op=op, group=group.handle),
+                            output=lambda: mine, refill=lambda: buf.copy_(src), count=count)
+        out = torch.empty(count, dtype=src.dtype, device=device)
+        return Prepared(call=lambda: dist.reduce_scatter_tensor(out, src, op=op, group=group.handle),
+                        output=lambda: out, refill=lambda: None, count=count)

@@ -1,0 +1,226 @@
+"""run_job under an existing launcher (torchrun, or anything that sets RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT).
+
+This process is one rank. Everything the reporter needs travels through the process group's store (torchrun's
+agent hosts it, so it outlives any single worker):
+  <job>/start/<r>  host and pid        <job>/phase/<r>  what the rank is doing and since when
+  <job>/rec/<r>    emitted records     <job>/hb/<r>     heartbeat, every second, from a thread
+  <job>/done/<r>   the rank's outcome  <job>/reported   the reporter has gathered everything
+Gathering: each rank writes done/<r>; rank 0 waits until every rank is done or gone (heartbeat older than
+HEARTBEAT_STALE_S), never longer than timeout + 5 s. A rank that is alive but not done is hung; one whose
+heartbeat stopped died or became unreachable. Non-reporters wait for `reported`; if every lower rank is gone,
+the lowest survivor reports instead, so the loss of rank 0 is still reported when at all possible.
+A SIGTERM from the launcher (it stops the group when any worker fails) cuts every wait short.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Callable
+
+from distdoctor import world as W
+
+HEARTBEAT_S = 0.5
+HEARTBEAT_STALE_S = 2.5
+_job_counter = itertools.count()
+
+
+class _Terminated(BaseException):
+    """The launcher asked this rank to stop (SIGTERM)."""
+
+
+class _Heartbeat(threading.Thread):
+    def __init__(self, channel):
+        super().__init__(name="distdoctor-heartbeat", daemon=True)
+        self.channel = channel
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                self.channel.send({"type": "hb", "t": time.time()})
+            if self.stop_event.wait(HEARTBEAT_S):
+                return
+
+
+def _get_json(store, key: str):
+    try:
+        if not store.check([key]):
+            return None
+        return json.loads(store.get(key))
+    except Exception:  # noqa: BLE001 - a torn or missing key reads as absent
+        return None
+
+
+def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable | None) -> W.JobResult:
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    backend = W.resolve_backend(cfg, local_world)
+    iface = cfg.iface or (W.pick_iface(os.environ.get("MASTER_ADDR", cfg.master_addr)) if backend == "gloo" else None)
+    prefix = f"distdoctor/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/job{next(_job_counter)}"
+    start = time.time()
+
+    terminated = threading.Event()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        def on_term(signum, frame):
+            if not terminated.is_set():
+                terminated.set()
+                raise _Terminated()
+        previous = signal.signal(signal.SIGTERM, on_term)
+
+    ctx = None
+    heartbeat = None
+    outcome: dict
+    # The function's own prints must not reach stdout, where the reporter may write one JSON document.
+    sys.stdout.flush()
+    saved_stdout = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        try:
+            device, timeout, local_rank = W._init_process_group(backend, cfg.timeout_s, iface)
+            store = dist.distributed_c10d._get_default_store()
+            channel = W._StoreChannel(store, prefix, rank, on_event if rank == 0 else None)
+            channel.send({"type": "start", "host": socket.gethostname(), "pid": os.getpid(), "t": time.time()})
+            heartbeat = _Heartbeat(channel)
+            heartbeat.start()
+            ctx = W.WorkerContext(rank, world_size, local_rank, backend, device, timeout, channel)
+            outcome = {"ok": True, "value": W._load_target(target)(ctx, **args)}
+        except _Terminated:
+            outcome = {"ok": False, "error": "terminated by the launcher (another worker failed)",
+                       "phase": (ctx.failed_in or ctx.current_phase) if ctx else None}
+        except Exception as exc:  # noqa: BLE001 - reported, and the job fails
+            outcome = {"ok": False, "error": W._describe_exception(exc), "phase": (ctx.failed_in or ctx.current_phase) if ctx else None}
+        if ctx is None:  # no process group, no store: this rank can only speak for itself
+            return _alone(rank, world_size, backend, iface, outcome, start)
+        try:
+            channel.done(outcome)
+            result = _gather(store, prefix, rank, world_size, backend, iface, cfg.timeout_s, terminated)
+        except _Terminated:
+            result = _gather(store, prefix, rank, world_size, backend, iface, cfg.timeout_s, terminated)
+        except Exception as exc:  # noqa: BLE001 - the store is gone: its host (rank 0's machine) is down
+            result = _alone(rank, world_size, backend, iface, outcome, start,
+                            f"unreachable: the rendezvous store is gone ({W._describe_exception(exc)})")
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved_stdout, 1)
+        os.close(saved_stdout)
+        if heartbeat is not None:
+            heartbeat.stop_event.set()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    result.wall_s = time.time() - start
+    if result.ok:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+    return result
+
+
+def _alone(rank, world_size, backend, iface, outcome, start, reason=None) -> W.JobResult:
+    result = W.JobResult(world_size=world_size, backend=backend, device="cuda" if backend == "nccl" else "cpu",
+                         iface=iface, mode="launcher", ok=False, is_reporter=True)
+    if outcome.get("ok"):
+        result.results[rank] = outcome["value"]
+    else:
+        result.errors[rank] = outcome["error"]
+    result.lost.append(W.LostRank(0 if rank else -1, os.environ.get("MASTER_ADDR", "?"),
+                                  reason or f"world did not start: {outcome.get('error')}", None))
+    return result
+
+
+def _rank_gone(store, prefix: str, r: int, now: float) -> bool:
+    hb = _get_json(store, f"{prefix}/hb/{r}")
+    done = store.check([f"{prefix}/done/{r}"])
+    return not done and (hb is None or now - hb["t"] > HEARTBEAT_STALE_S)
+
+
+def _rank_stuck(store, prefix: str, r: int, now: float, timeout_s: float) -> bool:
+    """Alive but silent for a whole timeout while the reporter is done: every collective it waits in has
+    timed out by now, so it is hung."""
+    if store.check([f"{prefix}/done/{r}"]):
+        return False
+    phase = _get_json(store, f"{prefix}/phase/{r}") or _get_json(store, f"{prefix}/start/{r}")
+    return phase is not None and now - phase["t"] > timeout_s
+
+
+def _gather(store, prefix, rank, world_size, backend, iface, timeout_s, terminated) -> W.JobResult:
+    deadline = time.time() + timeout_s + 5
+    done_keys = [f"{prefix}/done/{r}" for r in range(world_size)]
+    is_reporter = rank == 0
+    while True:
+        now = time.time()
+        if terminated.is_set():  # the launcher stops us soon: long enough to see a dead peer's heartbeat stop
+            deadline = min(deadline, now + HEARTBEAT_STALE_S + 1.5)
+        if store.check([f"{prefix}/reported"]):  # a lower survivor already reported in our place
+            is_reporter = False
+            break
+        if is_reporter:
+            pending = [r for r in range(world_size) if not store.check([done_keys[r]])]
+            if not pending or now > deadline or all(
+                    _rank_gone(store, prefix, r, now) or _rank_stuck(store, prefix, r, now, timeout_s)
+                    for r in pending):
+                break
+        else:
+            if all(_rank_gone(store, prefix, q, now) or _rank_stuck(store, prefix, q, now, timeout_s)
+                   for q in range(rank)) or now > deadline + 5:
+                is_reporter = True  # every lower rank is gone: report in their place
+                continue
+        time.sleep(0.2)
+
+    result = W.JobResult(world_size=world_size, backend=backend, device="cuda" if backend == "nccl" else "cpu",
+                         iface=iface, mode="launcher", is_reporter=is_reporter)
+    if not is_reporter:
+        outcome = _get_json(store, done_keys[rank]) or {}
+        result.ok = bool(outcome.get("ok"))
+        return result
+    now = time.time()
+    victims = []
+    for r in range(world_size):
+        start = _get_json(store, f"{prefix}/start/{r}") or {}
+        host = start.get("host", "?")
+        phase = _get_json(store, f"{prefix}/phase/{r}") or {}
+        result.phases[r] = phase.get("phase")
+        with contextlib.suppress(Exception):
+            if store.check([f"{prefix}/rec/{r}"]):
+                raw = store.get(f"{prefix}/rec/{r}").decode()
+                result.records[r] = [json.loads(line) for line in raw.splitlines() if line.strip()]
+        result.records.setdefault(r, [])
+        outcome = _get_json(store, done_keys[r])
+        if outcome is not None and outcome.get("ok"):
+            result.results[r] = outcome.get("value")
+            continue
+        in_op = (outcome or {}).get("phase") or result.phases[r]
+        if outcome is not None:
+            result.errors[r] = outcome["error"]
+            if W.is_comm_error(outcome["error"]) or "terminated by the launcher" in outcome["error"]:
+                victims.append(r)
+            else:
+                result.lost.append(W.LostRank(r, host, f"raised {outcome['error']}", in_op))
+            continue
+        hb = _get_json(store, f"{prefix}/hb/{r}")
+        if not start:
+            result.lost.append(W.LostRank(r, host, "unreachable: never joined", None))
+        elif hb is not None and now - hb["t"] <= HEARTBEAT_STALE_S:
+            since = phase.get("t") or start.get("t") or now
+            result.lost.append(W.LostRank(r, host, f"hung: no progress for {now - since:.0f} s", in_op))
+        else:
+            last = hb["t"] if hb else start.get("t", now)
+            result.lost.append(W.LostRank(r, host, f"exited or unreachable: no heartbeat for {now - last:.0f} s",
+                                          in_op))
+    if not result.lost:
+        for r in victims:
+            result.lost.append(W.LostRank(r, "?", f"unreachable: {result.errors[r]}", result.phases.get(r)))
+    result.ok = len(result.results) == world_size and not result.lost and not result.errors
+    with contextlib.suppress(Exception):
+        store.set(f"{prefix}/reported", "1")
+    return result

@@ -1,0 +1,334 @@
+"""`distdoctor bench`: collective bandwidth with nccl-tests' semantics, on any world distdoctor can start.
+
+For each size from -b to -e (x -f): count = size / spec.size_bytes(1 element) (all_to_all rounds it to a
+multiple of n, as nccl-tests does); for the out-of-place and the in-place form of the call (where torch has
+it): `warmup` untimed calls, a barrier, then `iters` back-to-back calls timed with CUDA events on GPU or
+perf_counter on CPU, divided by iters. Each rank times itself; the reported time is the max over ranks
+(per-rank times are kept, to point at a slow host). algbw = size / time; busbw = algbw * spec.bus_factor(n)
+(the spec is the one place that states it). With -c, the buffers are refilled after timing, the call runs
+once more and the elements off the float64 reference are counted (#wrong, summed over ranks).
+Summary: `# Avg bus bandwidth` = mean busbw over every timed row; `--min-busbw X` fails below X.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+import click
+
+from distdoctor.cli import FORMAT_OPTION
+from distdoctor.collectives import SPECS, get_spec
+from distdoctor.collectives.base import DTYPES, NCCL_TYPE_NAMES, REDOPS, GroupView, itemsize, tolerance
+from distdoctor.errors import CheckFailed, InputError
+from distdoctor.validate_exec import parse_size
+from distdoctor.world import WorldConfig, config_from_options, resolve_nproc, run_job, world_options
+
+BENCH_OPS = tuple(name for name, spec in SPECS.items() if spec.has_data)
+
+
+@dataclass
+class BenchOptions:
+    op: str = "all_reduce"
+    dtype: str = "float32"
+    redop: str = "sum"
+    root: int = 0
+    minbytes: int = 1 << 10
+    maxbytes: int = 16 << 20
+    stepfactor: int = 4
+    iters: int = 20
+    warmup: int = 5
+    check: bool = True
+    min_busbw: float | None = None
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.op not in SPECS or not SPECS[self.op].has_data:
+            raise InputError("--op", f"unknown or data-less collective {self.op!r} (one of {', '.join(BENCH_OPS)})")
+        if self.dtype not in DTYPES:
+            raise InputError("--dtype", f"unknown dtype {self.dtype!r} (one of {', '.join(DTYPES)})")
+        if self.redop not in REDOPS:
+            raise InputError("--redop", f"unknown reduction {self.redop!r} (one of {', '.join(REDOPS)})")
+        if self.minbytes < 0 or self.maxbytes < 0:
+            raise InputError("-b/-e", "sizes must not be negative")
+        if self.minbytes == 0:
+            raise InputError("-b/--minbytes", "size 0 moves no data, so it has no bandwidth (validate checks count 0)")
+        if self.maxbytes < self.minbytes:
+            raise InputError("-e/--maxbytes", f"{self.maxbytes} is below -b/--minbytes {self.minbytes}")
+        if self.stepfactor < 2 and self.maxbytes > self.minbytes:
+            raise InputError("-f/--stepfactor", "must be >= 2 (or give -b equal to -e)")
+        if self.iters < 1:
+            raise InputError("-n/--iters", "must be >= 1")
+        if self.warmup < 0:
+            raise InputError("-w/--warmup", "must be >= 0")
+        if self.root < 0:
+            raise InputError("--root", "must be >= 0")
+
+    def sizes(self) -> list[int]:
+        out, size = [], self.minbytes
+        while size <= self.maxbytes:
+            out.append(size)
+            if self.stepfactor < 2:
+                break
+            size = size * self.stepfactor if size else 1
+        return out
+
+    def worker_args(self) -> dict:
+        return {"op": self.op, "dtype": self.dtype, "redop": self.redop, "root": self.root, "sizes": self.sizes(),
+                "iters": self.iters, "warmup": self.warmup, "check": self.check, "seed": self.seed}
+
+
+def count_for(op: str, size_bytes: int, dtype: str, n: int) -> int:
+    """nccl-tests: the per-rank count whose size column is at most size_bytes."""
+    spec = get_spec(op)
+    per_element = spec.size_bytes(1, itemsize(dtype), n)
+    count = size_bytes // per_element if per_element else 0
+    return count // n * n if op == "all_to_all" else count
+
+
+def time_call(call, iters: int, warmup: int, group, device) -> float:
+    """Seconds per call on this rank: warmup, barrier, then iters back-to-back calls, nothing else timed."""
+    import torch
+    import torch.distributed as dist
+
+    for _ in range(warmup):
+        call()
+    cuda = device is not None and getattr(device, "type", str(device)).startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize(device)
+    dist.barrier(group=group)
+    if cuda:
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            call()
+        stop.record()
+        stop.synchronize()
+        return start.elapsed_time(stop) / 1e3 / iters
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        call()
+    return (time.perf_counter() - t0) / iters
+
+
+def count_wrong(spec, variant, prepared, count: int, dtype: str, seed: int, gv: GroupView) -> int:
+    """Refill, run once, count this rank's elements off the float64 reference (beyond the dtype tolerance)."""
+    import torch
+
+    prepared.refill()
+    prepared.call()
+    out = prepared.output()
+    expected = spec.expected(variant, count, seed, gv.members, gv.rank)
+    if out is None or expected is None:
+        return 0
+    actual = out.detach().cpu().to(torch.float64)
+    if actual.shape != expected.shape:
+        return max(actual.numel(), expected.numel())
+    scale = float(expected.abs().max()) if expected.numel() else 0.0
+    diff = (actual - expected).abs()
+    return int((~(diff <= tolerance(dtype, scale, gv.size))).sum())
+
+
+def bench_worker(ctx, op, dtype, redop, root, sizes, iters, warmup, check, seed=0) -> dict:
+    """Runs on every rank (via run_job): times every (size, in-place?) row; rows also go out via ctx.emit."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
+    n = ctx.world_size
+    spec = get_spec(op)
+    gv = GroupView(tuple(range(n)), ctx.rank, None)
+    rows = []
+    for i, size in enumerate(sizes):
+        count = count_for(op, size, dtype, n)
+        if count == 0:
+            continue  # smaller than one element per rank: nothing to time
+        for inplace, variant in sorted(spec.bench_variants(n, redop, root % n).items()):
+            if variant is None:
+                continue
+            with ctx.phase(f"bench {op} {dtype} {size} B {'in-place' if inplace else 'out-of-place'}"):
+                prepared = spec.prepare(variant, count, dtype, seed, gv, ctx.device)
+                seconds = time_call(prepared.call, iters, warmup, None, ctx.device)
+                wrong = count_wrong(spec, variant, prepared, count, dtype, seed, gv) if check else None
+            row = {"kind": "bench", "op": op, "dtype": dtype, "size_bytes": spec.size_bytes(count, itemsize(dtype), n), "count": count,
+                   "inplace": inplace, "time_s": seconds, "wrong": wrong, "rank": ctx.rank}
+            ctx.emit(row)
+            rows.append(row)
+        ctx.progress(i + 1, len(sizes), f"{size} B")
+    return {"rows": rows, "host": socket.gethostname()}
+
+
+def summarize_bench(job, opts: BenchOptions) -> dict:
+    """Fold a JobResult of bench_worker into the bench JSON contract (time = max over ranks)."""
+    n = job.world_size
+    spec = get_spec(opts.op)
+    per_key: dict[tuple, dict[int, dict]] = {}
+    for rank, records in job.records.items():
+        for rec in records:
+            if rec.get("kind") == "bench" and rec.get("op", opts.op) == opts.op and \
+                    rec.get("dtype", opts.dtype) == opts.dtype:
+                per_key.setdefault((rec["size_bytes"], rec["count"], rec["inplace"]), {})[rank] = rec
+    rows = []
+    for (size, count, inplace), recs in sorted(per_key.items(), key=lambda kv: (kv[0][1], kv[0][2])):
+        if len(recs) < n:
+            continue  # a rank died before timing this row: no honest max over ranks
+        per_rank = [recs[r]["time_s"] * 1e6 for r in range(n)]
+        time_us = max(per_rank)
+        algbw = size / (time_us * 1e-6) / 1e9 if time_us > 0 else 0.0
+        wrong = None if not opts.check else sum(recs[r]["wrong"] or 0 for r in range(n))
+        rows.append({"op": opts.op, "size_bytes": size, "count": count, "dtype": opts.dtype, "inplace": inplace,
+                     "time_us": time_us, "algbw_gbps": algbw, "busbw_gbps": algbw * spec.bus_factor(n),
+                     "wrong": wrong, "redop": opts.redop if spec_reduces(opts.op) else None,
+                     "root": opts.root % n if spec.rooted else None, "per_rank_time_us": per_rank,
+                     "slowest_rank": per_rank.index(time_us)})
+    avg = statistics.fmean(r["busbw_gbps"] for r in rows) if rows else 0.0
+    hosts = {r: (v or {}).get("host") for r, v in job.results.items()}
+    lost = [{"rank": lr.rank, "host": lr.host, "reason": lr.reason, "in_op": lr.in_op} for lr in job.lost]
+    wrong_total = sum(r["wrong"] or 0 for r in rows)
+    failed_reasons = []
+    if lost:
+        failed_reasons.append("lost " + ", ".join(f"rank {x['rank']}" for x in lost))
+    if wrong_total:
+        failed_reasons.append(f"{wrong_total} wrong elements")
+    if opts.min_busbw is not None and avg < opts.min_busbw:
+        failed_reasons.append(f"average bus bandwidth {avg:.3g} GB/s is below --min-busbw {opts.min_busbw:g}")
+    if not rows:
+        failed_reasons.append("no row was measured")
+    return {"world_size": n, "backend": job.backend, "device": job.device, "rows": rows, "avg_busbw_gbps": avg,
+            "op": opts.op, "dtype": opts.dtype, "iters": opts.iters, "warmup": opts.warmup,
+            "min_busbw_gbps": opts.min_busbw, "passed": not failed_reasons, "failures": failed_reasons,
+            "rank_hosts": {str(k): v for k, v in sorted(hosts.items())}, "lost": lost,
+            "per_rank_time_us": per_rank_summary(rows, n)}
+
+
+def spec_reduces(op: str) -> bool:
+    return op in ("all_reduce", "reduce", "reduce_scatter")
+
+
+def per_rank_summary(rows: list[dict], n: int) -> dict:
+    """Each rank's time relative to the median rank, over the rows (>1 = slower): points at a slow host."""
+    if not rows:
+        return {}
+    ratios: dict[int, list[float]] = {r: [] for r in range(n)}
+    for row in rows:
+        med = statistics.median(row["per_rank_time_us"])
+        for r, t in enumerate(row["per_rank_time_us"]):
+            ratios[r].append(t / med if med > 0 else 1.0)
+    return {str(r): round(statistics.median(v), 3) for r, v in ratios.items()}
+
+
+def run_bench(cfg: WorldConfig, opts: BenchOptions, on_event=None) -> dict | None:
+    opts.validate()
+    n = resolve_nproc(cfg)
+    if n is not None and n < 2:
+        raise InputError("--nproc", "bench needs a world of at least 2 ranks")
+    job = run_job("distdoctor.bench:bench_worker", opts.worker_args(), cfg, on_event=on_event)
+    if not job.is_reporter:
+        return None
+    return summarize_bench(job, opts)
+
+
+# ---------------------------------------------------------------------------------------------- text
+def _time_str(us: float) -> str:
+    # nccl-tests switches precision with magnitude so the column stays 7 wide
+    return f"{us:7.0f}" if us >= 10000 else (f"{us:7.1f}" if us >= 100 else f"{us:7.2f}")
+
+
+def format_table(report: dict, opts: BenchOptions) -> str:
+    """The nccl-tests table, column for column, so it diffs against an nccl-tests run."""
+    lines = [
+        f"# distdoctor bench: {opts.op}, {report['world_size']} ranks, {report['backend']} on {report['device']}",
+        f"# nThread 1 nGpus 1 minBytes {opts.minbytes} maxBytes {opts.maxbytes} step: {opts.stepfactor}(factor) "
+        f"warmup iters: {opts.warmup} iters: {opts.iters} agg iters: 1 validation: {int(opts.check)} graph: 0",
+        "#",
+    ]
+    for r, host in report["rank_hosts"].items():
+        lines.append(f"#  Rank {int(r):2d} Group  0 on {host} device {report['device']}")
+    lines += [
+        "#",
+        "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          " % ("", "", "", "", ""),
+        "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s" % (
+            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
+            "#wrong"),
+        "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s" % (
+            "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""),
+    ]
+    by_count: dict[int, dict[bool, dict]] = {}
+    for row in report["rows"]:
+        by_count.setdefault(row["count"], {})[row["inplace"]] = row
+    for count, pair in by_count.items():
+        first = next(iter(pair.values()))
+        root = first["root"] if first["root"] is not None else -1
+        line = "%12d  %12d  %8s  %6s  %6d" % (first["size_bytes"], count, NCCL_TYPE_NAMES.get(opts.dtype, opts.dtype),
+                                              first["redop"] or "none", root)
+        for inplace in (False, True):
+            row = pair.get(inplace)
+            if row is None:
+                line += "  %7s  %6s  %6s  %5s" % ("N/A", "N/A", "N/A", "N/A")
+            else:
+                wrong = "N/A" if row["wrong"] is None else "%g" % row["wrong"]
+                line += "  %7s  %6.2f  %6.2f  %5s" % (_time_str(row["time_us"]), row["algbw_gbps"],
+                                                       row["busbw_gbps"], wrong)
+        lines.append(line)
+    wrong_total = sum(r["wrong"] or 0 for r in report["rows"])
+    lines.append(f"# Out of bounds values : {wrong_total} {'OK' if not wrong_total else 'FAILED'}")
+    lines.append(f"# Avg bus bandwidth    : {report['avg_busbw_gbps']:g} ")
+    lines.append("#")
+    rel = report.get("per_rank_time_us") or {}
+    if rel:
+        slow = max(rel, key=lambda r: rel[r])
+        lines.append("# Per-rank time / median rank: " + "  ".join(f"{r}:{v:.2f}" for r, v in rel.items())
+                     + f"  (slowest: rank {slow} on {report['rank_hosts'].get(slow, '?')})")
+    for lost in report["lost"]:
+        lines.append(f"# Lost: rank {lost['rank']} on {lost['host']}: {lost['reason']}"
+                     + (f", in {lost['in_op']}" if lost.get("in_op") else ""))
+    lines.append("# " + ("PASS" if report["passed"] else "FAIL: " + "; ".join(report["failures"])))
+    return "\n".join(lines)
+
+
+def _bytes(ctx, param, value):
+    if value is None:
+        return None
+    return parse_size(str(value), what=param.opts[0], force_bytes=True).value
+
+
+@click.command("bench")
+@world_options
+@click.option("-b", "--minbytes", default="1K", show_default=True, callback=_bytes,
+              help="Smallest size in bytes (K/M/G suffixes).")
+@click.option("-e", "--maxbytes", default="16M", show_default=True, callback=_bytes,
+              help="Largest size in bytes (K/M/G suffixes).")
+@click.option("-f", "--stepfactor", default=4, show_default=True, type=int, help="Multiply the size by this each step.")
+@click.option("-n", "--iters", default=20, show_default=True, type=int, help="Timed iterations per size.")
+@click.option("-w", "--warmup", default=5, show_default=True, type=int, help="Untimed warmup iterations per size.")
+@click.option("-c", "--check", default=1, show_default=True, type=click.IntRange(0, 1),
+              help="1: count elements off the exact reference (#wrong); 0: skip.")
+@click.option("--op", default="all_reduce", show_default=True, help=f"Collective: {', '.join(BENCH_OPS)}.")
+@click.option("-d", "--dtype", default="float32", show_default=True, help=f"Data type: {', '.join(DTYPES)}.")
+@click.option("-o", "--redop", default="sum", show_default=True, help=f"Reduction: {', '.join(REDOPS)}.")
+@click.option("-r", "--root", default=0, show_default=True, type=int, help="Root rank of rooted collectives.")
+@click.option("--min-busbw", default=None, type=float,
+              help="Fail when the average bus bandwidth (GB/s) is below this (like NCCL_TESTS_MIN_BW).")
+@FORMAT_OPTION
+def bench_command(minbytes, maxbytes, stepfactor, iters, warmup, check, op, dtype, redop, root, min_busbw, fmt,
+                  **world_kw):
+    """Collective bandwidth with nccl-tests' algbw/busbw semantics and table."""
+    from distdoctor.validate_report import progress_display
+
+    cfg = config_from_options(**world_kw)
+    opts = BenchOptions(op=op, dtype=dtype, redop=redop.lower(), root=root, minbytes=minbytes, maxbytes=maxbytes,
+                        stepfactor=stepfactor, iters=iters, warmup=warmup, check=bool(check), min_busbw=min_busbw)
+    opts.validate()
+    with progress_display(f"bench {op}") as on_event:
+        report = run_bench(cfg, opts, on_event=on_event)
+    if report is None:
+        return
+    if fmt == "json":
+        sys.stdout.write(json.dumps(report) + "\n")
+    else:
+        click.echo(format_table(report, opts))
+    if not report["passed"]:
+        raise CheckFailed(1)

@@ -1,0 +1,332 @@
+"""`distdoctor validate`: run every collective spec on real processes and check each result exactly.
+
+Plan (identical on every rank, so every rank takes part in every group creation and every call in the same
+order): groups x ops x variants (form, in-place, reduction op, root) x dtypes x sizes. Groups: the world and,
+when the world has >= 4 ranks and an even size, the two axes of a (n/2) x 2 mesh as HSDP builds it: "shard"
+groups of 2 neighbours and "replicate" groups of the ranks at the same shard position.
+
+Per call, on each rank (`validate_worker`):
+1. build inputs (deterministic from seed, op, variant, group, rank) and the float64 expected output;
+2. wait at a barrier on the group and time that wait: a rank that arrives late makes the others wait, so
+   lateness(rank) = max wait in the group - its own wait, needing no clock sync across hosts;
+3. run the torch.distributed call; an error naming an unsupported op/dtype is `skipped` with its reason,
+   a communication error propagates (the world reports the rank lost and the collective it was in);
+4. record max |actual - expected|, a hash of the output bytes, and the lateness data via `ctx.emit`, which
+   survives a later crash of the rank. Each call is announced (`enter`) before it starts, so a rank that
+   skips a call shows up as a gap in its sequence.
+`summarize_validate` (rank 0 / the reporter) folds the per-rank records into one row per
+(group, op, variant, dtype, count): max error vs the per-dtype tolerance, bit-identical outputs across the
+group (replicated ops) or bit-exact to the reference (the others), and names culprit ranks: the wrong ones,
+the odd hash, the late arrivers, the ranks whose sequence has a gap, and the lost ranks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+from dataclasses import asdict, dataclass, field
+
+import click
+
+from distdoctor.cli import FORMAT_OPTION
+from distdoctor.collectives import SPECS, get_spec
+from distdoctor.collectives.base import DTYPES, REDOPS, Variant
+from distdoctor.errors import CheckFailed, InputError
+from distdoctor.faults import check_ranks, parse_faults
+from distdoctor.validate_exec import Case, parse_sizes, plan_cases, run_cases
+from distdoctor.world import WorldConfig, config_from_options, run_job, world_options, resolve_nproc
+
+DEFAULT_SIZES = "0,1,1023,1MiB"
+VALIDATE_OPS = tuple(SPECS)
+
+
+@dataclass
+class ValidateOptions:
+    ops: tuple[str, ...] = VALIDATE_OPS
+    dtypes: tuple[str, ...] = DTYPES
+    sizes: str = DEFAULT_SIZES
+    seed: int = 0
+    inject: tuple[str, ...] = ()
+    redops: tuple[str, ...] = REDOPS
+    subgroups: bool = True
+    straggler_s: float = 0.1  # a rank whose median lateness is at least this is a straggler
+
+    def check(self) -> None:
+        """Raise InputError (one line) for anything a worker would choke on."""
+        for op in self.ops:
+            if op not in SPECS:
+                raise InputError("--ops", f"unknown op {op!r} (one of {', '.join(SPECS)})")
+        for dt in self.dtypes:
+            if dt not in DTYPES:
+                raise InputError("--dtypes", f"unknown dtype {dt!r} (one of {', '.join(DTYPES)})")
+        for r in self.redops:
+            if r not in REDOPS:
+                raise InputError("--redops", f"unknown reduction {r!r} (one of {', '.join(REDOPS)})")
+        parse_sizes(self.sizes)
+        parse_faults(self.inject)
+        if self.straggler_s <= 0:
+            raise InputError("--straggler-threshold", "must be > 0 seconds")
+
+    def worker_args(self) -> dict:
+        return {"ops": list(self.ops), "dtypes": list(self.dtypes), "sizes": self.sizes, "seed": self.seed,
+                "redops": list(self.redops), "subgroups": self.subgroups,
+                "faults": [f.to_dict() for f in parse_faults(self.inject)]}
+
+
+def validate_worker(ctx, ops, dtypes, sizes, seed, redops, subgroups, faults) -> dict:
+    """Runs on every rank (via run_job). Results travel as ctx.emit records; returns a small summary."""
+    cases = plan_cases(ops, dtypes, sizes, redops, subgroups, ctx.world_size)
+    return run_cases(ctx, cases, seed, faults)
+
+
+# ---------------------------------------------------------------------------------------------- summary
+def _case_key(c: Case) -> tuple:
+    return (c.group, c.op, c.variant, c.dtype, c.count_label)
+
+
+def summarize_validate(job, opts: ValidateOptions) -> dict:
+    """Fold a JobResult of validate_worker into the validate JSON contract."""
+    n = job.world_size
+    cases = plan_cases(list(opts.ops), list(opts.dtypes), opts.sizes, list(opts.redops), opts.subgroups, n)
+    done: dict[int, dict[int, dict]] = {}  # case index -> rank -> record
+    entered: dict[int, list[int]] = {}
+    for rank, records in job.records.items():
+        seq = entered.setdefault(rank, [])
+        for rec in records:
+            if rec.get("kind") == "enter":
+                seq.append(rec["i"])
+            elif rec.get("kind") == "case":
+                done.setdefault(rec["i"], {})[rank] = rec
+    lost = {lr.rank: lr for lr in job.lost}
+    culprits: dict[int, list[str]] = {}
+
+    def blame(rank: int, why: str) -> None:
+        culprits.setdefault(rank, []).append(why)
+
+    # A rank that skipped a call others entered (its sequence has a gap) desynchronizes everything after it.
+    gaps = _sequence_gaps(entered, n)
+    for rank, (idx, peers) in gaps.items():
+        blame(rank, f"skipped {cases[idx].label()} which ranks {peers} entered")
+    for lr in _primary_lost(list(lost.values()), gaps):
+        blame(lr.rank, f"lost ({lr.reason})" + (f" in {lr.in_op}" if lr.in_op else ""))
+
+    rows = []
+    first_gap = min((idx for idx, _ in gaps.values()), default=None)
+    for c in cases:
+        recs = done.get(c.index, {})
+        after_gap = first_gap is not None and c.index >= first_gap
+        # After a rank skipped a call, the ranks pair up the wrong calls: those failures are consequences.
+        row = _row(c, recs, n, lost, (lambda rank, why: None) if after_gap else blame)
+        if after_gap and row["status"] == "fail":
+            row["reason"] = f"after the skipped call #{first_gap + 1} (calls out of step): {row['reason']}"
+        rows.append(row)
+    stragglers = _stragglers(cases, done, n, opts.straggler_s)
+    for s in stragglers:
+        blame(s["rank"], f"straggler: arrives {s['median_late_s'] * 1e3:.0f} ms late (median over "
+                         f"{s['collectives']} collectives)")
+    passed = not culprits and all(r["status"] != "fail" for r in rows) and not lost and bool(rows)
+    return {
+        "passed": passed,
+        "world_size": n,
+        "backend": job.backend,
+        "device": getattr(job, "device", None),
+        "results": rows,
+        "culprit_ranks": sorted(culprits),
+        "culprits": [{"rank": r, "why": culprits[r]} for r in sorted(culprits)],
+        "stragglers": stragglers,
+        "lost": [{"rank": lr.rank, "host": lr.host, "reason": lr.reason, "in_op": lr.in_op} for lr in lost.values()],
+        "straggler_threshold_s": opts.straggler_s,
+        "injected": list(opts.inject),
+    }
+
+
+def _primary_lost(lost: list, gaps: dict) -> list:
+    """The lost ranks that explain the failure. A rank that merely stopped (no exit code, no step named) or
+    timed out waiting is collateral when another lost rank has a definite cause, or when a rank skipped a
+    call (the desynchronization then explains every timeout after it)."""
+    def vague(lr) -> bool:
+        return (lr.reason == "exited" and not lr.in_op) or lr.reason.startswith(("timed out", "unreachable"))
+
+    definite = [lr for lr in lost if not vague(lr)]
+    if definite or gaps:
+        return definite
+    return lost
+
+
+def _sequence_gaps(entered: dict[int, list[int]], n: int) -> dict[int, tuple[int, list[int]]]:
+    """rank -> (first case index it skipped, ranks that entered it), for ranks that jumped over a case."""
+    out = {}
+    for rank, seq in entered.items():
+        seen = set(seq)
+        for pos, idx in enumerate(seq):
+            if pos and idx != seq[pos - 1] + 1:
+                missing = seq[pos - 1] + 1
+                peers = sorted(r for r, s in entered.items() if r != rank and missing in s)
+                if peers:
+                    out[rank] = (missing, peers)
+                break
+        else:
+            if seq and seq[0] != 0 and 0 not in seen:
+                peers = sorted(r for r, s in entered.items() if r != rank and 0 in s)
+                if peers:
+                    out[rank] = (0, peers)
+    return out
+
+
+def _row(c: Case, recs: dict[int, dict], n: int, lost: dict, blame) -> dict:
+    spec = get_spec(c.op)
+    row = {"op": c.op, "dtype": c.dtype, "count": c.count, "group": c.group, "inplace": c.variant.inplace,
+           "max_abs_err": None, "ranks_agree": None, "status": "fail", "reason": "",
+           "form": c.variant.form or None, "redop": c.variant.redop, "root": c.variant.root,
+           "culprit_ranks": []}
+    if c.count is None:
+        row["count"] = 0
+    missing = sorted(set(range(n)) - set(recs))
+    if len(missing) == n:
+        row.update(status="skipped", reason="not run: the world stopped before this call (see lost ranks)")
+        return row
+    if missing:
+        row["reason"] = f"no result from ranks {missing}" + (" (lost)" if set(missing) & set(lost) else "")
+        row["culprit_ranks"] = sorted(set(missing) & set(lost))
+        return row
+    errors = [r for r in recs.values() if r["status"] == "error"]
+    skipped = [r for r in recs.values() if r["status"] == "skipped"]
+    row["count"] = max(r["count"] for r in recs.values())
+    if errors:
+        row["reason"] = "; ".join(sorted({f"rank {r['rank']}: {r['reason']}" for r in errors}))[:300]
+        return row
+    if skipped:
+        row["status"] = "skipped"
+        row["reason"] = skipped[0]["reason"]
+        return row
+    errs = [r["err"] for r in recs.values() if r["err"] is not None]
+    row["max_abs_err"] = max(errs) if errs else 0.0
+    wrong = sorted(r["rank"] for r in recs.values() if r["err"] is not None and not r["ok"])
+    agree, odd = _agreement(spec, recs)
+    row["ranks_agree"] = agree
+    # The reference decides first; a hash minority adds ranks only when the outputs look right but differ.
+    culprit = sorted(wrong) if wrong else sorted(odd)
+    row["culprit_ranks"] = culprit
+    if wrong or agree is False:
+        for r in culprit:
+            blame(r, f"wrong result in {c.label()}")
+        parts = []
+        if wrong:
+            worst = max(recs.values(), key=lambda r: r["err"] if r["err"] is not None else -1)
+            parts.append(f"ranks {wrong} off by up to {worst['err']:.3g} (tolerance {worst['tol']:.3g})")
+        if agree is False:
+            parts.append(f"outputs differ across ranks (odd: {odd})" if odd else "outputs differ across ranks")
+        row["reason"] = "; ".join(parts)
+        return row
+    row["status"] = "pass"
+    return row
+
+
+def _agreement(spec, recs: dict[int, dict]) -> tuple[bool | None, list[int]]:
+    """Replicated ops: every group instance's outputs bit-identical (the minority hash names the odd ranks).
+    Others: each output bit-identical to the reference cast to the dtype, when that reference is exact."""
+    odd: list[int] = []
+    agree = True
+    if spec.replicated:
+        by_group: dict[tuple, dict[int, str]] = {}
+        for r in recs.values():
+            if r["hash"] is not None:
+                by_group.setdefault(tuple(r["members"]), {})[r["rank"]] = r["hash"]
+        for hashes in by_group.values():
+            counts: dict[str, int] = {}
+            for h in hashes.values():
+                counts[h] = counts.get(h, 0) + 1
+            if len(counts) > 1:
+                agree = False
+                majority = max(counts, key=lambda h: (counts[h], h))
+                if counts[majority] * 2 > len(hashes):  # a strict majority names the odd ranks
+                    odd += [rk for rk, h in hashes.items() if h != majority]
+        return agree, sorted(odd)
+    exact = [r for r in recs.values() if r["hash"] is not None and r["ref_hash"] is not None]
+    if not exact:
+        return None, []
+    odd = sorted(r["rank"] for r in exact if r["hash"] != r["ref_hash"])
+    return (not odd), odd
+
+
+def _stragglers(cases, done, n: int, threshold: float) -> list[dict]:
+    """Ranks whose median lateness at the pre-call barrier is >= threshold seconds."""
+    late: dict[int, list[float]] = {}
+    for idx, recs in done.items():
+        by_group: dict[tuple, list[dict]] = {}
+        for r in recs.values():
+            if r.get("wait") is not None:
+                by_group.setdefault(tuple(r["members"]), []).append(r)
+        for members, group_recs in by_group.items():
+            if len(group_recs) < 2:
+                continue
+            longest = max(r["wait"] for r in group_recs)
+            for r in group_recs:
+                late.setdefault(r["rank"], []).append(longest - r["wait"])
+    out = []
+    for rank, values in sorted(late.items()):
+        med = statistics.median(values)
+        if med >= threshold:
+            share = sum(v >= threshold for v in values) / len(values)
+            out.append({"rank": rank, "median_late_s": round(med, 4), "share_late": round(share, 3),
+                        "collectives": len(values)})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def run_validate(cfg: WorldConfig, opts: ValidateOptions, on_event=None) -> dict | None:
+    """Run validate on the world `cfg` describes. Returns the report on the reporting rank, None elsewhere."""
+    opts.check()
+    faults = parse_faults(opts.inject)
+    world_size = resolve_nproc(cfg)
+    if world_size is not None:
+        if world_size < 2:
+            raise InputError("--nproc", "validate needs a world of at least 2 ranks")
+        check_ranks(faults, world_size)
+    job = run_job("distdoctor.validate:validate_worker", opts.worker_args(), cfg, on_event=on_event)
+    if not job.is_reporter:
+        return None
+    return summarize_validate(job, opts)
+
+
+def _split(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    return tuple(v.strip() for v in re.split(r"[,\s]+", value) if v.strip())
+
+
+@click.command("validate")
+@world_options
+@click.option("--sizes", default=DEFAULT_SIZES, show_default=True,
+              help="Comma-separated counts (elements; K/M/G = 2^10/2^20/2^30) or byte sizes (B, KiB, MiB, GiB).")
+@click.option("--ops", default=None, help=f"Comma-separated collectives (default all: {', '.join(SPECS)}).")
+@click.option("--dtypes", default=None, help=f"Comma-separated dtypes (default: {', '.join(DTYPES)}).")
+@click.option("--redops", default=None, help=f"Reduction ops to check (default: {', '.join(REDOPS)}).")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the deterministic inputs.")
+@click.option("--no-subgroups", is_flag=True, help="Only the world group (skip the 2-D mesh subgroups).")
+@click.option("--inject", multiple=True, metavar="KIND:RANK[:ARG]",
+              help="Plant a fault: corrupt:R[:N], delay:R:SECONDS, crash:R[:N], skip:R[:N]. Repeatable.")
+@click.option("--straggler-threshold", "straggler_s", default=0.1, show_default=True, type=float,
+              help="Seconds of median lateness at which a rank is reported as a straggler.")
+@FORMAT_OPTION
+def validate_command(sizes, ops, dtypes, redops, seed, no_subgroups, inject, straggler_s, fmt, **world_kw):
+    """Check every collective's result against an exact float64 reference, on every rank and group."""
+    from distdoctor.validate_report import print_validate, progress_display
+
+    cfg = config_from_options(**world_kw)
+    opts = ValidateOptions(ops=_split(ops) or VALIDATE_OPS, dtypes=_split(dtypes) or DTYPES, sizes=sizes,
+                           seed=seed, inject=tuple(inject), redops=_split(redops) or REDOPS,
+                           subgroups=not no_subgroups, straggler_s=straggler_s)
+    opts.check()
+    with progress_display("validate") as on_event:
+        report = run_validate(cfg, opts, on_event=on_event)
+    if report is None:  # a non-reporting rank under torchrun
+        return
+    if fmt == "json":
+        sys.stdout.write(json.dumps(report) + "\n")
+    else:
+        print_validate(report)
+    if not report["passed"]:
+        raise CheckFailed(1)

@@ -1,0 +1,70 @@
+"""The world's flags, `distdoctor env` and `distdoctor check` from the command line."""
+
+import json
+
+import pytest
+
+from world_helpers import distdoctor
+
+
+@pytest.mark.parametrize("args,what", [
+    (["--nproc", "1"], "--nproc: a world needs at least 2 ranks, got 1"),
+    (["--nproc", "-3"], "--nproc: a world needs at least 2 ranks, got -3"),
+    (["--timeout", "0"], "--timeout: must be a positive number of seconds"),
+    (["--iface", "no-such-if0"], "--iface: no network interface named 'no-such-if0'"),
+    (["--master-port", "70000"], "--master-port: must be a TCP port"),
+    (["--inject", "explode:1"], "distdoctor check: error: --inject"),
+])
+def test_bad_world_input_is_one_line(args, what):
+    out = distdoctor("check", *args, timeout=120)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    assert out.stderr.strip().count("\n") == 0, out.stderr
+    assert what in out.stderr and "Traceback" not in out.stderr
+
+
+def test_env_json_has_the_fields():
+    out = distdoctor("env", "--format", "json", timeout=120)
+    assert out.returncode == 0, out.stderr
+    env = json.loads(out.stdout)
+    import torch
+
+    assert env["torch_version"] == torch.__version__
+    assert env["backends"]["gloo"] is True and set(env["backends"]) >= {"gloo", "nccl", "mpi", "xccl"}
+    assert env["device_type"] in ("cpu", "cuda") and env["device_count"] == len(env["device_names"])
+    assert env["cpu_count"] >= 1
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    assert env["mode"] == ("nccl: real multi-GPU" if gpus >= 2 else "gloo: CPU processes")
+    assert "nccl_version" in env and (env["nccl_version"] is None) == (gpus == 0)
+
+
+def test_env_text_names_the_mode():
+    from click.testing import CliRunner
+
+    from distdoctor.env import env_command
+
+    out = CliRunner().invoke(env_command, [])
+    assert out.exit_code == 0 and out.output.startswith("mode ") and "\ntorch " in out.output
+
+
+@pytest.mark.slow
+def test_check_passes_on_the_default_world():
+    out = distdoctor("check", "--format", "json", timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc = json.loads(out.stdout)  # one document, nothing else on stdout
+    assert doc["passed"] and doc["verdict"].startswith("PASS")
+    assert doc["world_size"] == doc["env"]["default_nproc"] and doc["lost"] == []
+    assert doc["validate"]["passed"] and doc["validate"]["world_size"] == doc["world_size"]
+    statuses = {r["status"] for r in doc["validate"]["results"]}
+    assert "pass" in statuses and "fail" not in statuses
+    assert {r["group"].split("[")[0] for r in doc["validate"]["results"]} >= {"world"}
+    assert doc["bench"]["rows"] and all(r["wrong"] == 0 and r["busbw_gbps"] > 0 for r in doc["bench"]["rows"])
+    assert doc["bench"]["avg_busbw_gbps"] > 0
+
+
+@pytest.mark.slow
+def test_check_fails_and_names_a_crashed_rank():
+    out = distdoctor("check", "--inject", "crash:1", "--timeout", "20", timeout=300)
+    assert out.returncode == 1
+    first = out.stdout.splitlines()[0]
+    assert first.startswith("FAIL") and "rank 1 lost" in first

@@ -1,0 +1,46 @@
+"""run_job under a real torchrun: the same worker function, results gathered to rank 0, only rank 0 reports."""
+
+import json
+import sys
+
+import pytest
+
+from distdoctor.world import free_port
+
+from world_helpers import HERE, children, run
+
+JOB = f"{HERE}/world_torchrun_job.py"
+
+
+def torchrun(func: str, args: dict, timeout_s: float, nproc: int = 2):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-addr",
+           "127.0.0.1", "--master-port", str(free_port()), JOB, func, json.dumps(args), str(timeout_s)]
+    return run(cmd, timeout=180)
+
+
+def one_json(stdout: str) -> dict:
+    docs = [line for line in stdout.splitlines() if line.strip()]
+    assert len(docs) == 1, f"expected one report (rank 0 only), got {len(docs)}:\n{stdout[-2000:]}"
+    return json.loads(docs[0])
+
+
+@pytest.mark.slow
+def test_under_torchrun_only_rank_0_reports_everyone():
+    out = torchrun("sum_ranks", {"scale": 5}, 30)
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc = one_json(out.stdout)
+    assert doc["mode"] == "launcher" and doc["ok"] and doc["world_size"] == 2 and doc["is_reporter"]
+    assert doc["results"] == {str(r): {"rank": r, "world_size": 2, "sum": 5, "backend": "gloo"} for r in range(2)}
+    assert doc["records"] == {str(r): [{"rank": r, "sum": 5}] for r in range(2)}
+    assert "worker chatter" not in out.stdout
+
+
+@pytest.mark.slow
+def test_under_torchrun_loss_of_rank_0_is_reported_by_rank_1():
+    out = torchrun("lose_rank", {"victim": 0, "how": "exit"}, 10)
+    assert out.returncode != 0
+    doc = one_json(out.stdout)
+    assert not doc["ok"]
+    assert [(lr["rank"], lr["in_op"]) for lr in doc["lost"]] == [(0, "all_reduce float32 count=4 group=world step=1")]
+    assert "exited or unreachable" in doc["lost"][0]["reason"]
+    assert children() == []
