@@ -1,1 +1,28 @@
-"""Per-rank traces of collective calls: the normalized model, the recorder that writes it, loaders that read it."""
+"""Per-rank traces of collective calls: the normalized model, the recorder that writes it, loaders that read it.
+
+Recorder API (importing this package does not import torch):
+
+    import distdoctor.trace
+    distdoctor.trace.enable(dump_dir="dumps", hang_timeout=300)   # before or after init_process_group
+    ...
+    distdoctor.trace.dump("after step 10")                        # on demand; also on hang/SIGUSR1/exception
+
+Environment (what `distdoctor run` sets): DISTDOCTOR_TRACE=1 enables it through the sitecustomize hook;
+DISTDOCTOR_DUMP_DIR, DISTDOCTOR_HANG_TIMEOUT (seconds, 0 = off), DISTDOCTOR_BUFFER (entries per rank),
+DISTDOCTOR_STACKS=0 (no thread stacks in dumps), DISTDOCTOR_DUMP_ON_EXIT=1 (dump at every exit).
+"""
+
+from __future__ import annotations
+
+from distdoctor.trace.recorder import RecorderConfig, disable, dump, enable, get_recorder
+
+
+def enable_from_env() -> None:
+    """Enable when DISTDOCTOR_TRACE is set to a true value (what the sitecustomize hook calls)."""
+    import os
+
+    if os.environ.get("DISTDOCTOR_TRACE", "").strip().lower() in ("1", "true", "yes", "on"):
+        enable()
+
+
+__all__ = ["enable", "disable", "dump", "enable_from_env", "get_recorder", "RecorderConfig"]

@@ -64,6 +64,7 @@ class Entry:
     async_op: bool | None = None
     stream: str | None = None  # stream or thread the call was made on
     frames: list[Frame] = field(default_factory=list)
+    error: str | None = None  # the call raised (recorder): "ExceptionType: message"
 
     @property
     def is_p2p(self) -> bool:

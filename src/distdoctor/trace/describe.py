@@ -1,0 +1,143 @@
+"""What one torch.distributed call is about, read from its arguments without touching the data.
+
+Each describer takes exactly the arguments of the torch.distributed function it describes (so Python's own
+argument binding maps positional and keyword arguments, which is much cheaper than inspect.signature) and
+returns a `Call`: the group object, whether it is async, the input and output tensors (only their shapes and
+dtypes are kept by the recorder), root or peer as given (global rank, or group rank when the caller used
+group_src/group_dst/group_peer), and the reduce op. The recorder turns group ranks into global ranks.
+
+`DESCRIBERS` maps the function name in torch.distributed to (spec op name, describer, is_p2p). Names that a
+torch version lacks are skipped when patching.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+
+class Call(NamedTuple):
+    group: Any
+    async_op: bool
+    inputs: tuple | list
+    outputs: tuple | list
+    root: int | None = None
+    group_root: int | None = None
+    peer: int | None = None
+    group_peer: int | None = None
+    reduce_op: Any = None
+    direction: str | None = None  # "send" | "recv" for p2p
+
+
+_NONE = ()
+
+
+def _all_reduce(tensor, op=None, group=None, async_op=False):
+    return Call(group, async_op, (tensor,), (tensor,), reduce_op=op)
+
+
+def _all_reduce_coalesced(tensors, op=None, group=None, async_op=False):
+    return Call(group, async_op, tensors, tensors, reduce_op=op)
+
+
+def _broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
+    return Call(group, async_op, (tensor,), (tensor,), root=src, group_root=group_src)
+
+
+def _reduce(tensor, dst=None, op=None, group=None, async_op=False, group_dst=None):
+    return Call(group, async_op, (tensor,), (tensor,), root=dst, group_root=group_dst, reduce_op=op)
+
+
+def _all_gather(tensor_list, tensor, group=None, async_op=False):
+    return Call(group, async_op, (tensor,), tensor_list)
+
+
+def _all_gather_single(output_tensor, input_tensor, group=None, async_op=False):
+    return Call(group, async_op, (input_tensor,), (output_tensor,))
+
+
+def _all_gather_coalesced(output_tensor_lists, input_tensor_list, group=None, async_op=False):
+    return Call(group, async_op, input_tensor_list, [t for lst in output_tensor_lists for t in lst])
+
+
+def _reduce_scatter(output, input_list, op=None, group=None, async_op=False):
+    return Call(group, async_op, input_list, (output,), reduce_op=op)
+
+
+def _reduce_scatter_single(output, input, op=None, group=None, async_op=False):
+    return Call(group, async_op, (input,), (output,), reduce_op=op)
+
+
+def _all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
+    return Call(group, async_op, input_tensor_list, output_tensor_list)
+
+
+def _all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,
+                       async_op=False):
+    return Call(group, async_op, (input,), (output,))
+
+
+def _gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
+    return Call(group, async_op, (tensor,), gather_list or _NONE, root=dst, group_root=group_dst)
+
+
+def _scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, group_src=None):
+    return Call(group, async_op, scatter_list or _NONE, (tensor,), root=src, group_root=group_src)
+
+
+def _barrier(group=None, async_op=False, device_ids=None, timeout=None):
+    return Call(group, async_op, _NONE, _NONE)
+
+
+def _monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    return Call(group, False, _NONE, _NONE)
+
+
+def _send(tensor, dst=None, group=None, tag=0, group_dst=None):
+    return Call(group, False, (tensor,), _NONE, peer=dst, group_peer=group_dst, direction="send")
+
+
+def _recv(tensor, src=None, group=None, tag=0, group_src=None):
+    return Call(group, False, _NONE, (tensor,), peer=src, group_peer=group_src, direction="recv")
+
+
+def _isend(tensor, dst=None, group=None, tag=0, group_dst=None):
+    return Call(group, True, (tensor,), _NONE, peer=dst, group_peer=group_dst, direction="send")
+
+
+def _irecv(tensor, src=None, group=None, tag=0, group_src=None):
+    return Call(group, True, _NONE, (tensor,), peer=src, group_peer=group_src, direction="recv")
+
+
+def describe_p2p_op(p2p_op) -> Call:
+    """One element of batch_isend_irecv's list (a P2POp: its peer is already a global rank)."""
+    name = getattr(p2p_op.op, "__name__", "")
+    if name == "irecv":
+        return Call(p2p_op.group, True, _NONE, (p2p_op.tensor,), peer=p2p_op.peer, direction="recv")
+    return Call(p2p_op.group, True, (p2p_op.tensor,), _NONE, peer=p2p_op.peer, direction="send")
+
+
+DESCRIBERS: dict[str, tuple[str, Callable[..., Call], bool]] = {
+    "all_reduce": ("all_reduce", _all_reduce, False),
+    "all_reduce_coalesced": ("all_reduce", _all_reduce_coalesced, False),
+    "broadcast": ("broadcast", _broadcast, False),
+    "reduce": ("reduce", _reduce, False),
+    "all_gather": ("all_gather", _all_gather, False),
+    "all_gather_into_tensor": ("all_gather", _all_gather_single, False),
+    "all_gather_single": ("all_gather", _all_gather_single, False),
+    "_all_gather_base": ("all_gather", _all_gather_single, False),
+    "all_gather_coalesced": ("all_gather", _all_gather_coalesced, False),
+    "reduce_scatter": ("reduce_scatter", _reduce_scatter, False),
+    "reduce_scatter_tensor": ("reduce_scatter", _reduce_scatter_single, False),
+    "reduce_scatter_single": ("reduce_scatter", _reduce_scatter_single, False),
+    "_reduce_scatter_base": ("reduce_scatter", _reduce_scatter_single, False),
+    "all_to_all": ("all_to_all", _all_to_all, False),
+    "all_to_all_single": ("all_to_all", _all_to_all_single, False),
+    "gather": ("gather", _gather, False),
+    "scatter": ("scatter", _scatter, False),
+    "barrier": ("barrier", _barrier, False),
+    "monitored_barrier": ("barrier", _monitored_barrier, False),
+    "send": ("send", _send, True),
+    "recv": ("recv", _recv, True),
+    "isend": ("send", _isend, True),
+    "irecv": ("recv", _irecv, True),
+}

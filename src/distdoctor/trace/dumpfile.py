@@ -1,0 +1,91 @@
+"""Writing dump files: atomically, owner-only, and the Python stacks of every thread.
+
+Atomic write: the bytes go to a hidden temporary file in the same directory (`.rank_3.jsonl.tmp-<pid>-<n>`,
+created O_EXCL with mode 0600), are fsync'ed, then `os.replace`d over the final name and the directory is
+fsync'ed. A reader therefore sees either the previous complete dump or the new complete one, never a torn file,
+even if the process is killed mid-write; a killed writer can leave only a hidden `.tmp-` file behind.
+A directory we create is 0700: dumps carry file paths, host names and stack traces.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import threading
+import traceback
+
+from distdoctor.trace.model import Frame
+
+_tmp_counter = itertools.count()
+MAX_STACK_DEPTH = 64
+
+
+def ensure_private_dir(path: str) -> None:
+    """Create `path` (and parents) if missing; a directory we create gets mode 0700."""
+    if os.path.isdir(path):
+        return
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    try:
+        os.chmod(path, 0o700)
+    except OSError:
+        pass
+
+
+def temp_name(path: str) -> str:
+    directory, base = os.path.split(path)
+    return os.path.join(directory, f".{base}.tmp-{os.getpid()}-{next(_tmp_counter)}")
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Write `data` to `path` so that no reader ever sees a partial file."""
+    tmp = temp_name(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on directories; the rename itself is still atomic
+
+
+def frames_of(frame, limit: int = MAX_STACK_DEPTH) -> list[Frame]:
+    """The stack ending at `frame`, innermost last (like a traceback)."""
+    out = []
+    for summary in traceback.extract_stack(frame, limit=limit):
+        out.append(Frame(summary.name, summary.filename, summary.lineno or 0))
+    return out
+
+
+def frames_of_traceback(tb, limit: int = MAX_STACK_DEPTH) -> list[Frame]:
+    return [Frame(s.name, s.filename, s.lineno or 0) for s in traceback.extract_tb(tb, limit=limit)]
+
+
+def all_thread_stacks(skip_ident: int | None = None) -> dict[str, list[Frame]]:
+    """Current Python stack of every thread, keyed by "<name> (<ident>)"; threads blocked in C show their last
+    Python frame (e.g. the line calling all_reduce)."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    stacks = {}
+    for ident, frame in sys._current_frames().items():
+        if ident == skip_ident:
+            continue
+        stacks[f"{names.get(ident, 'thread')} ({ident})"] = frames_of(frame)
+    return stacks

@@ -1,0 +1,85 @@
+"""When the recorder dumps, on real gloo ranks: a hang (with every thread's stack, including a rank stuck in its
+data loader), SIGUSR1 while blocked inside a collective, and an uncaught exception."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from distdoctor.trace.model import loads
+
+pytestmark = pytest.mark.slow
+
+
+def read(path):
+    try:
+        return loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def names(frames):
+    return [f.name for f in frames]
+
+
+def test_hang_dump_then_sigusr1_while_blocked(ranks_factory, tmp_path, wait_for):
+    release = tmp_path / "release"
+    job = ranks_factory("hang.py", 2, args=[str(release)])
+    dumps = tmp_path / "dumps"
+    paths = [dumps / "rank_0.jsonl", dumps / "rank_1.jsonl"]
+    traces = wait_for(lambda: all(p.exists() for p in paths) and [read(p) for p in paths], 120, "hang dumps")
+    for t in traces:
+        assert t.dump_reason.startswith("hang: no collective completed"), t.dump_reason
+        assert any(n.startswith("prefetcher") for n in t.stacks), list(t.stacks)
+        prefetch = next(v for n, v in t.stacks.items() if n.startswith("prefetcher"))
+        assert "prefetch_loop" in names(prefetch)
+        assert not any(n.startswith("distdoctor-watchdog") for n in t.stacks)
+    rank0, rank1 = traces
+    main0 = next(v for n, v in rank0.stacks.items() if n.startswith("MainThread"))
+    main1 = next(v for n, v in rank1.stacks.items() if n.startswith("MainThread"))
+    # rank 1 is in its data loader; rank 0 waits in the second all_reduce, which is recorded as not completed
+    assert names(main1)[-1] == "fetch_batch", names(main1)
+    assert "fetch_batch" not in names(main0)
+    assert [(e.op, e.seq, e.state) for e in rank0.entries] == [("all_reduce", 1, "completed"),
+                                                               ("all_reduce", 2, "started")]
+    assert [(e.op, e.seq, e.state) for e in rank1.entries] == [("all_reduce", 1, "completed")]
+    assert rank0.entries[1].t_completed is None
+    # once per hang: no second hang dump while nothing progresses
+    first = paths[0].stat().st_mtime_ns
+    time.sleep(1.5)
+    assert paths[0].stat().st_mtime_ns == first
+
+    # SIGUSR1 reaches rank 0 although its main thread is blocked inside gloo's all_reduce
+    os.kill(job.procs[0].pid, signal.SIGUSR1)
+    os.kill(job.procs[1].pid, signal.SIGUSR1)
+    for p in paths:
+        wait_for(lambda p=p: (read(p) or rank0).dump_reason == "signal: SIGUSR1", 30, f"signal dump {p.name}")
+    assert read(paths[0]).entries[-1].state == "started"
+
+    release.touch()
+    assert job.wait(timeout=60) == [0, 0]
+    final0 = read(paths[0])
+    assert final0.dump_reason == "signal: SIGUSR1"  # a clean exit with nothing pending writes no new dump
+    assert not list(dumps.glob(".*tmp*")) and not list(dumps.glob(".rank_*.pid"))
+    assert (dumps / "rank_0.fr.pkl").exists()
+
+
+def test_uncaught_exception_dumps_with_its_traceback(ranks_factory, tmp_path):
+    job = ranks_factory("crash.py", 2)
+    codes = job.wait(timeout=120)
+    assert codes[1] != 0
+    rank1 = read(tmp_path / "dumps" / "rank_1.jsonl")
+    assert rank1.dump_reason == "exception: ValueError: bad batch 7"
+    exc_stack = rank1.stacks["exception in MainThread"]
+    assert names(exc_stack)[-1] == "train_step"
+    assert [(e.op, e.seq, e.state) for e in rank1.entries] == [("all_reduce", 1, "completed")]
+    assert "ValueError: bad batch 7" in job.output(1)  # the previous excepthook still printed the traceback
+    # rank 0 was left in all_reduce #2; gloo fails it when rank 1 dies, and that exception dumps too
+    rank0 = read(tmp_path / "dumps" / "rank_0.jsonl")
+    if codes[0] != 0:
+        assert rank0 is not None and rank0.dump_reason.startswith("exception:")
+        last = rank0.entries[-1]
+        assert (last.op, last.seq, last.state) == ("all_reduce", 2, "started") and last.error

@@ -1,0 +1,81 @@
+"""`distdoctor run -- CMD`: no code change, dumps appear, exit code passes through; under torchrun too."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from distdoctor.trace.model import loads
+
+from recorder_helpers import WORKERS, free_port, kill_group
+
+
+def run_distdoctor(args, timeout, env=None, cwd=None):
+    proc = subprocess.Popen([sys.executable, "-m", "distdoctor", "run", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=env, cwd=cwd)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        out, err = proc.communicate()
+        pytest.fail(f"distdoctor run did not finish in {timeout} s:\n{out[-2000:]}\n{err[-3000:]}")
+    return proc.returncode, out, err
+
+
+def stack(trace, prefix):
+    return [f.name for f in next(v for k, v in trace.stacks.items() if k.startswith(prefix))]
+
+
+@pytest.mark.slow
+def test_run_python_script_without_code_change(tmp_path, cli_env):
+    dumps = tmp_path / "dumps"
+    rc, out, err = run_distdoctor(["--dump-dir", str(dumps), "--hang-timeout", "0", "--",
+                                   sys.executable, str(WORKERS / "plain_job.py"), "single", str(free_port())],
+                                  timeout=120, env=cli_env)
+    assert rc == 3, err  # the script's own exit code
+    trace = loads((dumps / "rank_0.jsonl").read_text())
+    assert trace.dump_reason == "exception: RuntimeError: loader died"
+    assert stack(trace, "exception in loader")[-1] == "loader"
+    assert [(e.op, e.group, e.seq, e.state) for e in trace.entries] == [("all_reduce", "0", 1, "completed")]
+    assert trace.entries[0].frames[-1].filename.endswith("plain_job.py")
+    assert os.stat(dumps).st_mode & 0o777 == 0o700
+    assert os.stat(dumps / "rank_0.jsonl").st_mode & 0o777 == 0o600
+    assert "rank 0: exception: RuntimeError: loader died" in err
+    assert f"next: distdoctor diagnose {dumps}" in err
+    assert "command exited with code 3" in err
+
+
+@pytest.mark.slow
+def test_run_torchrun_two_ranks(tmp_path, cli_env):
+    dumps = tmp_path / "dumps"
+    env = dict(cli_env, LOADER_SLEEP="5", OMP_NUM_THREADS="1")
+    rc, out, err = run_distdoctor(
+        ["--dump-dir", str(dumps), "--hang-timeout", "1.5", "--", sys.executable, "-m", "torch.distributed.run",
+         "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+         str(WORKERS / "plain_job.py"), "torchrun"], timeout=180, env=env, cwd=tmp_path)
+    assert rc == 0, err[-3000:]
+    # one file per rank; the torchrun agent (which also ran the hook) wrote nothing
+    assert sorted(p.name for p in dumps.iterdir()) == ["rank_0.fr.pkl", "rank_0.jsonl", "rank_1.fr.pkl",
+                                                       "rank_1.jsonl"]
+    rank0, rank1 = (loads((dumps / f"rank_{r}.jsonl").read_text()) for r in (0, 1))
+    assert rank0.rank == 0 and rank1.rank == 1 and rank0.world_size == 2
+    assert rank0.dump_reason.startswith("hang:") and rank1.dump_reason.startswith("hang:")
+    assert stack(rank1, "MainThread")[-2:] == ["load_next_batch", "sleep"] or \
+        stack(rank1, "MainThread")[-1] == "load_next_batch"
+    assert [(e.op, e.seq, e.state) for e in rank0.entries][-1] == ("all_reduce", 2, "started")
+    assert "2 rank dump(s)" in err and "next: distdoctor diagnose" in err
+
+
+@pytest.mark.parametrize("args, needle", [
+    ([], "command: nothing to run"),
+    (["--", "no-such-command-xyz"], "no-such-command-xyz: command not found"),
+    (["--buffer", "0", "--", "true"], "--buffer: must be at least 1"),
+    (["--hang-timeout", "-1", "--", "true"], "--hang-timeout: must be >= 0"),
+])
+def test_run_bad_input_is_one_line(args, needle, cli_env):
+    rc, out, err = run_distdoctor(args, timeout=60, env=cli_env)
+    assert rc == 2
+    assert err.strip().count("\n") == 0 and needle in err and "Traceback" not in err
