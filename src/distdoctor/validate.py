@@ -132,6 +132,7 @@ def summarize_validate(job, opts: ValidateOptions) -> dict:
         "world_size": n,
         "backend": job.backend,
         "device": getattr(job, "device", None),
+        "iface": getattr(job, "iface", None),
         "results": rows,
         "culprit_ranks": sorted(culprits),
         "culprits": [{"rank": r, "why": culprits[r]} for r in sorted(culprits)],

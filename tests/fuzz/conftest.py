@@ -8,3 +8,4 @@ _common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, Healt
 settings.register_profile("ci", max_examples=200, **_common)
 settings.register_profile("long", max_examples=10_000, **_common)
 settings.load_profile("ci")
+settings.register_profile("smoke", max_examples=20, **_common)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import json
 import os
 import shutil
 import signal
@@ -147,10 +148,17 @@ class VirtualCluster:
     # ---- processes --------------------------------------------------------------------------------------------
 
     def popen(self, host: Host | int, argv: list[str], **kwargs) -> subprocess.Popen:
-        """Start argv inside `host` in a new session (its own process group); tracked for cleanup."""
+        """Start argv inside `host` in a new session (its own process group); tracked for cleanup.
+
+        Where `unshare` exists the process also gets its own UTS namespace with the host's name as hostname,
+        so reports name the virtual host ("host1"), as they would name a real node. Every step execs, so the
+        returned pid is the program's own."""
         h = self._host(host)
         kwargs.setdefault("start_new_session", True)
-        proc = subprocess.Popen(["ip", "netns", "exec", h.netns, *argv], **kwargs)
+        prefix = ["ip", "netns", "exec", h.netns]
+        if shutil.which("unshare"):
+            prefix += ["unshare", "--uts", "--", "sh", "-c", 'hostname "$0" && exec "$@"', h.name]
+        proc = subprocess.Popen([*prefix, *argv], **kwargs)
         self._procs.append(proc)
         return proc
 
@@ -179,6 +187,16 @@ class VirtualCluster:
             if sig != signal.SIGKILL:
                 return killed
             time.sleep(0.05)
+
+    def link_bytes(self, host: Host | int) -> int:
+        """Bytes sent plus received on the host's link so far (to wait until a job is really communicating)."""
+        h = self._host(host)
+        out = _ip("-n", h.netns, "-s", "-j", "link", "show", "dev", h.iface, check=False)
+        try:
+            stats = json.loads(out.stdout)[0]["stats64"]
+            return int(stats["rx"]["bytes"]) + int(stats["tx"]["bytes"])
+        except (ValueError, LookupError, TypeError):
+            return 0
 
     # ---- link faults ------------------------------------------------------------------------------------------
 
