@@ -17,12 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import networkx as nx
-
 from distdoctor.diagnose import p2p
 from distdoctor.diagnose.findings import PRIORITY, Finding, fmt_group, fmt_ranks
-from distdoctor.diagnose.match import Divergence, GroupView, build_views, divergences
-from distdoctor.diagnose.progress import describe_rank, rank_progress, where_now
+from distdoctor.diagnose.match import Divergence, GroupView, build_views, callsite_divergence, divergences
+from distdoctor.diagnose.progress import describe_rank, is_gloo_fr, rank_progress, where_now
 from distdoctor.diagnose.straggler import find_stragglers
 from distdoctor.diagnose.waitfor import Cycle, Wait, build_waits, describe_cycle, find_cycles, graph
 from distdoctor.trace.model import Entry, TraceSet
@@ -77,7 +75,7 @@ def analyze(ts: TraceSet) -> Report:
     world = range(ts.world_size or 0)
     no_dump = [r for r in world if r not in ts.ranks]
     if no_dump:
-        findings.append(_missing_dump(no_dump, waits))
+        findings.append(_missing_dump(no_dump, waits, views))
 
     for d in divergences(ts, views):
         if d.kind in MISMATCHES:
@@ -87,6 +85,16 @@ def analyze(ts: TraceSet) -> Report:
             explained = [r for r in d.ranks if r not in idle]
             if idle:
                 f = _missing_ranks(d, idle, ts, pending)
+                for r in idle:
+                    site = callsite_divergence(views[d.group], r, d.seq)
+                    if site:
+                        f.detail += (f" Rank {r}'s call sites part from the others' at {site['op']} #{site['seq']}: "
+                                     f"it called from {site['rank_site']} where {fmt_ranks(site['others'])} called "
+                                     f"from {site['others_site']}.")
+                        f.evidence.setdefault("callsite_divergence", {})[str(r)] = site
+                if any(is_gloo_fr(ts.ranks.get(r)) for r in idle):
+                    f.detail += (" (Gloo's Flight Recorder does not record send/recv: a rank blocked in p2p looks idle "
+                                 "in these dumps; the distdoctor recorder's traces show it.)")
                 if explained:
                     f.detail += f" ({fmt_ranks(explained)} also never issued it, but are blocked elsewhere.)"
                 findings.append(f)
@@ -101,15 +109,53 @@ def analyze(ts: TraceSet) -> Report:
                                      "because": "members were lost" if lost else "a deadlock cycle holds them"})
             else:
                 findings.append(_from_divergence(d))
+    findings.extend(p2p.unposted_peers(ts, waits, pending, on_cycle))
     if not findings:
         findings.extend(find_stragglers(views))
 
     findings.sort(key=lambda f: (PRIORITY[f.kind], f.t if f.t is not None else float("inf"), f.ranks))
+    findings = _one_finding_per_absent_rank(findings, consequences)
     ranks = {str(r): rank_progress(t, pending.get(r, [])) for r, t in ts.ranks.items()}
     for r in no_dump:
         ranks[str(r)] = {"missing": True}
     return Report(ts, findings, dict(sorted(ranks.items(), key=lambda kv: int(kv[0]))), ts.world_size, waits,
                   cycles, consequences, views)
+
+
+def _one_finding_per_absent_rank(findings: list[Finding], consequences: list[dict]) -> list[Finding]:
+    """A rank that stopped is absent from the next collective of every group it belongs to: the first of those
+    (by time) is the finding, the others are consequences, named in its detail."""
+    kept: list[Finding] = []
+    seen: dict[int, Finding] = {}
+    for f in findings:
+        if f.kind != "missing_ranks":
+            kept.append(f)
+            continue
+        new = [r for r in f.ranks if r not in seen]
+        if len(new) == len(f.ranks):
+            kept.append(f)
+            for r in f.ranks:
+                seen[r] = f
+            continue
+        consequences.append({"kind": f.kind, "group": f.group, "seq": f.seq, "op": f.op, "ranks": f.ranks,
+                             "because": "the same ranks are already missing from an earlier collective"})
+        for r in f.ranks:
+            if r in seen:
+                also = seen[r].evidence.setdefault("also_absent_from", [])
+                if (f.group, f.seq) not in [(a["group"], a["seq"]) for a in also]:
+                    also.append({"group": f.group, "seq": f.seq, "op": f.op})
+        if new:  # some ranks are new: they still deserve their own finding
+            f.ranks = new
+            kept.append(f)
+            for r in new:
+                seen[r] = f
+    for f in kept:
+        also = f.evidence.get("also_absent_from")
+        if also:
+            f.detail += (" The same rank(s) never reached " + ", ".join(
+                f"{a['op']} #{a['seq']} on group '{a['group']}'" for a in also[:5])
+                + (f" and {len(also) - 5} more" if len(also) > 5 else "") + " either (consequences).")
+    return kept
 
 
 def _order_deadlock(c: Cycle) -> Finding:
@@ -122,18 +168,23 @@ def _order_deadlock(c: Cycle) -> Finding:
                                         "op": w.entry.op} for a, b, w in c.path]})
 
 
-def _missing_dump(no_dump: list[int], waits: list[Wait]) -> Finding:
-    blocked = [w for w in waits if set(w.waits_for) & set(no_dump)]
+def _missing_dump(no_dump: list[int], waits: list[Wait], views: dict[str, GroupView]) -> Finding:
+    """Where the survivors stand: the collective they wait in for the lost ranks, else the last collective the
+    survivors issued on the default group (the lost ranks cannot have completed it)."""
+    blocked = sorted({w.rank for w in waits if set(w.waits_for) & set(no_dump)})
     detail = f"{fmt_ranks(no_dump)} left no trace (crashed, killed, or never dumped)."
     group = seq = op = t = None
+    view = views.get("0")
+    if view is not None:
+        last = [(seq_, e) for r, seqs in view.by_rank.items() if seqs for seq_, e in [max(seqs.items())]]
+        if last:
+            seq, e = max(last, key=lambda x: x[0])
+            group, op, t = "0", e.op, e.t_created
+            detail += f" The survivors got as far as {op} #{seq} on the default group '0'."
     if blocked:
-        w = min(blocked, key=lambda w: w.rank)
-        e = w.entry
-        group, seq, op, t = e.group, e.seq, e.op, e.t_created
-        detail += (f" {fmt_ranks(sorted({w.rank for w in blocked}))} wait for them, "
-                   f"rank {w.rank} in {op} #{seq} on {fmt_group(group)}.")
+        detail += f" {fmt_ranks(blocked)} {'is' if len(blocked) == 1 else 'are'} blocked waiting for them."
     return Finding("missing_dump", no_dump, group=group, seq=seq, op=op, t=t, detail=detail,
-                   evidence={"blocked": sorted({w.rank for w in blocked})})
+                   evidence={"blocked": blocked})
 
 
 def _missing_ranks(d: Divergence, idle: list[int], ts: TraceSet, pending: dict[int, list[Entry]]) -> Finding:
@@ -163,7 +214,3 @@ def _from_divergence(d: Divergence) -> Finding:
                 "dtype": "passed a different dtype", "root": "named a different root"}[what]
         detail = f"at {d.op} #{d.seq} on {fmt_group(d.group)} {fmt_ranks(d.ranks)} {verb} than the other members: {d.detail}."
     return Finding(d.kind, d.ranks, group=d.group, seq=d.seq, op=d.op, t=d.t, detail=detail, evidence=d.evidence)
-
-
-def wait_graph(report: Report) -> nx.DiGraph:
-    return graph(report.waits)

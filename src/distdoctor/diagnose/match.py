@@ -17,10 +17,10 @@ group (communicators complete in order).
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
 from distdoctor.collectives import get_spec
+from distdoctor.diagnose.progress import NOT_USER_CODE
 from distdoctor.trace.model import Entry, TraceSet
 
 SAME_INPUT_SIZE = {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather", "barrier"}
@@ -33,6 +33,7 @@ class GroupView:
     inferred: bool
     by_rank: dict[int, dict[int, Entry]] = field(default_factory=dict)  # rank -> seq -> entry (ranks with a trace)
     last_completed: dict[int, int] = field(default_factory=dict)  # rank -> highest completed seq
+    relation_ok: dict = field(default_factory=dict)  # cache of size-relation checks by (op, sizes identity)
 
     def hi(self, rank: int) -> int:
         seqs = self.by_rank.get(rank)
@@ -61,15 +62,22 @@ def build_views(ts: TraceSet) -> dict[str, GroupView]:
         for name, g in trace.groups.items():
             if name not in views:
                 views[name] = GroupView(name, list(g.ranks), g.inferred)
+        by_group: dict[str, dict[int, Entry]] = {}
         for e in trace.entries:
-            if e.seq is None or e.is_p2p:
+            seq = e.seq
+            if seq is None or e.op in ("send", "recv"):
                 continue
-            view = views.get(e.group)
-            if view is None:
-                view = views[e.group] = GroupView(e.group, [rank], True)
-            view.by_rank.setdefault(rank, {})[e.seq] = e
-            if e.state == "completed" and e.seq > view.last_completed.get(rank, -1):
-                view.last_completed[rank] = e.seq
+            seqs = by_group.get(e.group)
+            if seqs is None:
+                view = views.get(e.group)
+                if view is None:
+                    view = views[e.group] = GroupView(e.group, [rank], True)
+                seqs = by_group[e.group] = view.by_rank.setdefault(rank, {})
+            seqs[seq] = e
+        for name, seqs in by_group.items():
+            done = [s for s, e in seqs.items() if e.state == "completed"]
+            if done:
+                views[name].last_completed[rank] = max(done)
     for view in views.values():
         for rank in ts.ranks:
             if rank in view.members:
@@ -99,7 +107,28 @@ def _minority(values: dict[int, object]) -> tuple[list[int], object, dict]:
     return culprits, reference, {str(v): rs for v, rs in classes.items()}
 
 
+def _uniform(present: dict[int, Entry], n: int, relation_ok: dict) -> bool:
+    """Fast path: every member passed the very same op, sizes, dtypes and root (loaders share equal size and
+    dtype lists between entries, so this is mostly identity checks), and the sizes obey the spec's relation."""
+    it = iter(present.values())
+    ref = next(it)
+    op, ins, outs, dts, root = ref.op, ref.in_sizes, ref.out_sizes, ref.in_dtypes, ref.root
+    for e in it:
+        if e.op != op or e.root != root or (e.in_sizes is not ins and e.in_sizes != ins) or \
+                (e.in_dtypes is not dts and e.in_dtypes != dts) or (e.out_sizes is not outs and e.out_sizes != outs):
+            return False
+    if op in ("all_gather", "reduce_scatter") and ins and outs:
+        key = (op, id(ins), id(outs))  # the entries keep these lists alive for the whole analysis
+        ok = relation_ok.get(key)
+        if ok is None:
+            ok = relation_ok[key] = numel(outs) == get_spec(op).out_numel(numel(ins), n)
+        return ok
+    return True
+
+
 def _compare(view: GroupView, seq: int, present: dict[int, Entry]) -> list[Divergence]:
+    if _uniform(present, len(view.members) or len(present), view.relation_ok):
+        return []
     out: list[Divergence] = []
     t = min((e.t_created for e in present.values() if e.t_created), default=None)
     ops = {r: e.op for r, e in present.items()}
@@ -214,5 +243,35 @@ def _group_key(name: str):
     return (0, int(name), "") if name.isdigit() else (1, 0, name)
 
 
-def counter_summary(values) -> str:
-    return ", ".join(f"{v} x{c}" for v, c in Counter(values).most_common())
+
+
+def callsite(e: Entry) -> tuple:
+    """The chain of user (non-torch) frames that issued an entry, innermost first; empty without frames."""
+    return tuple((f.filename, f.line, f.name) for f in reversed(e.frames)
+                 if not any(m in f.filename for m in NOT_USER_CODE))
+
+
+def callsite_divergence(view: GroupView, rank: int, upto: int) -> dict | None:
+    """First seq (< upto) where `rank` issued from a different code path than the majority of the others.
+
+    This is how an asymmetric code path shows up before the hang: the seq numbers still agree, but one rank's
+    n-th collective comes from another line (it skipped one, or issued an extra one)."""
+    mine = view.by_rank.get(rank, {})
+    others = [r for r in view.by_rank if r != rank and view.by_rank[r]]
+    for seq in sorted(s for s in mine if s < upto):
+        site = callsite(mine[seq])
+        if not site:
+            return None
+        theirs: dict[tuple, list[int]] = {}
+        for r in others:
+            e = view.by_rank[r].get(seq)
+            if e is not None:
+                theirs.setdefault(callsite(e), []).append(r)
+        if not theirs:
+            continue
+        majority = max(theirs, key=lambda k: len(theirs[k]))
+        if majority and majority != site:
+            fmt = lambda chain: " <- ".join(f"{n} ({fn.rsplit('/', 1)[-1]}:{ln})" for fn, ln, n in chain[:3])
+            return {"seq": seq, "op": mine[seq].op, "rank_site": fmt(site), "others_site": fmt(majority),
+                    "others": theirs[majority]}
+    return None

@@ -4,58 +4,69 @@ For every rank: collectives completed per group, the last completed collective, 
 incomplete, see waitfor.py) with its age at dump time, where it was called from (the innermost frame outside
 torch, when the dump has frames), the current Python stack of its main thread (native dumps), and training
 steps when the collective sequence is periodic: the period is the distance between repeats of the first
-signature (group, op, sizes), confirmed over the whole trace; steps = completed entries // period.
+signature (group, op), confirmed over the whole trace; steps = completed entries // period.
 """
 
 from __future__ import annotations
 
 from distdoctor.trace.model import Entry, Frame, RankTrace
 
-_TORCH_PATH_MARKS = ("/torch/", "/site-packages/torch", "distdoctor/trace/")
+# Frames that are plumbing, not the user's code (torch itself, decorators it wraps calls in, our recorder).
+NOT_USER_CODE = ("/torch/", "/site-packages/torch", "distdoctor/trace/", "typing_extensions.py", "/contextlib.py",
+                 "/functools.py")
+_TORCH_PATH_MARKS = NOT_USER_CODE
 
 
 def user_frame(frames: list[Frame]) -> Frame | None:
-    """Innermost frame that is not torch's own (FR frames are innermost first)."""
-    for f in frames:
+    """Innermost frame that is not torch's own (frames are innermost last)."""
+    for f in reversed(frames):
         if not any(m in f.filename for m in _TORCH_PATH_MARKS):
             return f
-    return frames[0] if frames else None
+    return frames[-1] if frames else None
 
 
 def main_stack(trace: RankTrace) -> tuple[str, list[Frame]] | None:
     if not trace.stacks:
         return None
-    for name in ("MainThread", "main", "python"):
-        if name in trace.stacks:
-            return name, trace.stacks[name]
+    for prefix in ("MainThread", "main", "python"):  # the recorder names threads "MainThread (<ident>)"
+        for name, frames in trace.stacks.items():
+            if name == prefix or name.startswith(prefix + " "):
+                return name, frames
     name = next(iter(trace.stacks))
     return name, trace.stacks[name]
 
 
-def where_now(trace: RankTrace) -> str | None:
-    """The innermost user frame of the main thread's current stack (stacks are innermost last)."""
-    got = main_stack(trace)
-    if not got:
-        return None
-    _, frames = got
+def _innermost_user(frames: list[Frame]) -> str | None:
     for f in reversed(frames):
         if not any(m in f.filename for m in _TORCH_PATH_MARKS) and "threading.py" not in f.filename:
             return str(f)
     return str(frames[-1]) if frames else None
 
 
+def where_now(trace: RankTrace) -> str | None:
+    """The innermost user frame of the main thread's current stack (stacks are innermost last). A simulated
+    trace has one pseudo-thread per stream and no main thread: then every stream's position, by name."""
+    if trace.stacks and trace.source == "simulated":
+        parts = [f"{name}: {_innermost_user(frames)}" for name, frames in trace.stacks.items() if frames]
+        return "; ".join(parts) or None
+    got = main_stack(trace)
+    if not got:
+        return None
+    return _innermost_user(got[1])
+
+
 def steps(entries: list[Entry]) -> tuple[int, int] | None:
     """(steps completed, collectives per step) when the sequence is periodic, else None."""
-    sigs = [(e.group, e.op, repr(e.in_sizes)) for e in entries if not e.is_p2p]
+    sigs = [(e.group, e.op) for e in entries if e.seq is not None]
     if len(sigs) < 4:
         return None
     try:
         period = sigs.index(sigs[0], 1)
     except ValueError:
         return None
-    if any(sigs[i] != sigs[i % period] for i in range(len(sigs))) or len(sigs) < 2 * period:
+    if period < 2 or any(sigs[i] != sigs[i % period] for i in range(len(sigs))) or len(sigs) < 2 * period:
         return None
-    done = sum(1 for e in entries if not e.is_p2p and e.state == "completed")
+    done = sum(1 for e in entries if e.seq is not None and e.state == "completed")
     return done // period, period
 
 
@@ -76,10 +87,9 @@ def rank_progress(trace: RankTrace, pending: list[Entry]) -> dict:
     completed: dict[str, int] = {}
     last_done: Entry | None = None
     for e in trace.entries:
-        if e.state == "completed" and not e.is_p2p:
+        if e.state == "completed" and e.seq is not None:
             completed[e.group] = completed.get(e.group, 0) + 1
             last_done = e
-    dump_time = trace.dump_time or max((e.t_created or 0 for e in trace.entries), default=None)
     out: dict = {
         "source": trace.source, "path": trace.path, "entries": len(trace.entries),
         "completed": completed,
@@ -107,7 +117,8 @@ def describe_rank(rank: int, trace: RankTrace | None, pending: list[Entry]) -> s
     done = [e for e in trace.entries if e.state == "completed"]
     if done:
         e = done[-1]
-        parts.append(f"its last completed collective was {e.op} #{e.seq if not e.is_p2p else e.p2p_seq} "
+        what = "call" if e.is_p2p else "collective"
+        parts.append(f"its last completed {what} was {e.op} #{e.seq if not e.is_p2p else e.p2p_seq} "
                      f"on group '{e.group}'")
     elif not trace.entries:
         parts.append("it recorded no collective at all")
@@ -118,5 +129,10 @@ def describe_rank(rank: int, trace: RankTrace | None, pending: list[Entry]) -> s
         parts.append("it is in no collective")
     now = where_now(trace)
     if now:
-        parts.append(f"its main thread is now at {now}")
-    return f"rank {rank}: " + ", ".join(parts)
+        parts.append(f"its {'streams are' if trace.source == 'simulated' else 'main thread is'} now at {now}")
+    return f"rank {rank}: " + "; ".join(parts)
+
+
+def is_gloo_fr(trace: RankTrace | None) -> bool:
+    return bool(trace and trace.source.startswith("flight_recorder")
+                and any(e.raw_op.startswith("gloo:") for e in trace.entries[-50:]))

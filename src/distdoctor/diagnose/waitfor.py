@@ -38,7 +38,7 @@ def pending_entries(ts: TraceSet, views: dict[str, GroupView]) -> dict[int, list
         seen_streams: set = set()
         pend: list[Entry] = []
         for e in trace.entries:
-            if e.stream in seen_streams:
+            if e.state == "completed" or e.stream in seen_streams:
                 continue
             if _incomplete(rank, e, views):
                 seen_streams.add(e.stream)

@@ -74,6 +74,8 @@ def load_file(path: str, interner: _Interner | None = None) -> RankTrace:
     if data.lstrip()[:1] in (b"{", b"["):
         try:
             obj = _json_loads(data)
+        except RecursionError:
+            raise ValueError("corrupt JSON (nested too deeply)") from None
         except ValueError as exc:
             raise ValueError(f"corrupt or truncated JSON ({str(exc).splitlines()[0]})") from None
         if not isinstance(obj, dict) or "entries" not in obj or "version" not in obj:
@@ -84,30 +86,108 @@ def load_file(path: str, interner: _Interner | None = None) -> RankTrace:
     raise ValueError("unrecognized format: not a Flight Recorder pickle or JSON dump, nor a distdoctor trace")
 
 
-def load_traces(paths: list[str], world_size: int | None = None) -> TraceSet:
-    """Load every trace under `paths` (files or directories) into one TraceSet."""
+PARALLEL_MIN_FILES = 64  # below this, starting worker processes costs more than it saves
+
+
+def _load_one(path: str, interner: _Interner) -> RankTrace | LoadError:
+    try:
+        return load_file(path, interner)
+    except ValueError as exc:
+        return LoadError(path, str(exc))
+    except (MemoryError, RecursionError) as exc:
+        return LoadError(path, f"too large or too deeply nested to load ({type(exc).__name__})")
+
+
+def _load_compact(path: str):
+    """Worker side of the parallel load: a trace travels back as plain tuples (fast to pickle), not objects."""
+    got = _load_one(path, _WORKER_INTERNER)
+    if isinstance(got, LoadError):
+        return got
+    entries = [tuple(e.__dict__.values()) for e in got.entries]
+    got.entries = []
+    return got, entries
+
+
+_WORKER_INTERNER = _Interner()
+
+
+def _load_parallel(files: list[str], jobs: int) -> list[RankTrace | LoadError] | None:
+    """Parse files in `jobs` forked workers; the parent rebuilds entries and re-shares equal size/dtype lists
+    across ranks (the matcher's fast path compares them by identity). None when processes are unavailable."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    from distdoctor.trace.model import Entry
+
+    if "fork" not in mp.get_all_start_methods():
+        return None
+    shared: dict[tuple, list] = {}
+    out: list[RankTrace | LoadError] = []
+    try:
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+            for got in pool.map(_load_compact, files, chunksize=8):
+                if isinstance(got, LoadError):
+                    out.append(got)
+                    continue
+                trace, rows = got
+                local: dict[int, list] = {}
+                for row in rows:
+                    e = Entry(*row)
+                    for name in ("in_sizes", "out_sizes", "in_dtypes", "out_dtypes"):
+                        value = getattr(e, name)
+                        if value:
+                            canon = local.get(id(value))
+                            if canon is None:
+                                key = (name[-5:], tuple(tuple(x) if isinstance(x, list) else x for x in value))
+                                canon = local[id(value)] = shared.setdefault(key, value)
+                            setattr(e, name, canon)
+                    trace.entries.append(e)
+                out.append(trace)
+    except (OSError, RuntimeError):  # no processes here (sandbox, exhausted): load in this process instead
+        return None
+    return out
+
+
+def load_traces(paths: list[str], world_size: int | None = None, jobs: int | None = None) -> TraceSet:
+    """Load every trace under `paths` (files or directories) into one TraceSet.
+
+    Many files are parsed in parallel (one worker per CPU, `jobs` to override; 1 = in this process)."""
     files, errors = expand_paths(list(paths))
     ts = TraceSet(errors=errors)
-    interner = _Interner()
+    if jobs is None:
+        jobs = min(os.cpu_count() or 1, 8) if len(files) >= PARALLEL_MIN_FILES else 1
+    results = _load_parallel(files, jobs) if jobs > 1 else None
+    if results is None:
+        interner = _Interner()
+        results = [_load_one(path, interner) for path in files]
     loaded: list[RankTrace] = []
-    for path in files:
-        try:
-            loaded.append(load_file(path, interner))
-        except ValueError as exc:
-            ts.errors.append(LoadError(path, str(exc)))
+    for got in results:
+        if isinstance(got, LoadError):
+            ts.errors.append(got)
+        else:
+            loaded.append(got)
     _drop_mixed_versions(loaded, ts.errors)
+    # Several files for one rank: the richest source wins (the recorder writes rank_<r>.jsonl next to Flight
+    # Recorder's rank_<r>.fr.pkl); among equals, the first in path order. The others are reported, not used.
+    loaded.sort(key=lambda t: _SOURCE_RANK.get(t.source, 0))
     for trace in loaded:
         if trace.rank < 0:
             ts.errors.append(LoadError(trace.path, f"negative rank {trace.rank}"))
         elif trace.rank in ts.ranks:
+            kept = ts.ranks[trace.rank]
+            why = ("" if kept.source == trace.source else
+                   f" ({kept.source} is preferred over {trace.source})")
             ts.errors.append(LoadError(trace.path, f"duplicate rank {trace.rank}: already loaded from "
-                                                   f"{ts.ranks[trace.rank].path}; this file is ignored"))
+                                                   f"{kept.path}{why}; this file is ignored"))
         else:
             ts.ranks[trace.rank] = trace
     ts.ranks = dict(sorted(ts.ranks.items()))
     ts.world_size = _world_size(ts, world_size)
     _infer_groups(ts)
     return ts
+
+
+_SOURCE_RANK = {"native": 0, "simulated": 0, "flight_recorder-pickle": 1, "flight_recorder-json": 2}
 
 
 def _drop_mixed_versions(loaded: list[RankTrace], errors: list[LoadError]) -> None:
@@ -176,10 +256,11 @@ def _infer_groups(ts: TraceSet) -> None:
     world = list(range(ts.world_size or 0))
     for t in ts.ranks.values():
         for name in set(t.groups) | {e.group for e in t.entries}:
-            if name in given:
+            if name == DEFAULT_GROUP:  # the default group is the world, however many ranks left a dump
+                stated = given.get(name)
+                t.groups[name] = GroupInfo(name, world, stated != world, descs.get(name, "default_pg"))
+            elif name in given:
                 t.groups[name] = GroupInfo(name, list(given[name]), False, descs.get(name, ""))
-            elif name == DEFAULT_GROUP:
-                t.groups[name] = GroupInfo(name, world, True, descs.get(name, "default_pg"))
             else:
                 t.groups[name] = GroupInfo(name, sorted(issued.get(name, {t.rank})), True, descs.get(name, ""))
 

@@ -23,6 +23,7 @@ p2p. FR does not record broadcast/reduce roots, so `root` stays None.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import pickle
@@ -31,10 +32,19 @@ import re
 from distdoctor.collectives import canonical_op
 from distdoctor.trace.model import DEFAULT_GROUP, Entry, Frame, GroupInfo, RankTrace
 
-PICKLE_ALLOWED = {("builtins", "set"), ("builtins", "frozenset")}
+def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
+    """Protocol-2 pickles spell bytes as _codecs.encode(str, 'latin1'); nothing else is allowed through."""
+    if encoding not in ("latin1", "latin-1") or not isinstance(text, str):
+        raise pickle.UnpicklingError(f"refused to load _codecs.encode with encoding {encoding!r}")
+    return text.encode("latin1")
+
+
+# The only names a dump may refer to: builders of builtin containers (older protocols spell them as globals).
+PICKLE_ALLOWED = {("builtins", "set"): set, ("builtins", "frozenset"): frozenset,
+                  ("__builtin__", "set"): set, ("__builtin__", "frozenset"): frozenset,
+                  ("_codecs", "encode"): _latin1_bytes}
 _P2P_META = re.compile(r"^\s*(\d+)\s*(->|<-)\s*(\d+)\s*$")
-_RANK_SUFFIX = re.compile(r"(\d+)$")
-_KNOWN_EXT = (".pkl", ".pickle", ".json", ".jsonl", ".bin", ".txt", ".dump", ".fr")
+_RANK_SUFFIX = re.compile(r"(\d+)(?:\.[A-Za-z]+)*$")  # rank_3, dump_3.pkl, rank_3.fr.pkl
 
 
 class SafeUnpickler(pickle.Unpickler):
@@ -42,7 +52,7 @@ class SafeUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str):  # noqa: D102 - the whole point of this class
         if (module, name) in PICKLE_ALLOWED:
-            return super().find_class(module, name)
+            return PICKLE_ALLOWED[(module, name)]
         raise pickle.UnpicklingError(
             f"refused to load {module}.{name}: a Flight Recorder dump holds only builtin containers and scalars")
 
@@ -55,7 +65,8 @@ def safe_unpickle(data: bytes) -> object:
     try:
         return SafeUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as exc:
-        raise ValueError(str(exc)) from None
+        msg = str(exc)
+        raise ValueError(msg if msg.startswith("refused") else f"corrupt or truncated pickle ({msg})") from None
     except (EOFError, IndexError):
         raise ValueError("truncated pickle (ends before its STOP opcode)") from None
     except RecursionError:
@@ -67,13 +78,8 @@ def safe_unpickle(data: bytes) -> object:
 
 
 def rank_from_filename(path: str) -> int | None:
-    """`nccl_trace_rank_3`, `dump_3.pkl`, `fr_3.json` -> 3 (the last number before a known extension)."""
-    base = path.rsplit("/", 1)[-1]
-    for ext in _KNOWN_EXT:
-        if base.lower().endswith(ext):
-            base = base[: -len(ext)]
-            break
-    m = _RANK_SUFFIX.search(base)
+    """`nccl_trace_rank_3`, `dump_3.pkl`, `rank_3.fr.pkl` -> 3 (the last number before the extensions)."""
+    m = _RANK_SUFFIX.search(path.rsplit("/", 1)[-1])
     return int(m.group(1)) if m else None
 
 
@@ -89,12 +95,6 @@ def _parse_ranks(raw: object) -> list[int]:
     return sorted(int(r) for r in raw)
 
 
-def _ns(value: object) -> float | None:
-    if not value:
-        return None
-    return int(value) / 1e9
-
-
 class _Interner:
     """Shares equal size/dtype lists between entries: a dump repeats a few shapes thousands of times."""
 
@@ -102,11 +102,28 @@ class _Interner:
         self.sizes: dict[tuple, list] = {}
         self.strs: dict[tuple, list] = {}
         self.empty_frames: list[Frame] = []
+        self.names: dict[str, tuple] = {}
+        self.groups: dict = {}
+        self.strings: dict = {}
+
+    def text(self, raw) -> str | None:
+        """One shared object per distinct short string (thread names repeat on every entry)."""
+        if not raw:
+            return None
+        got = self.strings.get(raw)
+        if got is None:
+            got = self.strings[raw] = str(raw)
+        return got
+
+    def group(self, raw) -> str:
+        name = str(raw) or DEFAULT_GROUP  # Gloo's default group: '' in pg_config, '0' in entries
+        self.groups[raw] = name
+        return name
 
     def size_list(self, raw) -> list[list[int]]:
         if not raw:
             return []
-        key = tuple(tuple(s) for s in raw)
+        key = tuple(map(tuple, raw))
         got = self.sizes.get(key)
         if got is None:
             got = self.sizes[key] = [[int(d) for d in s] for s in raw]
@@ -156,22 +173,20 @@ def parse_fr_dump(obj: object, path: str, source: str, rank: int | None = None,
     if not isinstance(entries, list):
         raise ValueError(f"'entries' is {type(entries).__name__}, not a list")
     local_peers: list[tuple[Entry, int]] = []
-    empty_frames = interner.empty_frames
+    append = trace.entries.append
     for i, raw in enumerate(entries):
         try:
-            entry, local_peer = _parse_entry(raw, i, interner, empty_frames)
+            entry, local_peer = _parse_entry(raw, i, interner)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
             raise ValueError(f"entry {i} is malformed ({what})") from None
-        trace.entries.append(entry)
+        append(entry)
         if local_peer is not None:
             local_peers.append((entry, local_peer))
-        desc = raw["process_group"][1] if len(raw["process_group"]) > 1 else ""
         if entry.group not in trace.groups:
             # Membership not given: the trace-set loader infers it from who issued on the group.
-            trace.groups[entry.group] = GroupInfo(name=entry.group, ranks=[], inferred=True, desc=str(desc))
-        elif not trace.groups[entry.group].desc:
-            trace.groups[entry.group].desc = str(desc)
+            pg = raw["process_group"]
+            trace.groups[entry.group] = GroupInfo(entry.group, [], True, str(pg[1]) if len(pg) > 1 else "")
     for entry, local in local_peers:
         members = trace.groups[entry.group].ranks
         if members and local < len(members):
@@ -181,42 +196,63 @@ def parse_fr_dump(obj: object, path: str, source: str, rank: int | None = None,
     return trace
 
 
-def _parse_entry(raw: dict, i: int, interner: _Interner, empty_frames: list) -> tuple[Entry, int | None]:
-    group = str(raw["process_group"][0]) or DEFAULT_GROUP
-    profiling = str(raw["profiling_name"])
-    name, _, meta = profiling.partition(" ")
-    op = canonical_op(name) or f"other:{profiling}"
-    is_p2p = bool(raw.get("is_p2p")) or op in ("send", "recv")
-    local_peer = None
-    if is_p2p and meta:
-        m = _P2P_META.match(meta)
-        if m:  # "send 0->1" (src->dst), "recv 1<-0" (dst<-src), group-local ranks
-            # "send 0->1" is src->dst and "recv 1<-0" is dst<-src: the peer is the number after the arrow.
-            local_peer = int(m.group(3))
-    state_raw = raw.get("state")
-    if raw.get("retired") or state_raw == "completed":
+_ENTRY_FIELDS = ("index", "group", "op", "seq", "p2p_seq", "raw_op", "in_sizes", "out_sizes", "in_dtypes",
+                 "out_dtypes", "root", "peer", "reduce_op", "state", "t_created", "t_started", "t_completed",
+                 "async_op", "stream", "frames")
+# Positional construction is ~3x faster than keywords (a dump has millions of entries); only while the model's
+# field order starts with the one written here.
+_POSITIONAL = tuple(f.name for f in dataclasses.fields(Entry))[: len(_ENTRY_FIELDS)] == _ENTRY_FIELDS
+
+
+def _op_of(profiling: str, interner: _Interner) -> tuple[str, bool, int | None, str]:
+    got = interner.names.get(profiling)
+    if got is None:
+        name, _, meta = profiling.partition(" ")
+        op = canonical_op(name) or f"other:{profiling}"
+        local_peer = None
+        if op in ("send", "recv") and meta:
+            m = _P2P_META.match(meta)
+            if m:  # "send 0->1" is src->dst and "recv 1<-0" is dst<-src: the peer is the number after the arrow
+                local_peer = int(m.group(3))
+        got = interner.names[profiling] = (op, op in ("send", "recv"), local_peer, str(profiling))
+    return got
+
+
+def _parse_entry(raw: dict, i: int, interner: _Interner) -> tuple[Entry, int | None]:
+    group = raw["process_group"][0]
+    group = interner.groups.get(group) or interner.group(group)
+    profiling = raw["profiling_name"]
+    op, p2p_name, local_peer, profiling = _op_of(profiling, interner)  # one shared string per name
+    is_p2p = p2p_name or bool(raw.get("is_p2p"))
+    if raw.get("retired"):
         state = "completed"
-    elif state_raw == "started":
-        state = "started"
     else:
-        state = "issued"
+        state = _STATES.get(raw.get("state"), "issued")
     frames_raw = raw.get("frames")
-    frames = ([Frame(str(f["name"]), str(f["filename"]), int(f["line"])) for f in frames_raw]
-              if frames_raw else empty_frames)
+    # Flight Recorder lists frames innermost first; the model (like a traceback) keeps innermost last.
+    frames = ([Frame(str(f["name"]), str(f["filename"]), int(f["line"])) for f in reversed(frames_raw)]
+              if frames_raw else interner.empty_frames)
     seq = raw.get("collective_seq_id")
     p2p_seq = raw.get("p2p_seq_id")
-    entry = Entry(
-        index=int(raw.get("record_id", i)), group=group, op=op,
-        seq=None if is_p2p else (int(seq) if seq is not None else None),
-        p2p_seq=int(p2p_seq) if is_p2p and p2p_seq is not None else None,
-        raw_op=profiling,
-        in_sizes=interner.size_list(raw.get("input_sizes")), out_sizes=interner.size_list(raw.get("output_sizes")),
-        in_dtypes=interner.str_list(raw.get("input_dtypes")), out_dtypes=interner.str_list(raw.get("output_dtypes")),
-        state=state, t_created=_ns(raw.get("time_created_ns")),
-        t_started=_ns(raw.get("time_discovered_started_ns")), t_completed=_ns(raw.get("time_discovered_completed_ns")),
-        stream=raw.get("thread_name") or None, frames=frames,
+    created, started, completed = (raw.get("time_created_ns"), raw.get("time_discovered_started_ns"),
+                                   raw.get("time_discovered_completed_ns"))
+    values = (
+        int(raw.get("record_id", i)), group, op,
+        None if is_p2p or seq is None else int(seq),
+        int(p2p_seq) if is_p2p and p2p_seq is not None else None,
+        profiling,
+        interner.size_list(raw.get("input_sizes")), interner.size_list(raw.get("output_sizes")),
+        interner.str_list(raw.get("input_dtypes")), interner.str_list(raw.get("output_dtypes")),
+        None, None, None, state,
+        int(created) / 1e9 if created else None, int(started) / 1e9 if started else None,
+        int(completed) / 1e9 if completed else None, None,
+        interner.text(raw.get("thread_name")), frames,
     )
+    entry = Entry(*values) if _POSITIONAL else Entry(**dict(zip(_ENTRY_FIELDS, values)))
     return entry, local_peer
+
+
+_STATES = {"completed": "completed", "started": "started", "scheduled": "issued"}
 
 
 def load_fr_pickle(data: bytes, path: str, interner: _Interner | None = None) -> RankTrace:

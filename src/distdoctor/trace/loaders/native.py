@@ -1,12 +1,53 @@
-"""distdoctor's own trace files (recorder and simulator output): the JSON-lines format of trace/model.py."""
+"""distdoctor's own trace files (recorder and simulator output): the JSON-lines format of trace/model.py.
+
+model.loads parses; this module also checks the types the analyzer relies on, so a hand-edited or damaged
+trace gives a LoadError naming the line instead of failing later inside the analysis.
+"""
 
 from __future__ import annotations
 
 from distdoctor.trace.model import NATIVE_FORMAT, RankTrace, loads
 
+_STATES = ("issued", "started", "completed")
+
 
 def is_native(first_line: bytes) -> bool:
     return first_line.lstrip().startswith(b"{") and NATIVE_FORMAT.encode() in first_line
+
+
+def _int_or_none(v) -> bool:
+    return v is None or (isinstance(v, int) and not isinstance(v, bool))
+
+
+def _sizes_ok(v) -> bool:
+    return isinstance(v, list) and all(isinstance(s, list) and all(isinstance(d, int) for d in s) for s in v)
+
+
+def _check(trace: RankTrace) -> None:
+    if not isinstance(trace.world_size, (int, type(None))):
+        raise ValueError(f"header world_size is {trace.world_size!r}, not a number")
+    for name, g in trace.groups.items():
+        if not isinstance(g.ranks, list) or not all(_int_or_none(r) and r is not None for r in g.ranks):
+            raise ValueError(f"group {name!r} has ranks {g.ranks!r}, not a list of ranks")
+    for i, e in enumerate(trace.entries):
+        where = f"entry {i} (line {i + 2})"
+        if not isinstance(e.group, str) or not isinstance(e.op, str):
+            raise ValueError(f"{where}: group and op must be strings")
+        if e.state not in _STATES:
+            raise ValueError(f"{where}: state {e.state!r} is not one of {', '.join(_STATES)}")
+        for name in ("index", "seq", "p2p_seq", "root", "peer"):
+            if not _int_or_none(getattr(e, name)) or (name == "index" and e.index is None):
+                raise ValueError(f"{where}: {name} {getattr(e, name)!r} is not an integer")
+        for name in ("in_sizes", "out_sizes"):
+            if not _sizes_ok(getattr(e, name)):
+                raise ValueError(f"{where}: {name} must be a list of shapes (lists of integers)")
+        for name in ("in_dtypes", "out_dtypes"):
+            if not isinstance(getattr(e, name), list):
+                raise ValueError(f"{where}: {name} must be a list")
+        for name in ("t_created", "t_started", "t_completed"):
+            v = getattr(e, name)
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
+                raise ValueError(f"{where}: {name} {v!r} is not a time")
 
 
 def load_native(data: bytes, path: str) -> RankTrace:
@@ -14,6 +55,9 @@ def load_native(data: bytes, path: str) -> RankTrace:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8 text (byte {exc.start})") from None
-    trace = loads(text, path=path)
-    # Frames default to fresh lists in the model; entries without frames share one to keep big traces small.
+    try:
+        trace = loads(text, path=path)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    _check(trace)
     return trace

@@ -1,0 +1,181 @@
+"""Analyzer at scale: 1024 ranks x 2000 Flight Recorder entries each, diagnosed from JSON dumps.
+
+    python benchmarks/diagnose_scale.py [--ranks 1024] [--entries 2000] [--data DIR] [--skip-torchfrtrace]
+
+Generates synthetic but realistic NCCL-style dumps (pg_config with members; a 3-D layout: tensor-parallel groups
+of 8, data-parallel groups across them, the default group; all_reduce / reduce_scatter / all_gather / broadcast
+with realistic sizes and timestamps; entries completed and retired) with one planted fault: rank 777 stops in
+its data loader, so its tensor-parallel peers hang in the next all_reduce. Writes each dump as JSON
+(`_dump_fr_trace_json` layout) and as pickle (for torchfrtrace), then times, each in a fresh child process:
+- `distdoctor diagnose DIR --format json` on the JSON dumps: wall seconds and peak RSS;
+- torchfrtrace (`python -m torch.distributed.flight_recorder.fr_trace DIR -p rank_`) on the pickle dumps, with a
+  time limit: what happened, its wall seconds and peak RSS.
+Prints a JSON summary and the markdown rows for docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TP = 8
+FAULT_RANK = 777  # for --ranks 1024; smaller worlds use the rank at the same relative place
+
+
+def fault_rank(world: int) -> int:
+    return FAULT_RANK if world == 1024 else (world * 3) // 4 + 9 % TP
+
+
+def layout(world: int) -> dict[str, list[int]]:
+    groups = {"0": list(range(world))}
+    for k in range(world // TP):  # tensor parallel: consecutive ranks
+        groups[f"tp{k}"] = list(range(k * TP, (k + 1) * TP))
+    for j in range(TP):  # data parallel: same position in every tp group
+        groups[f"dp{j}"] = list(range(j, world, TP))
+    return groups
+
+
+STEP = ([("tp", "all_reduce", [[4096, 1024]], "BFloat16")] * 6
+        + [("dp", "reduce_scatter", [[8388608]], "Float"), ("dp", "all_gather", [[1048576]], "Float"),
+           ("0", "all_reduce", [[1]], "Float"), ("tp", "broadcast", [[256]], "Long")])
+
+
+def rank_dump(rank: int, world: int, n_entries: int, groups: dict[str, list[int]]) -> dict:
+    tp, dp = f"tp{rank // TP}", f"dp{rank % TP}"
+    names = {"tp": tp, "dp": dp, "0": "0"}
+    pg_config = {g: {"name": g, "desc": "default_pg" if g == "0" else g, "ranks": json.dumps(groups[g])}
+                 for g in ("0", tp, dp)}
+    seqs = {g: 0 for g in names.values()}
+    entries = []
+    t0 = 1_700_000_000_000_000_000
+    fault = fault_rank(world)
+    stop = n_entries - 5 if rank == fault else None
+    n_dp = len(groups[dp])
+    for i in range(n_entries):
+        if stop is not None and i >= stop:
+            break
+        kind, op, sizes, dtype = STEP[i % len(STEP)]
+        g = names[kind]
+        seqs[g] += 1
+        out = sizes
+        if op == "reduce_scatter":
+            out = [[sizes[0][0] // n_dp]]
+        elif op == "all_gather":
+            out = [[sizes[0][0] * n_dp]]
+        # the peers of the lost rank issue the all_reduce they then hang in, the rest of the world hangs later
+        hung = (rank // TP == fault // TP and i >= n_entries - 5) or i >= n_entries - 1
+        t = t0 + i * 3_000_000 + (rank % 7) * 1000
+        entries.append({
+            "record_id": i, "pg_id": 0 if g == "0" else (1 if kind == "tp" else 2), "process_group": [g, g],
+            "collective_seq_id": seqs[g], "p2p_seq_id": 0, "op_id": seqs[g], "profiling_name": f"nccl:{op}",
+            "time_created_ns": t, "input_sizes": sizes, "input_dtypes": [dtype], "output_sizes": out,
+            "output_dtypes": [dtype], "state": "scheduled" if hung else "completed",
+            "time_discovered_started_ns": 0 if hung else t + 5000,
+            "time_discovered_completed_ns": 0 if hung else t + 900_000, "retired": not hung,
+            "timeout_ms": 600000, "is_p2p": False, "thread_id": "140000000000000", "thread_name": "pt_main_thread",
+        })
+        if hung and kind == "tp":
+            break  # a rank blocks in its first hung collective
+    return {"version": "2.10", "pg_config": pg_config,
+            "pg_status": {}, "comm_lib_version": "2.21.5", "nccl_comm_state": {}, "entries": entries}
+
+
+def generate(data: Path, world: int, n_entries: int) -> None:
+    stamp = data / f".complete_{world}x{n_entries}"
+    if stamp.exists():
+        return
+    (data / "json").mkdir(parents=True, exist_ok=True)
+    (data / "pickle").mkdir(parents=True, exist_ok=True)
+    groups = layout(world)
+    for rank in range(world):
+        d = rank_dump(rank, world, n_entries, groups)
+        (data / "json" / f"rank_{rank}.json").write_text(json.dumps(d))
+        for e in d["entries"]:
+            e["process_group"] = tuple(e["process_group"])
+            e["time_discovered_started_ns"] = e["time_discovered_started_ns"] or None
+            e["time_discovered_completed_ns"] = e["time_discovered_completed_ns"] or None
+            e["frames"] = [{"name": "train_step", "filename": "train.py", "line": 120}]
+        (data / "pickle" / f"rank_{rank}").write_bytes(pickle.dumps(d))
+    stamp.write_text("ok")
+
+
+_WRAPPER = """
+import json, resource, subprocess, sys, time
+timeout, out_path, cmd = float(sys.argv[1]), sys.argv[2], sys.argv[3:]
+t = time.perf_counter()
+p = subprocess.Popen(cmd, stdout=open(out_path, "wb"), stderr=subprocess.PIPE)
+try:
+    _, err = p.communicate(timeout=timeout)
+    rc, outcome = p.returncode, None
+except subprocess.TimeoutExpired:
+    p.kill()
+    _, err = p.communicate()
+    rc, outcome = None, f"timed out after {timeout:.0f} s (killed)"
+wall = time.perf_counter() - t
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"rc": rc, "outcome": outcome, "wall_s": round(wall, 1), "cpu_s": round(r.ru_utime + r.ru_stime, 1),
+                  "peak_rss_mb": round(r.ru_maxrss / 1024), "stderr": err.decode(errors="replace")[-2000:]}))
+"""
+
+
+def timed_child(cmd: list[str], timeout: float, env: dict | None = None, stdout_path: str = os.devnull) -> dict:
+    """Run cmd in a child: wall seconds, CPU seconds (user + sys, all its processes), peak RSS of its largest
+    process (ru_maxrss of the waited children), exit code; killed at `timeout` and still measured."""
+    res = subprocess.run([sys.executable, "-c", _WRAPPER, str(timeout), stdout_path, *cmd], capture_output=True,
+                         text=True, timeout=timeout + 60, env=env)
+    return json.loads(res.stdout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=1024)
+    ap.add_argument("--entries", type=int, default=2000)
+    ap.add_argument("--data", default="/tmp/distdoctor-diagnose-scale")
+    ap.add_argument("--timeout", type=float, default=900, help="limit for distdoctor diagnose (s)")
+    ap.add_argument("--torchfrtrace-timeout", type=float, default=900)
+    ap.add_argument("--skip-torchfrtrace", action="store_true")
+    ap.add_argument("--skip-distdoctor", action="store_true", help="only torchfrtrace (e.g. to rerun it alone)")
+    args = ap.parse_args()
+    data = Path(args.data) / f"{args.ranks}x{args.entries}"
+    t = time.perf_counter()
+    generate(data, args.ranks, args.entries)
+    print(f"dumps ready in {time.perf_counter() - t:.1f} s under {data}", file=sys.stderr)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    report_path = str(data / "report.json")
+    ours = {"rc": None, "outcome": "skipped", "wall_s": float("nan"), "cpu_s": float("nan")} if args.skip_distdoctor \
+        else timed_child([sys.executable, "-m", "distdoctor", "diagnose", str(data / "json"), "--format", "json"],
+                       args.timeout, env, report_path)
+    summary = {"ranks": args.ranks, "entries_per_rank": args.entries, "cpus": os.cpu_count(),
+               "json_bytes": sum(p.stat().st_size for p in (data / "json").iterdir()), "distdoctor": ours}
+    if ours.get("rc") in (0, 1):
+        doc = json.loads(Path(report_path).read_text())
+        summary["distdoctor"]["findings"] = [(f["kind"], f["ranks"], f["group"], f["seq"], f["op"])
+                                             for f in doc["findings"]]
+    ours.pop("stderr", None)
+    summary["load_average_after"] = os.getloadavg()
+    if not args.skip_torchfrtrace:
+        theirs = timed_child([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace",
+                              str(data / "pickle"), "-p", "rank_"], args.torchfrtrace_timeout)
+        if theirs.get("rc") is not None:
+            last = ((theirs.get("stderr") or "").strip().splitlines() or [""])[-1]
+            theirs["outcome"] = "finished" if theirs["rc"] == 0 else f"exit {theirs['rc']}: {last[:300]}"
+        theirs.pop("stderr", None)
+        summary["torchfrtrace"] = theirs
+        # the machine is shared: CPU seconds compare more fairly than wall seconds; both are reported
+        summary["ratio_wall_torchfrtrace_over_distdoctor"] = round(theirs["wall_s"] / ours["wall_s"], 2)
+        summary["ratio_cpu_torchfrtrace_over_distdoctor"] = round(theirs["cpu_s"] / max(ours["cpu_s"], 1e-9), 2)
+        if theirs.get("rc") is None:
+            summary["note"] = "torchfrtrace was killed at its limit: its ratios are lower bounds"
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Plain-text report of `distdoctor diagnose`: the verdict first, then each finding in a sentence or two with its
+evidence, then where each rank is, then the files that could not be used."""
+
+from __future__ import annotations
+
+from distdoctor.diagnose.analyze import Report
+from distdoctor.diagnose.findings import fmt_group
+
+MAX_RANK_LINES = 32
+
+
+def render_text(report: Report) -> str:
+    ts = report.traces
+    lines = []
+    n_find = len(report.findings)
+    n_bad = sum(1 for e in ts.errors if "is preferred over flight_recorder" not in e.reason)
+    head = "PROBLEM" if report.verdict == "problem" else "OK"
+    lines.append(f"verdict: {head} - {n_find} finding{'s' if n_find != 1 else ''}; world size {report.world_size}, "
+                 f"{len(ts.ranks)} trace{'s' if len(ts.ranks) != 1 else ''} loaded"
+                 + (f", {n_bad} file{'s' if n_bad != 1 else ''} unusable" if n_bad else ""))
+    if report.verdict == "ok":
+        lines.append("No desync, hang or straggler found in these traces.")
+    for i, f in enumerate(report.findings, 1):
+        where = ""
+        if f.op is not None:
+            where = f" at {f.op}" + (f" #{f.seq}" if f.seq is not None else "") + f" on {fmt_group(f.group)}"
+        lines.append("")
+        lines.append(f"{i}. {f.kind}: ranks {f.ranks}{where}")
+        lines.append(f"   {f.detail}")
+    if report.consequences:
+        lines.append("")
+        lines.append(f"{len(report.consequences)} later divergence(s) are consequences of the above and not listed "
+                     f"(see --format json, 'consequences').")
+    lines.append("")
+    lines.append("where each rank is:")
+    for i, (rank, p) in enumerate(report.ranks.items()):
+        if i == MAX_RANK_LINES:
+            lines.append(f"  ... {len(report.ranks) - MAX_RANK_LINES} more ranks (see --format json)")
+            break
+        lines.append("  " + _rank_line(rank, p))
+    superseded = [e for e in ts.errors if "is preferred over flight_recorder" in e.reason]
+    unusable = [e for e in ts.errors if e not in superseded]
+    if unusable:
+        lines.append("")
+        lines.append("files not used:")
+        lines.extend(f"  {e.path}: {e.reason}" for e in unusable)
+    if superseded:
+        lines.append("")
+        lines.append(f"{len(superseded)} Flight Recorder dump(s) not used: the distdoctor traces of the same ranks "
+                     f"are preferred (they carry stacks and p2p).")
+    return "\n".join(lines) + "\n"
+
+
+def _rank_line(rank: str, p: dict) -> str:
+    if p.get("missing"):
+        return f"rank {rank}: no trace"
+    done = sum(p["completed"].values())
+    per = ", ".join(f"'{g}': {n}" for g, n in sorted(p["completed"].items()))
+    s = f"rank {rank}: {done} collectives completed ({per})" if done else f"rank {rank}: no collective completed"
+    if "steps" in p:
+        s += f", {p['steps']} steps of {p['collectives_per_step']}"
+    if p["pending"]:
+        e = p["pending"][0]
+        s += f"; blocked in {e['op']} #{e['seq']} on '{e['group']}'"
+        if "waiting_s" in e:
+            s += f" for {e['waiting_s']:.1f} s"
+        if e.get("called_from"):
+            s += f", called from {e['called_from']}"
+    else:
+        s += "; in no collective"
+    if p.get("now"):
+        s += f"; now at {p['now']}"
+    return s

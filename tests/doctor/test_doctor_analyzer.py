@@ -1,0 +1,212 @@
+"""The analyzer on hand-made native traces (what the recorder and the simulator write): p2p deadlocks, root and
+type mismatches, stacks that say where an absent rank is, and simulated traces explained in the same words."""
+
+import json
+
+from distdoctor.diagnose import analyze
+from distdoctor.trace.loaders import load_traces
+from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace, dumps
+
+WORLD = [0, 1, 2, 3]
+
+
+def trace(rank, entries, groups=None, stacks=None, source="native", world=4):
+    groups = groups or {"0": list(range(world))}
+    return RankTrace(rank=rank, source=source, world_size=world, entries=entries, stacks=stacks,
+                     groups={n: GroupInfo(n, m) for n, m in groups.items()}, dump_reason="hang")
+
+
+def coll(i, seq, op="all_reduce", group="0", state="completed", sizes=((8,),), dtype="float32", root=None,
+         stream=None, out=None, t=None):
+    return Entry(index=i, group=group, op=op, seq=seq, in_sizes=[list(s) for s in sizes],
+                 out_sizes=[list(s) for s in (out or sizes)], in_dtypes=[dtype], out_dtypes=[dtype], root=root,
+                 state=state, stream=stream, t_created=t)
+
+
+def p2p(i, op, peer, seq, state="issued", group="0", stream=None):
+    return Entry(index=i, group=group, op=op, p2p_seq=seq, peer=peer, in_sizes=[[8]], out_sizes=[[8]],
+                 in_dtypes=["float32"], out_dtypes=["float32"], state=state, stream=stream)
+
+
+def load(tmp_path, traces):
+    for t in traces:
+        (tmp_path / f"trace_rank_{t.rank}.jsonl").write_text(dumps(t))
+    ts = load_traces([str(tmp_path)])
+    assert ts.errors == []
+    return analyze(ts)
+
+
+def found(report):
+    return [(f.kind, f.ranks, f.group, f.seq, f.op) for f in report.findings]
+
+
+def test_both_receive_first_is_a_p2p_deadlock(tmp_path):
+    traces = [trace(r, [coll(0, 1), *( [p2p(1, "recv", 1 - r, 1)] if r < 2 else [coll(1, 2, state="issued")])])
+              for r in WORLD]
+    report = load(tmp_path, traces)
+    assert found(report)[0] == ("p2p_deadlock", [0, 1], "0", 1, "recv")
+    f = report.findings[0]
+    assert "receives before it sends" in f.detail and "rank 0 waits in recv from rank 1" in f.detail
+    # ranks 2 and 3 wait in all_reduce #2 for 0 and 1, which are stuck in the p2p: a consequence, not a finding
+    assert [x.kind for x in report.findings] == ["p2p_deadlock"]
+
+
+def test_send_first_on_one_side_is_fine(tmp_path):
+    traces = [trace(0, [p2p(0, "send", 1, 1, state="completed"), p2p(1, "recv", 1, 1, state="completed")], world=2),
+              trace(1, [p2p(0, "recv", 0, 1, state="completed"), p2p(1, "send", 0, 1, state="completed")], world=2)]
+    report = load(tmp_path, traces)
+    assert report.verdict == "ok" and report.findings == []
+
+
+def test_p2p_peers_disagree_on_size(tmp_path):
+    a = trace(0, [p2p(0, "send", 1, 1, state="completed")], world=2)
+    b_recv = p2p(0, "recv", 0, 1, state="completed")
+    b_recv.out_sizes = [[16]]
+    report = load(tmp_path, [a, trace(1, [b_recv], world=2)])
+    assert found(report) == [("p2p_deadlock", [0, 1], "0", 1, "send")]
+    assert "[[8]]" in report.findings[0].detail and "[[16]]" in report.findings[0].detail
+
+
+def test_root_and_type_mismatch_culprits_are_the_minority(tmp_path):
+    traces = []
+    for r in WORLD:
+        entries = [coll(0, 1, op="broadcast", root=3 if r == 2 else 0),
+                   coll(1, 2, op="all_gather" if r == 1 else "all_reduce", out=((32,),) if r == 1 else None)]
+        traces.append(trace(r, entries))
+    report = load(tmp_path, traces)
+    assert found(report) == [("root_mismatch", [2], "0", 1, "broadcast")]  # first divergence ends the group scan
+    traces = [trace(r, [coll(0, 1, op="all_gather" if r == 1 else "all_reduce", out=((32,),) if r == 1 else None)])
+              for r in WORLD]
+    report = load(tmp_path, traces)
+    assert found(report) == [("type_mismatch", [1], "0", 1, "all_reduce")]
+
+
+def test_all_gather_size_relation_uses_the_spec(tmp_path):
+    traces = [trace(r, [coll(0, 1, op="all_gather", sizes=((4,),), out=((12,) if r == 3 else (16,),))])
+              for r in WORLD]
+    report = load(tmp_path, traces)
+    assert found(report) == [("size_mismatch", [3], "0", 1, "all_gather")]
+    assert "n x input" in report.findings[0].detail
+
+
+def test_absent_rank_stack_says_where_it_is(tmp_path):
+    stack = [Frame("<module>", "train.py", 80), Frame("train_loop", "train.py", 61),
+             Frame("__next__", "/x/site-packages/torch/utils/data/dataloader.py", 630),
+             Frame("load_batch", "data.py", 17)]
+    traces = [trace(r, [coll(0, 1), coll(1, 2, state="issued")] if r != 3 else [coll(0, 1)],
+                    stacks={"MainThread": stack} if r == 3 else None) for r in WORLD]
+    report = load(tmp_path, traces)
+    assert found(report) == [("missing_ranks", [3], "0", 2, "all_reduce")]
+    f = report.findings[0]
+    assert "last completed collective was all_reduce #1" in f.detail and "load_batch (data.py:17)" in f.detail
+    assert f.evidence["now"]["3"] == "load_batch (data.py:17)"
+    assert report.ranks["3"]["now"] == "load_batch (data.py:17)"
+    assert report.ranks["0"]["pending"][0]["seq"] == 2
+
+
+def test_simulated_trace_gets_the_same_words(tmp_path):
+    """The simulator writes one trace per rank, one pseudo-thread per stream; a plan whose two groups are used in
+    different orders on two streams must read as an order_deadlock, like the real one."""
+    groups = {"0": WORLD, "tp": [0, 1], "dp": [0, 1]}
+    r0 = trace(0, [coll(0, 1, group="tp", state="issued", stream="fwd")], groups=groups, source="simulated", world=2)
+    r1 = trace(1, [coll(0, 1, group="dp", state="issued", stream="fwd")], groups=groups, source="simulated", world=2)
+    for t in (r0, r1):
+        t.groups["0"] = GroupInfo("0", [0, 1])
+    report = load(tmp_path, [r0, r1])
+    assert found(report) == [("order_deadlock", [0, 1], "dp", 1, "all_reduce")] or \
+        found(report) == [("order_deadlock", [0, 1], "tp", 1, "all_reduce")]
+    f = report.findings[0]
+    assert f.groups == ["dp", "tp"]
+    assert "rank 0 waits in group 'tp' all_reduce #1 for rank 1" in f.detail
+    assert json.loads(json.dumps(report.to_json()))["findings"][0]["kind"] == "order_deadlock"
+
+
+def test_multi_stream_ranks_reach_a_collective_only_when_the_stream_is_free(tmp_path):
+    """Rank 1 issued tp#1 on stream 'comm' but that stream is still stuck in dp#1 behind rank 0: a cycle."""
+    groups = {"0": [0, 1], "tp": [0, 1], "dp": [0, 1]}
+    r0 = trace(0, [coll(0, 1, group="tp", state="issued", stream="comm"),
+                   coll(1, 1, group="dp", state="issued", stream="comm")], groups=groups, world=2)
+    r1 = trace(1, [coll(0, 1, group="dp", state="issued", stream="comm"),
+                   coll(1, 1, group="tp", state="issued", stream="comm")], groups=groups, world=2)
+    report = load(tmp_path, [r0, r1])
+    assert [(f.kind, f.ranks) for f in report.findings] == [("order_deadlock", [0, 1])]
+
+
+def test_state_mismatch_and_world_size_from_flag(tmp_path):
+    traces = [trace(r, [coll(0, 1, state="issued" if r == 2 else "completed")], world=3) for r in range(3)]
+    for t in traces:
+        (tmp_path / f"r{t.rank}.jsonl").write_text(dumps(t))
+    ts = load_traces([str(tmp_path)], world_size=4)
+    report = analyze(ts)
+    assert ts.world_size == 4
+    kinds = found(report)
+    assert kinds[0][:2] == ("missing_dump", [3])
+    assert ("state_mismatch", [2], "0", 1, "all_reduce") not in kinds  # a lost member explains it
+
+
+def test_ok_traces_are_ok(tmp_path):
+    report = load(tmp_path, [trace(r, [coll(i, i + 1) for i in range(10)]) for r in WORLD])
+    assert report.verdict == "ok" and report.ranks["2"]["completed"] == {"0": 10}
+
+
+def test_html_escapes_every_string_from_a_dump(tmp_path, run_cli):
+    evil = "<script>alert(1)</script>"
+    traces = [trace(r, [coll(0, 1, group=evil, state="issued" if r else "completed")],
+                    groups={"0": [0, 1], evil: [0, 1]}, world=2,
+                    stacks={"MainThread": [Frame(evil, f"/x/{evil}.py", 3)]}) for r in (0, 1)]
+    for t in traces:
+        (tmp_path / f"rank_{t.rank}.jsonl").write_text(dumps(t))
+    res = run_cli("diagnose", str(tmp_path), "--format", "html")
+    assert res.returncode == 1, res.stderr
+    assert evil not in res.stdout and "&lt;script&gt;alert(1)&lt;/script&gt;" in res.stdout
+    assert "<script" not in res.stdout
+
+
+def test_native_trace_with_wrong_types_is_a_load_error(tmp_path):
+    good = trace(0, [coll(0, 1)], world=1)
+    text = dumps(good).replace('"seq": 1', '"seq": "one"')
+    (tmp_path / "rank_0.jsonl").write_text(text)
+    (tmp_path / "rank_1.jsonl").write_text(dumps(trace(1, [coll(0, 1)], world=2))[:-40])
+    ts = load_traces([str(tmp_path)])
+    reasons = sorted(e.reason for e in ts.errors)
+    assert reasons[0] == "entry 0 (line 2): seq 'one' is not an integer"
+    assert "truncated" in reasons[1] or "not JSON" in reasons[1]
+
+
+def test_simulated_send_to_a_peer_stuck_on_a_buffer(tmp_path):
+    """The seed's pipeline hang, as the simulator writes it: stage-1 ranks block sending gradients to stage-0 ranks,
+    whose backward stream never posts the recv (it waits for an event the forward stream, stuck acquiring a
+    one-slot buffer, would record)."""
+    groups = {"0": [0, 1], "world": [0, 1]}
+    stuck = {"fwd": [Frame("acquire buffer act", "plan.yaml:rank0/fwd", 5)],
+             "bwd": [Frame("wait event grad_in0", "plan.yaml:rank0/bwd", 0)]}
+    r0 = trace(0, [p2p(0, "send", 1, 1, state="completed", group="world", stream="fwd")], groups=groups,
+               stacks=stuck, source="simulated", world=2)
+    r1 = trace(1, [p2p(0, "recv", 0, 1, state="completed", group="world", stream="fwd"),
+                   p2p(1, "send", 0, 1, state="issued", group="world", stream="bwd")], groups=groups,
+               source="simulated", world=2)
+    report = load(tmp_path, [r0, r1])
+    assert found(report) == [("missing_ranks", [0], "world", 1, "send")]
+    d = report.findings[0].detail
+    assert "rank 1 waits in send #1 to rank 0" in d and "never posted the matching recv" in d
+    assert "its streams are now at fwd: acquire buffer act (plan.yaml:rank0/fwd:5); bwd: wait event grad_in0" in d
+
+
+def test_a_stopped_rank_is_one_finding_not_one_per_group(tmp_path):
+    """Rank 3 stops: it is absent from the next collective of the default group and of its subgroup; the first
+    in time is the finding, the other a consequence named in its detail."""
+    groups = {"0": WORLD, "1": [2, 3]}
+    traces = []
+    for r in WORLD:
+        entries = [coll(0, 1, t=1.0), coll(1, 1, group="1", t=2.0)] if r in (2, 3) else [coll(0, 1, t=1.0)]
+        if r != 3:
+            entries.append(coll(len(entries), 2, state="issued", t=3.0))
+        if r == 2:
+            entries.insert(2, coll(2, 2, group="1", state="completed", t=2.5))  # rank 2 went on in group 1
+            entries[-1].index = 3
+        traces.append(trace(r, entries, groups=groups))
+    report = load(tmp_path, traces)
+    assert found(report) == [("missing_ranks", [3], "1", 2, "all_reduce")]
+    assert "never reached all_reduce #2 on group '0'" in report.findings[0].detail
+    assert {"kind": "missing_ranks", "group": "0", "seq": 2, "op": "all_reduce", "ranks": [3],
+            "because": "the same ranks are already missing from an earlier collective"} in report.consequences

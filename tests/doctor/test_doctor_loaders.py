@@ -1,0 +1,189 @@
+"""Loaders on hand-made edge cases: NCCL style, Gloo quirks, hostile pickles, and every kind of bad file."""
+
+import json
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+
+from distdoctor.diagnose import analyze
+from distdoctor.trace.loaders import load_file, load_traces
+from distdoctor.trace.loaders.flight_recorder import rank_from_filename, safe_unpickle
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+class _Evil:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_hostile_pickle_never_runs(tmp_path):
+    marker = tmp_path / "pwned"
+    evil = {"version": "2.10", "pg_config": {}, "entries": [_Evil(marker)]}
+    for proto in (0, 2, 4, 5):
+        path = tmp_path / f"evil_rank_{proto}.pkl"
+        path.write_bytes(pickle.dumps(evil, protocol=proto))
+        with pytest.raises(ValueError, match=r"refused to load (posix|os)\.system"):
+            load_file(str(path))
+    ts = load_traces([str(tmp_path)])
+    assert not marker.exists()
+    assert not ts.ranks and len(ts.errors) == 4
+    assert all("refused to load" in e.reason and e.path.endswith(".pkl") for e in ts.errors)
+
+
+def test_safe_unpickler_refuses_every_global_but_builds_containers():
+    data = {"a": [1, 2.5, None, True], "b": (b"x", "y"), "c": {1, 2}, "d": frozenset({3})}
+    assert safe_unpickle(pickle.dumps(data, protocol=2)) == data
+    assert safe_unpickle(pickle.dumps(data, protocol=5)) == data
+    for obj in (Path("/x"), pickle.Pickler, print):
+        with pytest.raises(ValueError, match="refused"):
+            safe_unpickle(pickle.dumps(obj))
+
+
+def test_nccl_style_dump(tmp_path):
+    ts = load_traces([str(FIX / "nccl_style")])
+    assert ts.errors == [] and sorted(ts.ranks) == [0, 1, 2, 3] and ts.world_size == 4
+    t2 = ts.ranks[2]
+    assert t2.source == "flight_recorder-pickle" and t2.version == "2.4"
+    assert t2.groups["1"].ranks == [2, 3] and not t2.groups["1"].inferred and t2.groups["1"].desc == "pp"
+    send = t2.entries[-1]
+    assert (send.op, send.peer, send.p2p_seq, send.seq, send.raw_op) == ("send", 3, 1, None, "nccl:send 0->1")
+    recv = ts.ranks[3].entries[-1]
+    assert (recv.op, recv.peer) == ("recv", 2)
+    assert ts.ranks[1].entries[2].state == "started"
+    assert ts.ranks[0].entries[0].frames[0].name == "train_step"
+    report = analyze(ts)
+    assert [(f.kind, f.ranks, f.group, f.seq, f.op) for f in report.findings] == [
+        ("state_mismatch", [1], "0", 3, "all_reduce")]
+
+
+def test_gloo_default_group_and_inferred_membership(tmp_path):
+    """Gloo: pg_config names the default group '' with no ranks; entries say ('0', 'default_pg');
+    subgroups are absent from pg_config; entries stay 'scheduled' and complete via 'retired'."""
+    def e(i, group, seq, retired, name="gloo:all_reduce"):
+        return {"record_id": i, "pg_id": 0, "process_group": [group, "default_pg" if group == "0" else "undefined"],
+                "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq, "profiling_name": name,
+                "time_created_ns": 10**18 + i, "input_sizes": [[4]], "input_dtypes": ["Float"],
+                "output_sizes": [[4]], "output_dtypes": ["Float"], "state": "scheduled",
+                "time_discovered_started_ns": 0, "time_discovered_completed_ns": 0, "retired": retired,
+                "timeout_ms": 5000, "is_p2p": False}
+    for rank in range(3):
+        entries = [e(0, "0", 1, True)]
+        if rank in (1, 2):
+            entries.append(e(1, "2", 1, rank == 2))
+        dump = {"version": "2.10", "pg_config": {"": {"name": "", "desc": "", "ranks": "[]"}},
+                "pg_status": {}, "comm_lib_version": "", "entries": entries}
+        (tmp_path / f"fr_{rank}.json").write_text(json.dumps(dump))
+    ts = load_traces([str(tmp_path)], world_size=3)
+    assert ts.errors == []
+    g = ts.ranks[1].groups
+    assert set(g) == {"0", "2"} and g["0"].ranks == [0, 1, 2] and g["0"].inferred
+    assert g["2"].ranks == [1, 2] and g["2"].inferred
+    assert [x.state for x in ts.ranks[1].entries] == ["completed", "issued"]
+    assert ts.ranks[0].entries[0].t_started is None  # JSON's 0 means unknown
+    report = analyze(ts)
+    assert [(f.kind, f.ranks, f.group, f.seq) for f in report.findings] == [("state_mismatch", [1], "2", 1)]
+    assert report.to_json()["groups"]["2"] == {"members": [1, 2], "inferred": True}
+
+
+@pytest.mark.parametrize("name, rank", [("nccl_trace_rank_3", 3), ("fr_trace_rank_12.pkl", 12),
+                                        ("dump-7.json", 7), ("rank0", 0), ("trace.json", None)])
+def test_rank_from_file_name(name, rank):
+    assert rank_from_filename(f"/some/dir/{name}") == rank
+
+
+def test_bad_files_each_named_with_reason_and_others_still_load(tmp_path):
+    for p in (FIX / "bad").iterdir():
+        shutil.copy(p, tmp_path / p.name)
+    shutil.copy(FIX / "nccl_style" / "nccl_trace_rank_0", tmp_path / "good_rank_0")
+    shutil.copy(FIX / "nccl_style" / "nccl_trace_rank_1", tmp_path / "good_rank_1")
+    ts = load_traces([str(tmp_path)])
+    assert sorted(ts.ranks) == [0, 1]
+    reasons = {Path(e.path).name: e.reason for e in ts.errors}
+    assert reasons["truncated_rank_0.pkl"].startswith("corrupt or truncated pickle")
+    assert reasons["empty_rank_1.pkl"] == "empty file"
+    assert "corrupt pickle" in reasons["corrupt_rank_2.pkl"] or "truncated" in reasons["corrupt_rank_2.pkl"]
+    assert "not a trace" in reasons["foreign_rank_3.json"]
+    assert "unrecognized format" in reasons["notes.txt"]
+    assert "unsupported Flight Recorder version '1.5'" in reasons["old_version_rank_1.json"]
+    assert "truncated JSON" in reasons["truncated_rank_2.json"]
+    assert len(reasons) == 7
+
+
+def test_duplicate_rank_and_mixed_versions(tmp_path):
+    src = FIX / "nccl_style"
+    for r in range(4):
+        shutil.copy(src / f"nccl_trace_rank_{r}", tmp_path / f"a_rank_{r}")
+    shutil.copy(src / "nccl_trace_rank_2", tmp_path / "b_rank_2")  # the same rank twice
+    other = pickle.loads((src / "nccl_trace_rank_3").read_bytes())
+    other["version"] = "2.2"
+    (tmp_path / "c_rank_5").write_bytes(pickle.dumps(other))
+    ts = load_traces([str(tmp_path)])
+    assert sorted(ts.ranks) == [0, 1, 2, 3]
+    reasons = {Path(e.path).name: e.reason for e in ts.errors}
+    assert reasons["b_rank_2"].startswith("duplicate rank 2: already loaded from") and "a_rank_2" in reasons["b_rank_2"]
+    assert "version 2.2 differs from the other dumps' 2.4" in reasons["c_rank_5"]
+
+
+def test_missing_paths_and_malformed_entries(tmp_path):
+    dump = pickle.loads((FIX / "nccl_style" / "nccl_trace_rank_0").read_bytes())
+    del dump["entries"][1]["process_group"]
+    (tmp_path / "x_rank_0").write_bytes(pickle.dumps(dump))
+    dump["entries"] = {"not": "a list"}
+    (tmp_path / "y_rank_1").write_bytes(pickle.dumps(dump))
+    (tmp_path / "noname.json").write_text(json.dumps({"version": "2.10", "pg_config": {}, "entries": []}))
+    ts = load_traces([str(tmp_path), str(tmp_path / "nope")])
+    reasons = {Path(e.path).name: e.reason for e in ts.errors}
+    assert reasons["x_rank_0"] == "entry 1 is malformed (missing key 'process_group')"
+    assert reasons["y_rank_1"] == "'entries' is dict, not a list"
+    assert reasons["noname.json"].startswith("cannot tell which rank")
+    assert reasons["nope"] == "no such file or directory"
+
+
+def test_cli_unusable_input_exits_2_with_one_line(tmp_path, run_cli):
+    (tmp_path / "empty_rank_0").write_bytes(b"")
+    res = run_cli("diagnose", str(tmp_path))
+    assert res.returncode == 2 and res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr
+    assert lines[0].startswith("distdoctor diagnose: error:") and "empty_rank_0: empty file" in lines[0]
+    res = run_cli("diagnose", str(FIX / "nccl_style"), str(FIX / "bad" / "notes.txt"), "--format", "json")
+    assert res.returncode == 1
+    doc = json.loads(res.stdout)
+    assert doc["load_errors"][0]["path"].endswith("notes.txt")
+    assert "warning:" in res.stderr and "notes.txt" in res.stderr
+
+
+def test_diagnose_runs_without_torch(tmp_path):
+    """Loaders and the analyzer are pure Python: diagnose works where torch cannot even be imported."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from distdoctor.cli import main\n"
+            f"main(['diagnose', {str(FIX / 'nccl_style')!r}, '--format', 'json'])\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stderr
+    assert json.loads(res.stdout)["findings"][0]["kind"] == "state_mismatch"
+
+
+def test_parallel_load_gives_the_same_traces(tmp_path):
+    for p in (FIX / "bad").iterdir():
+        shutil.copy(p, tmp_path / p.name)
+    for r in range(4):
+        shutil.copy(FIX / "nccl_style" / f"nccl_trace_rank_{r}", tmp_path / f"nccl_trace_rank_{r}")
+    serial = load_traces([str(tmp_path)], jobs=1)
+    parallel = load_traces([str(tmp_path)], jobs=2)
+    assert sorted(map(str, serial.errors)) == sorted(map(str, parallel.errors))
+    for r in serial.ranks:
+        assert serial.ranks[r].entries == parallel.ranks[r].entries
+        assert serial.ranks[r].groups == parallel.ranks[r].groups
+    a, b = parallel.ranks[0].entries[0], parallel.ranks[3].entries[0]
+    assert a.in_sizes is b.in_sizes  # equal lists are shared again across ranks after the trip
+    assert [(f.kind, f.ranks) for f in analyze(parallel).findings] == [("state_mismatch", [1])]
