@@ -32,8 +32,15 @@ except ImportError:  # pragma: no cover - depends on the environment
     _fastjson = None
 
 
+# orjson recurses on the native stack: a hostile file nested ~150 000 deep kills the process with SIGSEGV
+# (orjson 3.8, 8 MiB stack). Nesting depth is at most the number of opening brackets, so orjson only gets files
+# with few enough of them to be safe (a 2000-entry Flight Recorder dump has ~19 000); the rest go to the stdlib
+# parser, which raises RecursionError instead of crashing.
+FASTJSON_MAX_OPENS = 40_000
+
+
 def _json_loads(data: bytes):
-    if _fastjson is not None:
+    if _fastjson is not None and data.count(b"[") + data.count(b"{") <= FASTJSON_MAX_OPENS:
         return _fastjson.loads(data)
     return json.loads(data)
 
