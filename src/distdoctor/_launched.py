@@ -66,7 +66,9 @@ def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable 
     world_size = int(os.environ["WORLD_SIZE"])
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
     backend = W.resolve_backend(cfg, local_world)
-    iface = cfg.iface or (W.pick_iface(os.environ.get("MASTER_ADDR", cfg.master_addr)) if backend == "gloo" else None)
+    multi_host = world_size > local_world
+    iface = cfg.iface or (W.pick_iface(os.environ.get("MASTER_ADDR", cfg.master_addr), multi_host)
+                          if backend == "gloo" else None)
     prefix = f"distdoctor/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/job{next(_job_counter)}"
     start = time.time()
 
@@ -126,15 +128,22 @@ def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable 
     return result
 
 
-def _alone(rank, world_size, backend, iface, outcome, start, reason=None) -> W.JobResult:
+def _alone(rank, world_size, backend, iface, outcome, start, store_gone: str | None = None) -> W.JobResult:
+    """This rank can only speak for itself: the world never formed, or the store (on rank 0's host) is gone.
+
+    World not formed: every rank failed the same way, so rank 0 alone reports it. Store gone: nobody can tell
+    who else survived, so every survivor reports that rank 0's host is unreachable."""
     result = W.JobResult(world_size=world_size, backend=backend, device="cuda" if backend == "nccl" else "cpu",
-                         iface=iface, mode="launcher", ok=False, is_reporter=True)
+                         iface=iface, mode="launcher", ok=False, is_reporter=rank == 0 or store_gone is not None)
     if outcome.get("ok"):
         result.results[rank] = outcome["value"]
     else:
         result.errors[rank] = outcome["error"]
-    result.lost.append(W.LostRank(0 if rank else -1, os.environ.get("MASTER_ADDR", "?"),
-                                  reason or f"world did not start: {outcome.get('error')}", None))
+    if store_gone is not None:
+        result.lost.append(W.LostRank(0, os.environ.get("MASTER_ADDR", "?"), store_gone, None))
+    else:
+        result.lost.append(W.LostRank(rank, socket.gethostname(), f"world did not start: {outcome.get('error')}",
+                                      None))
     return result
 
 

@@ -243,7 +243,8 @@ def check_command(fmt: str, inject: tuple[str, ...], **world_kw) -> None:
     cfg = config_from_options(**world_kw)
     quick_options(inject)  # bad --inject: one line, before any rank starts
     n = resolve_nproc(cfg)
-    hint = "this rank" if under_launcher() else f"{n} {resolve_backend(cfg, n)} ranks"
+    hint = f"a world of {n} ranks (joining the launcher's)" if under_launcher() else \
+        f"{n} {resolve_backend(cfg, n)} ranks"
     with check_progress(hint) as on_event:
         report = run_check(cfg, inject, on_event=on_event)
     if report is None:  # not the reporter

@@ -126,7 +126,9 @@ def summarize_validate(job, opts: ValidateOptions) -> dict:
     for s in stragglers:
         blame(s["rank"], f"straggler: arrives {s['median_late_s'] * 1e3:.0f} ms late (median over "
                          f"{s['collectives']} collectives)")
-    passed = not culprits and all(r["status"] != "fail" for r in rows) and not lost and bool(rows)
+    # Nothing verified is not a pass: a run where every call was skipped fails.
+    passed = not culprits and all(r["status"] != "fail" for r in rows) and not lost and \
+        any(r["status"] == "pass" for r in rows)
     return {
         "passed": passed,
         "world_size": n,
@@ -148,7 +150,8 @@ def _primary_lost(lost: list, gaps: dict) -> list:
     timed out waiting is collateral when another lost rank has a definite cause, or when a rank skipped a
     call (the desynchronization then explains every timeout after it)."""
     def vague(lr) -> bool:
-        return (lr.reason == "exited" and not lr.in_op) or lr.reason.startswith(("timed out", "unreachable"))
+        # "exited" without an exit code: stopped by the launcher after another rank failed
+        return lr.reason == "exited" or lr.reason.startswith(("timed out", "unreachable"))
 
     definite = [lr for lr in lost if not vague(lr)]
     if definite or gaps:

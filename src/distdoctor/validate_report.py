@@ -79,7 +79,8 @@ def print_validate(report: dict, file=None) -> None:
     if failures:
         console.print(f"\nFailures ({len(failures)}; first {min(len(failures), MAX_FAILURES_SHOWN)}):")
         for r in failures[:MAX_FAILURES_SHOWN]:
-            console.print(f"  {r['op']} {_variant(r)} {r['dtype']} count={r['count']} on {r['group']}: {r['reason']}")
+            console.print(f"  {r['op']} {_variant(r)} {r['dtype']} count={r['count']} on {r['group']}: {r['reason']}",
+                          soft_wrap=True)
     for s in report.get("stragglers", []):
         console.print(f"Straggler: rank {s['rank']} arrives {s['median_late_s'] * 1e3:.0f} ms late at the median "
                       f"collective (late at {s['share_late']:.0%} of {s['collectives']}; threshold "

@@ -60,6 +60,7 @@ def test_check_passes_on_the_default_world():
     assert {r["group"].split("[")[0] for r in doc["validate"]["results"]} >= {"world"}
     assert doc["bench"]["rows"] and all(r["wrong"] == 0 and r["busbw_gbps"] > 0 for r in doc["bench"]["rows"])
     assert doc["bench"]["avg_busbw_gbps"] > 0
+    assert out.leftover == []
 
 
 @pytest.mark.slow
@@ -68,3 +69,24 @@ def test_check_fails_and_names_a_crashed_rank():
     assert out.returncode == 1
     first = out.stdout.splitlines()[0]
     assert first.startswith("FAIL") and "rank 1 lost" in first
+    assert out.leftover == []
+
+
+def test_gloo_interface_follows_the_route_to_the_master():
+    from distdoctor.world import interface_address, pick_iface
+
+    assert pick_iface("127.0.0.1") == "lo"  # a local world stays on loopback
+    chosen = pick_iface("127.0.0.1", multi_host=True)  # a master name that resolves to loopback, many hosts
+    assert chosen is None or not interface_address(chosen).startswith("127.")
+
+
+def test_world_config_defaults_and_validation():
+    from distdoctor.errors import InputError
+    from distdoctor.world import WorldConfig, config_from_options
+
+    assert config_from_options() == WorldConfig()
+    assert config_from_options(nproc=3, timeout=5, iface="lo").timeout_s == 5.0
+    with pytest.raises(InputError, match="at least 2 ranks, got 0"):
+        config_from_options(nproc=0)
+    with pytest.raises(InputError, match="--master-addr"):
+        config_from_options(master_addr="no-such-host.invalid")

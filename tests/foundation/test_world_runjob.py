@@ -18,7 +18,7 @@ if HERE not in sys.path:
 @pytest.mark.parametrize("n", [2, 4])
 def test_run_job_gathers_every_rank(n, capfd):
     events = []
-    result = run_job("world_jobs:sum_ranks", {"scale": 3}, WorldConfig(nproc=n, timeout_s=30), on_event=events.append)
+    result = run_job("world_jobs:sum_ranks", {"scale": 3}, WorldConfig(nproc=n, timeout_s=60), on_event=events.append)
     expected = 3 * sum(range(n))
     assert result.ok and not result.lost and not result.errors
     assert result.world_size == n and result.backend == "gloo" and result.device == "cpu"
@@ -85,3 +85,13 @@ def test_result_that_is_not_json_fails_the_job():
     result = run_job("world_jobs:not_json", {}, WorldConfig(nproc=2, timeout_s=20))
     assert not result.ok and set(result.errors) == {0, 1}
     assert all("JSON serializable" in e for e in result.errors.values())
+
+
+@pytest.mark.slow
+def test_rank_that_hangs_outside_any_collective_is_named_not_its_waiting_peers():
+    result = run_job("world_jobs:late_hang", {"victim": 1}, WorldConfig(nproc=3, timeout_s=3))
+    assert not result.ok
+    assert [(lr.rank, lr.in_op) for lr in result.lost] == [(1, "data loading after a slow start")]
+    assert result.lost[0].reason.startswith("hung: ")
+    assert set(result.errors) == {0, 2}  # the peers timed out: victims, kept as errors
+    assert children() == []

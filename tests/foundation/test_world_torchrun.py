@@ -7,7 +7,7 @@ import pytest
 
 from distdoctor.world import free_port
 
-from world_helpers import HERE, children, run
+from world_helpers import HERE, run
 
 JOB = f"{HERE}/world_torchrun_job.py"
 
@@ -33,6 +33,7 @@ def test_under_torchrun_only_rank_0_reports_everyone():
     assert doc["results"] == {str(r): {"rank": r, "world_size": 2, "sum": 5, "backend": "gloo"} for r in range(2)}
     assert doc["records"] == {str(r): [{"rank": r, "sum": 5}] for r in range(2)}
     assert "worker chatter" not in out.stdout
+    assert out.leftover == []
 
 
 @pytest.mark.slow
@@ -43,4 +44,15 @@ def test_under_torchrun_loss_of_rank_0_is_reported_by_rank_1():
     assert not doc["ok"]
     assert [(lr["rank"], lr["in_op"]) for lr in doc["lost"]] == [(0, "all_reduce float32 count=4 group=world step=1")]
     assert "exited or unreachable" in doc["lost"][0]["reason"]
-    assert children() == []
+    assert out.leftover == []  # torchrun and every worker are gone when the command returns
+
+
+@pytest.mark.slow
+def test_under_torchrun_a_hung_rank_is_named_by_rank_0():
+    out = torchrun("lose_rank", {"victim": 1, "how": "hang"}, 4)
+    assert out.returncode != 0
+    doc = one_json(out.stdout)
+    assert [(lr["rank"], lr["in_op"]) for lr in doc["lost"]] == [(1, "all_reduce float32 count=4 group=world step=1")]
+    assert doc["lost"][0]["reason"].startswith("hung: no progress for ")
+    assert doc["wall_s"] < 4 + 15
+    assert out.leftover == []

@@ -17,7 +17,27 @@ def run_cli(*args, timeout=240):
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
         raise AssertionError(f"distdoctor {' '.join(map(str, args))} timed out; stderr tail:\n{err[-3000:]}")
+    left = session_members(proc.pid)
+    if left:  # every run, passing or failing, must leave no process behind
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(f"distdoctor {' '.join(map(str, args))} left processes behind: {left}")
     return proc.returncode, out, err
+
+
+def session_members(sid: int) -> list[int]:
+    """Live processes in session `sid` (the CLI ran as a session leader, so its workers are in it too)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[4]) == sid and fields[0] not in ("Z", "X"):
+            found.append(int(pid))
+    return found
 
 
 def run_json(*args, timeout=240):
@@ -29,18 +49,20 @@ def run_json(*args, timeout=240):
     return code, doc, err
 
 
-def no_leftover_workers(marker: str = "distdoctor") -> list[str]:
-    """Processes of ours still alive after a run (children of this test process)."""
-    me = os.getpid()
-    left = []
+def no_leftover_workers() -> list[str]:
+    """Worker processes of ours still alive after an in-process run_job (multiprocessing's resource
+    tracker is a helper of this test process, not a worker)."""
+    me, left = os.getpid(), []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[1]) == me and fields[0] not in ("Z", "X"):
-                left.append(pid)
-        except (OSError, IndexError, ValueError):
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError):
             continue
+        if int(fields[1]) == me and fields[0] not in ("Z", "X") and "resource_tracker" not in cmd:
+            left.append(f"{pid}: {cmd[:120]}")
     return left

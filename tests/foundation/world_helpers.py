@@ -35,8 +35,27 @@ def children(pid: int | None = None) -> list[int]:
     return found
 
 
+def in_group(pgid: int) -> list[int]:
+    """Live processes of a process group, from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            found.append(int(entry))
+    return found
+
+
 def run(cmd: list[str], timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run in a new session; on timeout kill the whole process group (no worker left behind)."""
+    """Run in a new session; on timeout kill the whole process group (no worker left behind).
+
+    The result's `leftover` lists the processes of the command's group still alive after it exited (the
+    command's own workers, not yet killed): a test asserts it is empty."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or job_env(),
                             start_new_session=True)
     try:
@@ -45,12 +64,16 @@ def run(cmd: list[str], timeout: float, env: dict | None = None) -> subprocess.C
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
         raise AssertionError(f"{' '.join(cmd)} timed out after {timeout} s; stderr tail:\n{err[-3000:]}")
+    else:
+        leftover = in_group(proc.pid)
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # anything the command left in its group
         except ProcessLookupError:
             pass
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    done.leftover = leftover
+    return done
 
 
 def distdoctor(*args, timeout: float = 180) -> subprocess.CompletedProcess:

@@ -57,3 +57,18 @@ def hang_at_end(ctx, victim=1):
 
 def not_json(ctx):
     return object()
+
+
+def late_hang(ctx, victim=1):
+    """The victim enters its (hanging) phase well after the others entered the collective they time out in."""
+    import torch
+    import torch.distributed as dist
+
+    if ctx.rank == victim:
+        time.sleep(2)
+        with ctx.phase("data loading after a slow start"):
+            while True:
+                time.sleep(1)
+    with ctx.phase("all_reduce float32 count=4 group=world"):
+        dist.all_reduce(torch.ones(4))
+    return {"rank": ctx.rank}
