@@ -138,10 +138,21 @@ def bench_worker(ctx, op, dtype, redop, root, sizes, iters, warmup, check, seed=
     import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
+    from distdoctor.validate_exec import Case, Size, probe_support
+
     n = ctx.world_size
     spec = get_spec(op)
     gv = GroupView(tuple(range(n)), ctx.rank, None)
     rows = []
+    # A combination the backend cannot do (gloo: integer AVG) can break the group it runs on: try it on a
+    # scratch group first and report it instead of timing it.
+    variants = [v for v in spec.bench_variants(n, redop, root % n).values() if v is not None]
+    unsupported = probe_support(ctx, [Case(i, "world", op, v, dtype, Size(1, False)) for i, v in enumerate(variants)],
+                                seed)
+    if unsupported:
+        reason = next(iter(unsupported.values()))
+        ctx.emit({"kind": "bench_unsupported", "op": op, "dtype": dtype, "reason": reason})
+        return {"rows": [], "host": socket.gethostname(), "unsupported": reason}
     for i, size in enumerate(sizes):
         count = count_for(op, size, dtype, n)
         if count == 0:
@@ -171,6 +182,9 @@ def summarize_bench(job, opts: BenchOptions) -> dict:
             if rec.get("kind") == "bench" and rec.get("op", opts.op) == opts.op and \
                     rec.get("dtype", opts.dtype) == opts.dtype:
                 per_key.setdefault((rec["size_bytes"], rec["count"], rec["inplace"]), {})[rank] = rec
+    unsupported = sorted({rec["reason"] for records in job.records.values() for rec in records
+                          if rec.get("kind") == "bench_unsupported" and rec.get("op") == opts.op
+                          and rec.get("dtype") == opts.dtype})
     rows = []
     for (size, count, inplace), recs in sorted(per_key.items(), key=lambda kv: (kv[0][1], kv[0][2])):
         if len(recs) < n:
@@ -195,7 +209,8 @@ def summarize_bench(job, opts: BenchOptions) -> dict:
         failed_reasons.append(f"{wrong_total} wrong elements")
     if opts.min_busbw is not None and avg < opts.min_busbw:
         failed_reasons.append(f"average bus bandwidth {avg:.3g} GB/s is below --min-busbw {opts.min_busbw:g}")
-    if not rows:
+    failed_reasons += [f"{opts.op} {opts.redop} {opts.dtype}: {why}" for why in unsupported]
+    if not rows and not unsupported:
         failed_reasons.append("no row was measured")
     return {"world_size": n, "backend": job.backend, "device": job.device, "iface": job.iface, "rows": rows,
             "avg_busbw_gbps": avg,

@@ -106,7 +106,7 @@ def summarize_validate(job, opts: ValidateOptions) -> dict:
         culprits.setdefault(rank, []).append(why)
 
     # A rank that skipped a call others entered (its sequence has a gap) desynchronizes everything after it.
-    gaps = _sequence_gaps(entered, n)
+    gaps = _sequence_gaps(entered, set(job.results))
     for rank, (idx, peers) in gaps.items():
         blame(rank, f"skipped {cases[idx].label()} which ranks {peers} entered")
     for lr in _primary_lost(list(lost.values()), gaps):
@@ -159,23 +159,21 @@ def _primary_lost(lost: list, gaps: dict) -> list:
     return lost
 
 
-def _sequence_gaps(entered: dict[int, list[int]], n: int) -> dict[int, tuple[int, list[int]]]:
-    """rank -> (first case index it skipped, ranks that entered it), for ranks that jumped over a case."""
+def _sequence_gaps(entered: dict[int, list[int]], finished: set[int]) -> dict[int, tuple[int, list[int]]]:
+    """rank -> (first case index it skipped, ranks that entered it).
+
+    A rank skipped call i when others entered i and the rank did not, yet it went on: it entered a later
+    call, or it finished its whole plan (a skipped last call leaves the others waiting for it).
+    """
     out = {}
     for rank, seq in entered.items():
         seen = set(seq)
-        for pos, idx in enumerate(seq):
-            if pos and idx != seq[pos - 1] + 1:
-                missing = seq[pos - 1] + 1
-                peers = sorted(r for r, s in entered.items() if r != rank and missing in s)
-                if peers:
-                    out[rank] = (missing, peers)
+        last = seq[-1] if seq else -1
+        candidates = sorted({i for r, other in entered.items() if r != rank for i in other} - seen)
+        for missing in candidates:
+            if missing < last or rank in finished:
+                out[rank] = (missing, sorted(r for r, other in entered.items() if r != rank and missing in other))
                 break
-        else:
-            if seq and seq[0] != 0 and 0 not in seen:
-                peers = sorted(r for r, s in entered.items() if r != rank and 0 in s)
-                if peers:
-                    out[rank] = (0, peers)
     return out
 
 

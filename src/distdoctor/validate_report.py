@@ -47,7 +47,9 @@ def _fmt_err(value) -> str:
 
 
 def print_validate(report: dict, file=None) -> None:
-    console = Console(file=file or sys.stdout, width=140, highlight=False, soft_wrap=False)
+    # markup off: reasons quote backend errors such as "[gloo/.../pair.cc:553]", which are not rich tags
+    console = Console(file=file or sys.stdout, width=140, highlight=False, soft_wrap=False, markup=False,
+                      emoji=False)
     rows = report["results"]
     console.print(f"distdoctor validate: {report['world_size']} ranks, backend {report['backend']}"
                   f"{', iface ' + report['iface'] if report.get('iface') else ''}"
@@ -55,7 +57,8 @@ def print_validate(report: dict, file=None) -> None:
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     for col, justify in (("op", "left"), ("group", "left"), ("pass", "right"), ("fail", "right"),
                          ("skip", "right"), ("max|err|", "right"), ("agree", "left"), ("note", "left")):
-        table.add_column(col, justify=justify, no_wrap=True, overflow="ellipsis")
+        table.add_column(col, justify=justify, no_wrap=True, overflow="ellipsis",
+                         max_width=72 if col == "note" else None, min_width=len(col))
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["op"], r["group"]), []).append(r)
@@ -84,10 +87,10 @@ def print_validate(report: dict, file=None) -> None:
     for s in report.get("stragglers", []):
         console.print(f"Straggler: rank {s['rank']} arrives {s['median_late_s'] * 1e3:.0f} ms late at the median "
                       f"collective (late at {s['share_late']:.0%} of {s['collectives']}; threshold "
-                      f"{report['straggler_threshold_s'] * 1e3:.0f} ms)")
+                      f"{report['straggler_threshold_s'] * 1e3:.0f} ms)", soft_wrap=True)
     for lost in report.get("lost", []):
         console.print(f"Lost: rank {lost['rank']} on {lost['host']}: {lost['reason']}"
-                      + (f", in {lost['in_op']}" if lost.get("in_op") else ""))
+                      + (f", in {lost['in_op']}" if lost.get("in_op") else ""), soft_wrap=True)
     console.print(verdict_line(report), style="bold green" if report["passed"] else "bold red", soft_wrap=True)
 
 

@@ -98,3 +98,12 @@ def test_bad_options_name_the_flag(kw, flag):
     with pytest.raises(InputError) as exc:
         BenchOptions(**kw).validate()
     assert flag in str(exc.value)
+
+
+def test_unsupported_combination_fails_with_the_backend_reason():
+    job = JobResult(world_size=2, backend="gloo", device="cpu", records={
+        r: [{"kind": "bench_unsupported", "op": "all_reduce", "dtype": "int32",
+             "reason": "not supported by gloo: RuntimeError: result type Float can't be cast"}] for r in range(2)})
+    rep = summarize_bench(job, BenchOptions(redop="avg", dtype="int32"))
+    assert rep["rows"] == [] and not rep["passed"]
+    assert rep["failures"] == ["all_reduce avg int32: not supported by gloo: RuntimeError: result type Float can't be cast"]

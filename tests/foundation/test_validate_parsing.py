@@ -82,3 +82,37 @@ def test_bench_bad_input_is_one_line():
     assert code == 2 and err.strip().count("\n") == 0 and "size 0" in err
     code, out, err = run_cli("bench", "--nproc", "2", "--op", "warp", timeout=120)
     assert code == 2 and err.strip().count("\n") == 0 and "warp" in err
+
+
+def test_sequence_gaps_name_the_rank_that_skipped():
+    from distdoctor.validate import _sequence_gaps
+
+    # rank 1 skipped call 2 and went on
+    assert _sequence_gaps({0: [0, 1, 2], 1: [0, 1, 3]}, set()) == {1: (2, [0])}
+    # rank 0 skipped the first call
+    assert _sequence_gaps({0: [1, 2], 1: [0, 1], 2: [0, 1]}, set()) == {0: (0, [1, 2])}
+    # rank 2 skipped the LAST call and finished; the others wait in it
+    assert _sequence_gaps({0: [0, 1], 1: [0, 1], 2: [0]}, {2}) == {2: (1, [0, 1])}
+    # a rank that died in call 1 did not skip anything
+    assert _sequence_gaps({0: [0, 1, 2], 1: [0, 1]}, {0}) == {}
+
+
+def test_text_report_prints_backend_errors_verbatim():
+    """Reasons quote gloo errors like '[/x/pair.cc:553]': printed as text, never parsed as rich markup."""
+    import io
+
+    from distdoctor.validate_report import print_validate
+
+    reason = "RuntimeError: [/__w/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1"
+    row = {"op": "all_reduce", "dtype": "float32", "count": 1, "group": "world", "inplace": True,
+           "max_abs_err": None, "ranks_agree": None, "status": "fail", "reason": reason, "form": None,
+           "redop": "sum", "root": None, "culprit_ranks": [1]}
+    report = {"passed": False, "world_size": 2, "backend": "gloo", "results": [row], "culprit_ranks": [1],
+              "culprits": [{"rank": 1, "why": [f"lost ({reason})"]}], "stragglers": [],
+              "lost": [{"rank": 1, "host": "h", "reason": reason, "in_op": "#1 [bracketed]"}],
+              "straggler_threshold_s": 0.1, "injected": []}
+    out = io.StringIO()
+    print_validate(report, file=out)
+    text = out.getvalue()
+    assert "[/__w/gloo/transport/tcp/pair.cc:553]" in text and "#1 [bracketed]" in text
+    assert text.rstrip().splitlines()[-1].startswith("FAIL on 2 ranks")

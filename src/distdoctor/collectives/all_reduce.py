@@ -1,6 +1,6 @@
 """all_reduce: every rank ends with the reduction of all ranks' buffers. torch's call is in-place only."""
 
-from distdoctor.collectives.base import (REDOPS, CollectiveSpec, GroupView, Prepared, Variant, cast, reduce64,
+from distdoctor.collectives.base import (REDOPS, CollectiveSpec, GroupView, Prepared, Variant, cast, reduce_ranks,
                                          torch_redop)
 
 
@@ -20,7 +20,7 @@ class AllReduce(CollectiveSpec):
         return {False: None, True: Variant(inplace=True, redop=redop)}
 
     def expected(self, variant, count, seed, members, grank):
-        return reduce64(self.all_inputs(variant, count, seed, members), variant.redop)
+        return reduce_ranks(lambda g: self.inputs(variant, count, seed, members, g), len(members), variant.redop)
 
     def prepare(self, variant, count, dtype, seed, group: GroupView, device) -> Prepared:
         import torch.distributed as dist

@@ -68,19 +68,25 @@ def torch_redop(redop: str):
             "min": dist.ReduceOp.MIN, "prod": dist.ReduceOp.PRODUCT}[redop]
 
 
-def reduce64(stack, redop: str):
-    """Reduce a float64 [n, ...] stack along dim 0 exactly as the collective should."""
-    if redop == "sum":
-        return stack.sum(0)
-    if redop == "avg":
-        return stack.sum(0) / stack.shape[0]
-    if redop == "max":
-        return stack.amax(0)
-    if redop == "min":
-        return stack.amin(0)
-    if redop == "prod":
-        return stack.prod(0)
-    raise ValueError(f"unknown reduction {redop!r}")
+def reduce_ranks(values_of, n: int, redop: str):
+    """Reduce `values_of(g)` (float64) over g = 0..n-1 one rank at a time: memory stays at two buffers
+    whatever n is (a stack of n inputs would not fit for big worlds and sizes)."""
+    import torch
+
+    acc = values_of(0).clone()
+    for g in range(1, n):
+        x = values_of(g)
+        if redop in ("sum", "avg"):
+            acc += x
+        elif redop == "prod":
+            acc *= x
+        elif redop == "max":
+            torch.maximum(acc, x, out=acc)
+        elif redop == "min":
+            torch.minimum(acc, x, out=acc)
+        else:
+            raise ValueError(f"unknown reduction {redop!r}")
+    return acc / n if redop == "avg" else acc
 
 
 @dataclass(frozen=True)

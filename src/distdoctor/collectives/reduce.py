@@ -3,7 +3,7 @@
 Checked: SUM at every root, and every reduction op at root 0. torch's call is in-place only.
 """
 
-from distdoctor.collectives.base import (REDOPS, CollectiveSpec, GroupView, Prepared, Variant, cast, reduce64,
+from distdoctor.collectives.base import (REDOPS, CollectiveSpec, GroupView, Prepared, Variant, cast, reduce_ranks,
                                          torch_redop)
 
 
@@ -24,7 +24,7 @@ class Reduce(CollectiveSpec):
     def expected(self, variant, count, seed, members, grank):
         if grank != variant.root:
             return None
-        return reduce64(self.all_inputs(variant, count, seed, members), variant.redop)
+        return reduce_ranks(lambda g: self.inputs(variant, count, seed, members, g), len(members), variant.redop)
 
     def prepare(self, variant, count, dtype, seed, group: GroupView, device) -> Prepared:
         import torch.distributed as dist

@@ -4,7 +4,7 @@
 input, as nccl-tests and FSDP use it) with SUM.
 """
 
-from distdoctor.collectives.base import (REDOPS, CollectiveSpec, GroupView, Prepared, Variant, cast, reduce64,
+from distdoctor.collectives.base import (REDOPS, CollectiveSpec, GroupView, Prepared, Variant, cast, reduce_ranks,
                                          torch_redop)
 
 
@@ -34,13 +34,9 @@ class ReduceScatter(CollectiveSpec):
         return super().inputs(variant, count * len(members), seed, members, grank)
 
     def expected(self, variant, count, seed, members, grank):
-        stack = self.all_inputs(variant, count, seed, members)
-        return reduce64(stack[:, grank * count:(grank + 1) * count], variant.redop)
-
-    def all_inputs(self, variant, count, seed, members):
-        import torch
-
-        return torch.stack([self.inputs(variant, count, seed, members, g) for g in range(len(members))])
+        chunk = slice(grank * count, (grank + 1) * count)
+        return reduce_ranks(lambda g: self.inputs(variant, count, seed, members, g)[chunk], len(members),
+                            variant.redop)
 
     def prepare(self, variant, count, dtype, seed, group: GroupView, device) -> Prepared:
         import torch
