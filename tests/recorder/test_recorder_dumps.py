@@ -3,8 +3,11 @@ data loader), SIGUSR1 while blocked inside a collective, and an uncaught excepti
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -25,7 +28,7 @@ def names(frames):
     return [f.name for f in frames]
 
 
-def test_hang_dump_then_sigusr1_while_blocked(ranks_factory, tmp_path, wait_for):
+def test_hang_dump_then_sigusr1_while_blocked(ranks_factory, tmp_path, wait_for, cli_env):
     release = tmp_path / "release"
     job = ranks_factory("hang.py", 2, args=[str(release)])
     dumps = tmp_path / "dumps"
@@ -43,10 +46,20 @@ def test_hang_dump_then_sigusr1_while_blocked(ranks_factory, tmp_path, wait_for)
     # rank 1 is in its data loader; rank 0 waits in the second all_reduce, which is recorded as not completed
     assert names(main1)[-1] == "fetch_batch", names(main1)
     assert "fetch_batch" not in names(main0)
+    assert not any("distdoctor" in f.filename for f in main0)  # our wrapper is cut out of the stack
+    user0 = [f for f in main0 if "torch" not in f.filename]
+    assert user0[-1].name == "<module>" and user0[-1].filename.endswith("hang.py")
     assert [(e.op, e.seq, e.state) for e in rank0.entries] == [("all_reduce", 1, "completed"),
                                                                ("all_reduce", 2, "started")]
     assert [(e.op, e.seq, e.state) for e in rank1.entries] == [("all_reduce", 1, "completed")]
     assert rank0.entries[1].t_completed is None
+    # end to end: diagnose names rank 1 as the one that never reached all_reduce #2, and where it is
+    report = diagnose_json(dumps, cli_env)
+    assert report["verdict"] == "problem" and report["world_size"] == 2
+    first = report["findings"][0]
+    assert (first["kind"], first["ranks"], first["group"], first["op"], first["seq"]) == \
+        ("missing_ranks", [1], "0", "all_reduce", 2)
+    assert "fetch_batch" in first["detail"]
     # once per hang: no second hang dump while nothing progresses
     first = paths[0].stat().st_mtime_ns
     time.sleep(1.5)
@@ -67,7 +80,7 @@ def test_hang_dump_then_sigusr1_while_blocked(ranks_factory, tmp_path, wait_for)
     assert (dumps / "rank_0.fr.pkl").exists()
 
 
-def test_uncaught_exception_dumps_with_its_traceback(ranks_factory, tmp_path):
+def test_uncaught_exception_dumps_with_its_traceback(ranks_factory, tmp_path, cli_env):
     job = ranks_factory("crash.py", 2)
     codes = job.wait(timeout=120)
     assert codes[1] != 0
@@ -83,3 +96,25 @@ def test_uncaught_exception_dumps_with_its_traceback(ranks_factory, tmp_path):
         assert rank0 is not None and rank0.dump_reason.startswith("exception:")
         last = rank0.entries[-1]
         assert (last.op, last.seq, last.state) == ("all_reduce", 2, "started") and last.error
+    # end to end: rank 1 never reached all_reduce #2 and is, in its dump, where it raised
+    report = diagnose_json(tmp_path / "dumps", cli_env)
+    first = report["findings"][0]
+    assert (first["kind"], first["ranks"], first["op"], first["seq"]) == ("missing_ranks", [1], "all_reduce", 2)
+    assert "train_step" in first["detail"], first["detail"]
+
+
+def diagnose_json(path, cli_env):
+    proc = subprocess.run([sys.executable, "-m", "distdoctor", "diagnose", str(path), "--format", "json"],
+                          capture_output=True, text=True, timeout=120, env=cli_env)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_exit_with_a_pending_call_dumps(ranks_factory, tmp_path):
+    job = ranks_factory("exit_pending.py", 2)
+    assert job.wait(timeout=120) == [0, 0]
+    rank0 = read(tmp_path / "dumps" / "rank_0.jsonl")
+    assert rank0.dump_reason == "exit: process exiting with 1 pending, oldest recv on group 0 peer 1"
+    last = rank0.entries[-1]
+    assert (last.op, last.peer, last.p2p_seq, last.state, last.async_op) == ("recv", 1, 1, "started", True)
+    assert not (tmp_path / "dumps" / "rank_1.jsonl").exists()  # nothing pending there: no dump

@@ -41,6 +41,12 @@ def expected_entries(rank: int) -> list[tuple]:
     if rank == 1:  # recv() with no src: the peer and its p2p_seq come from what torch returned
         rows.append(("recv", "recv", "0", None, 4, None, 0, False))
     rows.append(("barrier", "barrier", mine, 3, None, None, None, False))
+    if rank == 0:
+        rows += [("irecv", "recv", "0", None, 1, None, 1, True),
+                 ("barrier", "barrier", "1", 4, None, None, None, False)]
+    if rank == 1:
+        rows += [("barrier", "barrier", "1", 4, None, None, None, False),
+                 ("send", "send", "0", None, 1, None, 0, False)]
     return rows
 
 
@@ -86,6 +92,8 @@ def test_every_collective_and_p2p_is_recorded(ranks_factory, tmp_path):
         assert by_raw["all_to_all_single"].in_dtypes == ["float64"]
         assert by_raw["gather"].out_sizes == ([[5]] * 4 if rank == 3 else [])
         assert by_raw["scatter"].in_sizes == ([[5]] * 4 if rank == 0 else [])
+        if rank == 0:  # issued -> started when torch handed back the Work -> completed by wait()
+            assert result["async_states"] == ["started", "completed"]
         async_ar = [e for e in trace.entries if e.async_op and e.op == "all_reduce"][0]
         assert async_ar.in_dtypes == ["int64"] and async_ar.state == "completed"
 

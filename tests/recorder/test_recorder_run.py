@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -49,24 +50,46 @@ def test_run_python_script_without_code_change(tmp_path, cli_env):
 
 
 @pytest.mark.slow
-def test_run_torchrun_two_ranks(tmp_path, cli_env):
-    dumps = tmp_path / "dumps"
-    env = dict(cli_env, LOADER_SLEEP="5", OMP_NUM_THREADS="1")
-    rc, out, err = run_distdoctor(
-        ["--dump-dir", str(dumps), "--hang-timeout", "1.5", "--", sys.executable, "-m", "torch.distributed.run",
-         "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-         str(WORKERS / "plain_job.py"), "torchrun"], timeout=180, env=env, cwd=tmp_path)
-    assert rc == 0, err[-3000:]
+def test_run_torchrun_two_ranks(tmp_path, cli_env, wait_for):
+    """Under torchrun: both ranks dump on the hang (rank 1 stuck in its data loader), SIGUSR1 to `distdoctor run`
+    makes every rank dump again (never reaching the agent, which SIGUSR1 would kill), and run reports."""
+    dumps, release = tmp_path / "dumps", tmp_path / "release"
+    env = dict(cli_env, RELEASE_FILE=str(release), OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "distdoctor", "run", "--dump-dir", str(dumps), "--hang-timeout", "1.5", "--",
+         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+         "--master-port", str(free_port()), str(WORKERS / "plain_job.py"), "torchrun"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env, cwd=tmp_path)
+    try:
+        def reasons():
+            try:
+                return [loads((dumps / f"rank_{r}.jsonl").read_text()).dump_reason for r in (0, 1)]
+            except (OSError, ValueError):
+                return None
+
+        got = wait_for(lambda: (r := reasons()) and all(x.startswith("hang:") for x in r) and r, 150, "hang dumps")
+        assert len(got) == 2
+        wait_for(lambda: len(list(dumps.glob(".rank_*.pid"))) == 2, 30, "both ranks registered")
+        os.kill(proc.pid, signal.SIGUSR1)
+        wait_for(lambda: reasons() == ["signal: SIGUSR1"] * 2, 60, "SIGUSR1 dumps of both ranks")
+        release.touch()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 0, err[-3000:]
+    assert "SIGUSR1 sent to 2 rank(s)" in err
     # one file per rank; the torchrun agent (which also ran the hook) wrote nothing
     assert sorted(p.name for p in dumps.iterdir()) == ["rank_0.fr.pkl", "rank_0.jsonl", "rank_1.fr.pkl",
                                                        "rank_1.jsonl"]
     rank0, rank1 = (loads((dumps / f"rank_{r}.jsonl").read_text()) for r in (0, 1))
     assert rank0.rank == 0 and rank1.rank == 1 and rank0.world_size == 2
-    assert rank0.dump_reason.startswith("hang:") and rank1.dump_reason.startswith("hang:")
     assert stack(rank1, "MainThread")[-2:] == ["load_next_batch", "sleep"] or \
         stack(rank1, "MainThread")[-1] == "load_next_batch"
     assert [(e.op, e.seq, e.state) for e in rank0.entries][-1] == ("all_reduce", 2, "started")
     assert "2 rank dump(s)" in err and "next: distdoctor diagnose" in err
+    # run printed diagnose's report of the dumps: rank 1 never reached all_reduce #2, it was loading data
+    assert "verdict: PROBLEM" in err and "missing_ranks: ranks [1] at all_reduce #2" in err, err[-3000:]
+    assert "load_next_batch" in err
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -79,3 +102,21 @@ def test_run_bad_input_is_one_line(args, needle, cli_env):
     rc, out, err = run_distdoctor(args, timeout=60, env=cli_env)
     assert rc == 2
     assert err.strip().count("\n") == 0 and needle in err and "Traceback" not in err
+
+
+def test_run_hook_enables_and_chains_an_existing_sitecustomize(tmp_path, cli_env):
+    """The hook enables the recorder in the child without importing torch, then runs the sitecustomize it
+    shadows."""
+    own = tmp_path / "own"
+    own.mkdir()
+    marker = tmp_path / "marker"
+    (own / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    env = dict(cli_env, PYTHONPATH=os.pathsep.join([str(own), cli_env["PYTHONPATH"]]))
+    probe = ("import sys, distdoctor.trace as t; r = t.get_recorder(); "
+             "print(r is not None, r.active, 'torch' in sys.modules, r.config.hang_timeout, r.config.buffer_size)")
+    rc, out, err = run_distdoctor(["--dump-dir", str(tmp_path / "d"), "--hang-timeout", "7", "--buffer", "99",
+                                   "--", sys.executable, "-c", probe], timeout=60, env=env)
+    assert rc == 0, err
+    assert out.split() == ["True", "False", "False", "7.0", "99"]  # enabled, dormant, torch not imported
+    assert marker.read_text() == "ran"
+    assert "no dumps written" in err

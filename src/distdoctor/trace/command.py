@@ -7,7 +7,8 @@ is set too, so Flight Recorder records from the first collective. The child stay
 terminal's Ctrl-C reaches it directly, so SIGINT is not forwarded twice); SIGTERM, SIGHUP and SIGQUIT are
 forwarded; SIGUSR1 goes to every rank that registered its pid in the dump directory, which then dumps (never
 to the launcher, whose default SIGUSR1 action would kill it). The exit code is the command's (128+N when a
-signal N ended it). Afterwards it says where the dumps are and how to diagnose them.
+signal N ended it). Afterwards it says where the dumps are, prints `distdoctor diagnose`'s text report of them
+(on stderr, like everything `run` itself says) and the line to run diagnose again for other forms.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import click
@@ -78,6 +78,24 @@ def summarize_dumps(dump_dir: str) -> list[tuple[int, str]]:
         except (OSError, ValueError) as exc:
             found.append((-1, f"{os.path.basename(path)} unreadable: {exc}"))
     return sorted(found)
+
+
+def _auto_diagnose(dump_dir: str) -> None:
+    """Print diagnose's text report for the dumps (stderr), when the analyzer is part of this build."""
+    try:
+        from distdoctor.diagnose.analyze import analyze
+        from distdoctor.report.diagnose_text import render_text
+        from distdoctor.trace.loaders import load_traces
+    except ImportError:
+        return
+    try:
+        traces = load_traces([dump_dir])
+        if traces.ranks:
+            click.echo("", err=True)
+            click.echo(render_text(analyze(traces)), err=True, nl=False)
+            click.echo("", err=True)
+    except Exception as exc:  # the job's exit code and the dumps matter more than this summary
+        _say(f"warning: could not analyze the dumps ({type(exc).__name__}: {exc})")
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -148,6 +166,7 @@ def run_command(dump_dir, hang_timeout, buffer, no_stacks, dump_on_exit, command
         _say(f"{len(dumps)} rank dump(s) in {dump_dir}")
         for rank, reason in dumps:
             _say(f"  rank {rank}: {reason}")
+        _auto_diagnose(dump_dir)
         _say(f"next: distdoctor diagnose {dump_dir}")
     else:
         _say(f"no dumps written (no hang, no uncaught exception, nothing pending at exit); dump dir {dump_dir}")

@@ -6,6 +6,9 @@ returns a `Call`: the group object, whether it is async, the input and output te
 dtypes are kept by the recorder), root or peer as given (global rank, or group rank when the caller used
 group_src/group_dst/group_peer), and the reduce op. The recorder turns group ranks into global ranks.
 
+Describers build the Call with `tuple.__new__` (all ten fields, in order) rather than the NamedTuple's
+generated Python-level constructor: they run on every call, and this keeps them free of an extra frame.
+
 `DESCRIBERS` maps the function name in torch.distributed to (spec op name, describer, is_p2p). Names that a
 torch version lacks are skipped when patching.
 """
@@ -29,91 +32,98 @@ class Call(NamedTuple):
 
 
 _NONE = ()
+_new = tuple.__new__
+
+
+def _c(group, async_op, inputs, outputs, root=None, group_root=None, peer=None, group_peer=None, reduce_op=None,
+       direction=None) -> Call:
+    """Readable (slower) constructor for the rare paths."""
+    return _new(Call, (group, async_op, inputs, outputs, root, group_root, peer, group_peer, reduce_op, direction))
 
 
 def _all_reduce(tensor, op=None, group=None, async_op=False):
-    return Call(group, async_op, (tensor,), (tensor,), reduce_op=op)
+    return _new(Call, (group, async_op, (tensor,), (tensor,), None, None, None, None, op, None))
 
 
 def _all_reduce_coalesced(tensors, op=None, group=None, async_op=False):
-    return Call(group, async_op, tensors, tensors, reduce_op=op)
+    return _new(Call, (group, async_op, tensors, tensors, None, None, None, None, op, None))
 
 
 def _broadcast(tensor, src=None, group=None, async_op=False, group_src=None):
-    return Call(group, async_op, (tensor,), (tensor,), root=src, group_root=group_src)
+    return _new(Call, (group, async_op, (tensor,), (tensor,), src, group_src, None, None, None, None))
 
 
 def _reduce(tensor, dst=None, op=None, group=None, async_op=False, group_dst=None):
-    return Call(group, async_op, (tensor,), (tensor,), root=dst, group_root=group_dst, reduce_op=op)
+    return _new(Call, (group, async_op, (tensor,), (tensor,), dst, group_dst, None, None, op, None))
 
 
 def _all_gather(tensor_list, tensor, group=None, async_op=False):
-    return Call(group, async_op, (tensor,), tensor_list)
+    return _new(Call, (group, async_op, (tensor,), tensor_list, None, None, None, None, None, None))
 
 
 def _all_gather_single(output_tensor, input_tensor, group=None, async_op=False):
-    return Call(group, async_op, (input_tensor,), (output_tensor,))
+    return _new(Call, (group, async_op, (input_tensor,), (output_tensor,), None, None, None, None, None, None))
 
 
 def _all_gather_coalesced(output_tensor_lists, input_tensor_list, group=None, async_op=False):
-    return Call(group, async_op, input_tensor_list, [t for lst in output_tensor_lists for t in lst])
+    return _c(group, async_op, input_tensor_list, [t for lst in output_tensor_lists for t in lst])
 
 
 def _reduce_scatter(output, input_list, op=None, group=None, async_op=False):
-    return Call(group, async_op, input_list, (output,), reduce_op=op)
+    return _new(Call, (group, async_op, input_list, (output,), None, None, None, None, op, None))
 
 
 def _reduce_scatter_single(output, input, op=None, group=None, async_op=False):
-    return Call(group, async_op, (input,), (output,), reduce_op=op)
+    return _new(Call, (group, async_op, (input,), (output,), None, None, None, None, op, None))
 
 
 def _all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
-    return Call(group, async_op, input_tensor_list, output_tensor_list)
+    return _new(Call, (group, async_op, input_tensor_list, output_tensor_list, None, None, None, None, None, None))
 
 
 def _all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None,
                        async_op=False):
-    return Call(group, async_op, (input,), (output,))
+    return _new(Call, (group, async_op, (input,), (output,), None, None, None, None, None, None))
 
 
 def _gather(tensor, gather_list=None, dst=None, group=None, async_op=False, group_dst=None):
-    return Call(group, async_op, (tensor,), gather_list or _NONE, root=dst, group_root=group_dst)
+    return _new(Call, (group, async_op, (tensor,), gather_list or _NONE, dst, group_dst, None, None, None, None))
 
 
 def _scatter(tensor, scatter_list=None, src=None, group=None, async_op=False, group_src=None):
-    return Call(group, async_op, scatter_list or _NONE, (tensor,), root=src, group_root=group_src)
+    return _new(Call, (group, async_op, scatter_list or _NONE, (tensor,), src, group_src, None, None, None, None))
 
 
 def _barrier(group=None, async_op=False, device_ids=None, timeout=None):
-    return Call(group, async_op, _NONE, _NONE)
+    return _new(Call, (group, async_op, _NONE, _NONE, None, None, None, None, None, None))
 
 
 def _monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
-    return Call(group, False, _NONE, _NONE)
+    return _new(Call, (group, False, _NONE, _NONE, None, None, None, None, None, None))
 
 
 def _send(tensor, dst=None, group=None, tag=0, group_dst=None):
-    return Call(group, False, (tensor,), _NONE, peer=dst, group_peer=group_dst, direction="send")
+    return _new(Call, (group, False, (tensor,), _NONE, None, None, dst, group_dst, None, "send"))
 
 
 def _recv(tensor, src=None, group=None, tag=0, group_src=None):
-    return Call(group, False, _NONE, (tensor,), peer=src, group_peer=group_src, direction="recv")
+    return _new(Call, (group, False, _NONE, (tensor,), None, None, src, group_src, None, "recv"))
 
 
 def _isend(tensor, dst=None, group=None, tag=0, group_dst=None):
-    return Call(group, True, (tensor,), _NONE, peer=dst, group_peer=group_dst, direction="send")
+    return _new(Call, (group, True, (tensor,), _NONE, None, None, dst, group_dst, None, "send"))
 
 
 def _irecv(tensor, src=None, group=None, tag=0, group_src=None):
-    return Call(group, True, _NONE, (tensor,), peer=src, group_peer=group_src, direction="recv")
+    return _new(Call, (group, True, _NONE, (tensor,), None, None, src, group_src, None, "recv"))
 
 
 def describe_p2p_op(p2p_op) -> Call:
     """One element of batch_isend_irecv's list (a P2POp: its peer is already a global rank)."""
     name = getattr(p2p_op.op, "__name__", "")
     if name == "irecv":
-        return Call(p2p_op.group, True, _NONE, (p2p_op.tensor,), peer=p2p_op.peer, direction="recv")
-    return Call(p2p_op.group, True, (p2p_op.tensor,), _NONE, peer=p2p_op.peer, direction="send")
+        return _c(p2p_op.group, True, _NONE, (p2p_op.tensor,), peer=p2p_op.peer, direction="recv")
+    return _c(p2p_op.group, True, (p2p_op.tensor,), _NONE, peer=p2p_op.peer, direction="send")
 
 
 DESCRIBERS: dict[str, tuple[str, Callable[..., Call], bool]] = {

@@ -79,13 +79,23 @@ def frames_of_traceback(tb, limit: int = MAX_STACK_DEPTH) -> list[Frame]:
     return [Frame(s.name, s.filename, s.lineno or 0) for s in traceback.extract_tb(tb, limit=limit)]
 
 
-def all_thread_stacks(skip_ident: int | None = None) -> dict[str, list[Frame]]:
+def all_thread_stacks(skip_ident: int | None = None, trim_dir: str | None = None) -> dict[str, list[Frame]]:
     """Current Python stack of every thread, keyed by "<name> (<ident>)"; threads blocked in C show their last
-    Python frame (e.g. the line calling all_reduce)."""
+    Python frame (e.g. the line calling all_reduce). Frames from files under `trim_dir` (the recorder's own
+    wrapper and dump code) are left out, so the stack reads program -> torch; a thread left with nothing (it is
+    only running our code) is omitted."""
     names = {t.ident: t.name for t in threading.enumerate()}
     stacks = {}
     for ident, frame in sys._current_frames().items():
         if ident == skip_ident:
             continue
-        stacks[f"{names.get(ident, 'thread')} ({ident})"] = frames_of(frame)
+        frames = frames_of(frame)
+        if trim_dir:
+            frames = [f for f in frames if not f.filename.startswith(trim_dir)]
+        if frames:
+            stacks[thread_key(names.get(ident, "thread"), ident)] = frames
     return stacks
+
+
+def thread_key(name: str, ident: int | None) -> str:
+    return f"{name} ({ident})"

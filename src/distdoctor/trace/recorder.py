@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import importlib.abc
 import itertools
+import operator
 import os
 import socket
 import sys
@@ -52,6 +53,8 @@ DEFAULT_DUMP_DIR = "distdoctor-dumps"
 CALLER_FRAMES = 4
 _REDUCING = ("all_reduce", "reduce", "reduce_scatter")
 _THIS_DIR = os.path.dirname(os.path.abspath(__file__))
+_SHAPE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
 
 
 def _warn(message: str) -> None:
@@ -166,10 +169,11 @@ class Recorder:
         r.group = name
         r.op = op if not is_p2p else call.direction
         r.raw_op = raw
-        r.in_shapes = [t.shape for t in call.inputs]
-        r.in_dtypes = [t.dtype for t in call.inputs]
-        r.out_shapes = [t.shape for t in call.outputs]
-        r.out_dtypes = [t.dtype for t in call.outputs]
+        inputs, outputs = call.inputs, call.outputs
+        r.in_shapes = tuple(map(_SHAPE, inputs))  # map + attrgetter: no Python frame per tensor
+        r.in_dtypes = tuple(map(_DTYPE, inputs))
+        r.out_shapes = tuple(map(_SHAPE, outputs))
+        r.out_dtypes = tuple(map(_DTYPE, outputs))
         r.root = ranks[call.group_root] if call.group_root is not None else call.root
         r.reduce_op = call.reduce_op
         r.async_op = call.async_op
@@ -200,7 +204,7 @@ class Recorder:
         f = sys._getframe(2) if left else None
         while f is not None and left:
             code = f.f_code
-            if code.co_filename != _C10D_FILE and not code.co_filename.startswith(_THIS_DIR):
+            if code.co_filename not in _SKIP_FILES:
                 frames.append((code, f.f_lasti))
                 left -= 1
             f = f.f_back
@@ -299,9 +303,9 @@ class Recorder:
         stacks = None
         if self.config.stacks:
             skip = self.watchdog.ident if self.watchdog is not None else None
-            stacks = all_thread_stacks(skip_ident=skip)
-        if extra_stacks:
-            stacks = {**extra_stacks, **(stacks or {})}
+            stacks = all_thread_stacks(skip_ident=skip, trim_dir=_THIS_DIR + os.sep)
+        if extra_stacks:  # e.g. the traceback of the exception that is ending a thread replaces its live stack
+            stacks = {**(stacks or {}), **extra_stacks}
         return model.RankTrace(
             rank=self.rank if self.rank is not None else -1, source="native", version=str(model.NATIVE_VERSION),
             world_size=self.world_size, groups=dict(self.group_infos), entries=entries, stacks=stacks,
@@ -326,7 +330,8 @@ class Recorder:
             root=r.root, peer=r.peer, reduce_op=_reduce_name(r.reduce_op, r.op), state=r.state,
             t_created=r.t_created, t_started=r.t_started, t_completed=r.t_completed, async_op=r.async_op,
             stream=threads.get(r.thread, f"thread {r.thread}"),
-            frames=[model.Frame(code.co_name, code.co_filename, _line_of(code, lasti)) for code, lasti in reversed(r.frames)],
+            frames=[model.Frame(code.co_name, code.co_filename, _line_of(code, lasti))
+                    for code, lasti in reversed(r.frames)],
             error=r.error)
 
     def dump_paths(self) -> tuple[str, str]:
@@ -385,7 +390,7 @@ def flight_recorder_dump() -> bytes | None:
 
 _recorder: Recorder | None = None
 _c10d = None
-_C10D_FILE = ""
+_SKIP_FILES: set[str] = set()  # frames in these files are torch's or ours, not the caller's
 _originals: dict[str, object] = {}
 _tls = threading.local()
 _patch_lock = threading.Lock()
@@ -420,7 +425,11 @@ def _make_wrapper(raw: str, orig, op: str, describer, is_p2p: bool):
             return _traced_work(result, (record,), rec)
         if is_p2p and record.peer is None and isinstance(result, int):
             rec.learn_peer(record, result)  # recv from any source: torch tells us who sent
-        rec.complete(record)
+        # rec.complete(record), inlined: this is the common path
+        record.t_completed = rec.last_progress = time.time()
+        record.state = "completed"
+        rec.pending.discard(record)
+        rec.hang_dumped = False
         return result
 
     traced._distdoctor_original = orig
@@ -579,7 +588,7 @@ def _check_op(op) -> None:
 
 def _patch() -> None:
     """Replace the torch.distributed functions with recording wrappers (idempotent)."""
-    global _c10d, _C10D_FILE
+    global _c10d
     with _patch_lock:
         if _originals:
             return
@@ -587,7 +596,9 @@ def _patch() -> None:
         import torch.distributed.distributed_c10d as c10d
 
         _c10d = c10d
-        _C10D_FILE = c10d.__file__
+        from distdoctor.trace import describe
+
+        _SKIP_FILES.update({c10d.__file__, __file__, describe.__file__})
         wrappers = {}
         for name, (op, describer, is_p2p) in DESCRIBERS.items():
             if hasattr(c10d, name):

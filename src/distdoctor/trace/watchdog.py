@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 
-from distdoctor.trace.dumpfile import ensure_private_dir, frames_of_traceback, write_atomic
+from distdoctor.trace.dumpfile import ensure_private_dir, frames_of_traceback, thread_key, write_atomic
 
 
 class Watchdog:
@@ -57,6 +57,11 @@ class Watchdog:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._wakeup_w is not None:  # wake the select() at once instead of waiting out its tick
+            try:
+                os.write(self._wakeup_w, b"\0")
+            except OSError:
+                pass
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
         if threading.current_thread() is threading.main_thread():
@@ -156,22 +161,28 @@ class Watchdog:
         self._prev_thread_hook = threading.excepthook
         threading.excepthook = self._thread_excepthook
 
-    def _exception_dump(self, exc_type, exc, tb, thread_name: str) -> None:
+    def _exception_dump(self, exc_type, exc, tb, thread) -> None:
         if exc_type is None or issubclass(exc_type, SystemExit):
             return
         reason = f"exception: {exc_type.__name__}: {exc}".replace("\n", " ")[:500]
         self.rec.final_dump_reason = reason
-        self.rec.dump(reason, extra_stacks={f"exception in {thread_name}": frames_of_traceback(tb)})
+        frames = frames_of_traceback(tb)
+        name = thread.name if thread is not None else "thread"
+        # The thread's stack is where it raised (its live stack is only the hook by now), also under a name
+        # that says so.
+        extra = {f"exception in {name}": frames}
+        if thread is not None:
+            extra[thread_key(name, thread.ident)] = frames
+        self.rec.dump(reason, extra_stacks=extra)
 
     def _excepthook(self, exc_type, exc, tb) -> None:
         if self.rec.active:
-            self._exception_dump(exc_type, exc, tb, threading.current_thread().name)
+            self._exception_dump(exc_type, exc, tb, threading.current_thread())
         (self._prev_excepthook or sys.__excepthook__)(exc_type, exc, tb)
 
     def _thread_excepthook(self, args) -> None:
         if self.rec.active and args.thread is not self._thread:
-            name = args.thread.name if args.thread is not None else "thread"
-            self._exception_dump(args.exc_type, args.exc_value, args.exc_traceback, name)
+            self._exception_dump(args.exc_type, args.exc_value, args.exc_traceback, args.thread)
         (self._prev_thread_hook or threading.__excepthook__)(args)
 
     def _at_exit(self) -> None:

@@ -80,9 +80,21 @@ if rank == 0:
 elif rank == 1:
     dist.recv(torch.empty(1))
 dist.barrier(group=mine)
+# async state as the dump would show it: an irecv whose sender has not sent yet, then after wait()
+async_states = []
+if rank == 0:
+    work = dist.irecv(torch.empty(1), src=1)
+    async_states.append(trace.get_recorder().snapshot("probe").entries[-1].state)
+    dist.barrier(group=g01)  # only now does rank 1 send
+    work.wait()
+    async_states.append(trace.get_recorder().snapshot("probe").entries[-1].state)
+elif rank == 1:
+    dist.barrier(group=g01)
+    dist.send(torch.ones(1), dst=0)
 
 path = trace.dump("all ops done")
 fr = json.loads(torch._C._distributed_c10d._dump_fr_trace_json(True, False))
 Path(os.environ["DISTDOCTOR_DUMP_DIR"]).parent.joinpath(f"result_{rank}.json").write_text(
-    json.dumps({"dump": path, "fr_entries": fr.get("entries", []), "refused": refused}))
+    json.dumps({"dump": path, "fr_entries": fr.get("entries", []), "refused": refused,
+                "async_states": async_states}))
 dist.destroy_process_group()

@@ -1,7 +1,7 @@
 """A training script that knows nothing of distdoctor (run under `distdoctor run`).
 
 Usage: plain_job.py single PORT   -- one process, world size 1; a loader thread dies, exit code 3
-       plain_job.py torchrun      -- under torchrun: rank 1 is slow in its data loader, then all finish
+       plain_job.py torchrun      -- under torchrun: rank 1 is stuck in its data loader until RELEASE_FILE exists
 """
 
 import os
@@ -14,7 +14,10 @@ import torch.distributed as dist
 
 
 def load_next_batch():
-    time.sleep(float(os.environ.get("LOADER_SLEEP", "4")))
+    """Stuck until RELEASE_FILE exists (at most 60 s)."""
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.environ["RELEASE_FILE"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
     return torch.ones(2)
 
 
