@@ -1,17 +1,19 @@
 """Discrete-event execution of a Program: timing, blocking, and what is left when nothing can move.
 
-Algorithm. Every stream is a cursor over its ops. A heap holds (time, order, stream) "this stream may try
-its next op now". A popped stream runs zero-time ops (record, wait on a recorded event, acquire of a free
-slot, release) inline and stops at the first op that takes time or blocks:
-- compute: busy for `us`, then back on the heap at t + us;
+Algorithm. Every stream is a cursor over its ops. The event queue holds "this stream may try its next op
+at time t" (a heap of distinct times, each with a FIFO bucket of streams). A popped stream runs zero-time
+ops (record, wait on a recorded event, acquire of a free slot, release) inline and stops at the first op
+that takes time or blocks:
+- compute: busy for `us`, then back in the queue at t + us;
 - wait: parks on the event until a `record` on the same rank (once recorded, an event stays recorded);
 - acquire: parks FIFO on the buffer; `release` hands the slot to the first parked acquirer;
 - collective: the n-th collective a rank issues on a group joins instance (group, n); the instance starts
   when every member has arrived, and holds every member's stream until start + duration;
 - send/recv: FIFO per (sender, receiver, tag) channel; a pair starts when both are posted and holds both.
-Popping in time order makes "the n-th collective issued" and buffer hand-over follow simulated time; ties
-keep heap insertion order, so runs are deterministic. When the heap is empty and some stream has ops left,
-that is a deadlock; `waitfor.analyze` then builds the wait-for graph and extracts the cycle.
+Taking events in time order makes "the n-th collective issued" and buffer hand-over follow simulated time;
+ties keep scheduling order, so runs are deterministic. When the queue is empty and some stream has ops left,
+that is a deadlock; `waitfor.build_edges` / `find_cycle` then build the wait-for graph and extract the cycle.
+A collective instance whose members issue different ops (kind or bytes) is recorded as a mismatch (desync).
 
 Durations: `us` when an op gives it, else the cost model: collectives alpha + bytes * bus_factor(kind, n) /
 bandwidth with nccl-tests' bus factors (distdoctor.collectives, the one source of truth); p2p alpha +
@@ -21,7 +23,7 @@ bytes / bandwidth. The hot loop sees only ints, floats and tuples (no pydantic, 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from heapq import heappop, heappush
 
 from distdoctor.collectives import bus_factor
@@ -69,10 +71,14 @@ def compile_program(prog: Program) -> Compiled:
     gsize = [len(m) for m in members]
     alpha, gbps = prog.cost.alpha_us, prog.cost.gbps
     streams, ops_out, rank_of, buffer_keys, capacity = [], [], [], [], []
-    event_id: dict[tuple[int, str], int] = {}
+    event_keys: list[tuple[int, str]] = []
     chan_id: dict[tuple[int, int, str], int] = {}
     compute_sids = set()
     coll_cache: dict[tuple, float] = {}
+    # Generators share one Op object among ranks where the op does not depend on the rank (compute, a
+    # group's collective): compile those once, keyed by object identity (the program keeps them alive).
+    shared: dict[int, tuple] = {}
+    kind_id: dict[str, int] = {}
     for r in sorted(prog.ranks):
         rp = prog.ranks[r]
         bid = {}
@@ -80,35 +86,65 @@ def compile_program(prog: Program) -> Compiled:
             bid[b] = len(buffer_keys)
             buffer_keys.append((r, b))
             capacity.append(cap)
+        local_events: dict[str, int] = {}
         for s, ops in rp.streams.items():
             sid = len(streams)
             streams.append((r, s))
             rank_of.append(r)
             out = []
+            append = out.append
             for op in ops:
+                cop = shared.get(id(op))
+                if cop is not None:
+                    append(cop)
+                    if cop[0] == COMPUTE:
+                        compute_sids.add(sid)
+                    continue
                 k = op.op
                 if k == "compute":
-                    out.append((COMPUTE, float(op.us)))
+                    cop = shared[id(op)] = (COMPUTE, float(op.us))
+                    append(cop)
                     compute_sids.add(sid)
                 elif k == "record" or k == "wait":
-                    e = event_id.setdefault((r, op.event), len(event_id))
-                    out.append((RECORD if k == "record" else WAIT, e))
+                    e = local_events.get(op.event)
+                    if e is None:
+                        e = local_events[op.event] = len(event_keys)
+                        event_keys.append((r, op.event))
+                    append((RECORD if k == "record" else WAIT, e))
                 elif k == "acquire" or k == "release":
-                    out.append((ACQUIRE if k == "acquire" else RELEASE, bid[op.buffer]))
+                    append((ACQUIRE if k == "acquire" else RELEASE, bid[op.buffer]))
                 elif k == "collective":
                     g = gid[op.group]
                     ck = (op.us, op.kind, op.bytes, gsize[g])
                     d = coll_cache.get(ck)
                     if d is None:
                         d = coll_cache[ck] = collective_us(op, gsize[g], alpha, gbps)
-                    out.append((COLLECTIVE, g, d))
+                    kid = kind_id.setdefault(op.kind, len(kind_id))
+                    cop = shared[id(op)] = (COLLECTIVE, g, d, kid, op.bytes)
+                    append(cop)
                 else:
                     key = (r, op.peer, op.tag) if k == "send" else (op.peer, r, op.tag)
                     ch = chan_id.setdefault(key, len(chan_id))
-                    out.append((SEND if k == "send" else RECV, ch, p2p_us(op, alpha, gbps)))
+                    append((SEND if k == "send" else RECV, ch, p2p_us(op, alpha, gbps)))
             ops_out.append(out)
     return Compiled(prog, streams, ops_out, rank_of, group_names, members, buffer_keys, capacity,
-                    list(event_id), list(chan_id), compute_sids)
+                    event_keys, list(chan_id), compute_sids)
+
+
+def jittered(compiled: Compiled, jitter: float, seed: int) -> Compiled:
+    """A copy whose compute durations are scaled by independent factors in [1 - jitter, 1 + jitter].
+
+    Matching that depends on timing (several streams of a rank issuing on one group, buffers shared by
+    streams) follows simulated time, so one timing is one interleaving; jittered trials explore others."""
+    import random
+
+    rng = random.Random(seed)
+    lo = max(0.0, 1.0 - jitter)
+    ops = [[(COMPUTE, op[1] * rng.uniform(lo, 1.0 + jitter)) if op[0] == COMPUTE else op for op in sops]
+           for sops in compiled.ops]
+    return Compiled(compiled.program, compiled.streams, ops, compiled.rank_of, compiled.group_names,
+                    compiled.group_members, compiled.buffer_keys, compiled.capacity, compiled.event_keys,
+                    compiled.channels, compiled.compute_sids)
 
 
 @dataclass
@@ -122,13 +158,14 @@ class RunState:
     wait: list[float]
     since: list[float]  # for blocked streams: when they blocked
     inst_of: dict[int, int]  # blocked sid -> instance key of the collective it waits in
-    open_instances: dict[int, list]  # instance key -> [remaining, sids, duration]
+    open_instances: dict[int, list]  # instance key -> [remaining, sids, duration, kind id, bytes, first sid, its op]
     coll_count: dict[int, int]  # rank * n_groups + gid -> collectives issued
     peak: list[int]
     busy_union: dict[int, float]  # rank -> time any compute stream was busy (ranks with >1 compute stream)
     spans: list[tuple] | None  # (sid, start, end, op_index, "busy"|"wait"|"blocked")
     comm_log: list[list[list]] | None  # sid -> [[op_index, seq, t_issue, t_start, t_end], ...]
     ops_executed: int
+    mismatches: list[tuple]  # (gid, instance, sid, op index, first member's sid and op index)
 
     @property
     def deadlock(self) -> bool:
@@ -155,188 +192,211 @@ def run(compiled: Compiled, detail: bool = False) -> RunState:
     coll_count: dict[int, int] = {}
     inst: dict[int, list] = {}
     inst_of: dict[int, int] = {}
+    mismatches: list[tuple] = []  # (gid, instance, sid, op index, first member's sid and op index)
     spans: list[tuple] | None = [] if detail else None
     comm_log = [[] for _ in range(S)] if detail else None
-    # Ranks with several compute streams need the union of their busy time for the bubble fraction.
+    # Ranks with several compute streams need the union of their busy time for the bubble fraction. Busy
+    # intervals always start at the current time, which never decreases, so a running merge suffices.
     by_rank: dict[int, list[int]] = {}
-    for s in compiled.compute_sids:
+    for s in sorted(compiled.compute_sids):
         by_rank.setdefault(rank_of[s], []).append(s)
-    union_sids = {s for ss in by_rank.values() if len(ss) > 1 for s in ss}
-    intervals: dict[int, list] = {rank_of[s]: [] for s in union_sids}
+    union_ranks = [r for r, ss in by_rank.items() if len(ss) > 1]
+    uidx = [-1] * S
+    for u, r in enumerate(union_ranks):
+        for s in by_rank[r]:
+            uidx[s] = u
+    cov_s, cov_e, cov = [0.0] * len(union_ranks), [0.0] * len(union_ranks), [0.0] * len(union_ranks)
 
-    heap = [(0.0, sid, sid) for sid in range(S)]
-    order = S
+    def cover(u: int, a: float, b: float) -> None:
+        if a >= cov_e[u]:
+            cov[u] += cov_e[u] - cov_s[u]
+            cov_s[u], cov_e[u] = a, b
+        elif b > cov_e[u]:
+            cov_e[u] = b
+
+    # Event queue: a heap of distinct times, each with a FIFO bucket of streams. Same-time events run in
+    # the order they were scheduled (deterministic), and a symmetric plan with thousands of ranks costs
+    # one heap operation per distinct time instead of one per stream.
+    times: list[float] = [0.0]
+    buckets: dict[float, list[int]] = {0.0: list(range(S))}
+
+    def push(x: float, w: int) -> None:
+        b = buckets.get(x)
+        if b is None:
+            buckets[x] = [w]
+            heappush(times, x)
+        else:
+            b.append(w)
+
     now = 0.0
-    while heap:
-        t, _, sid = heappop(heap)
+    _heappush, _heappop, _get = heappush, heappop, buckets.get
+    while times:
+        t = _heappop(times)
         now = t
-        sops = ops[sid]
-        n = len(sops)
-        i = pc[sid]
-        while i < n:
-            op = sops[i]
-            c = op[0]
-            if c == COMPUTE:
-                d = op[1]
-                busy[sid] += d
-                if spans is not None:
-                    spans.append((sid, t, t + d, i, "busy"))
-                if sid in union_sids:
-                    intervals[rank_of[sid]].append((t, t + d))
-                i += 1
-                if d > 0:
-                    order += 1
-                    heappush(heap, (t + d, order, sid))
+        bucket = buckets[t]
+        j = 0
+        while j < len(bucket):
+            sid = bucket[j]
+            j += 1
+            sops = ops[sid]
+            n = len(sops)
+            i = pc[sid]
+            while i < n:
+                op = sops[i]
+                c = op[0]
+                if c == COMPUTE:
+                    d = op[1]
+                    busy[sid] += d
+                    if spans is not None:
+                        spans.append((sid, t, t + d, i, "busy"))
+                    if uidx[sid] >= 0:
+                        cover(uidx[sid], t, t + d)
+                    i += 1
+                    if d > 0:
+                        x = t + d
+                        b = _get(x)
+                        if b is None:
+                            buckets[x] = [sid]
+                            _heappush(times, x)
+                        else:
+                            b.append(sid)
+                        break
+                elif c == RECORD:
+                    e = op[1]
+                    if not recorded[e]:
+                        recorded[e] = True
+                        ws = ewaiters[e]
+                        if ws:
+                            for w in ws:
+                                wait[w] += t - since[w]
+                                if spans is not None:
+                                    spans.append((w, since[w], t, pc[w], "wait"))
+                                pc[w] += 1
+                                bucket.append(w)
+                            ewaiters[e] = None
+                    i += 1
+                elif c == WAIT:
+                    e = op[1]
+                    if recorded[e]:
+                        i += 1
+                        continue
+                    if ewaiters[e] is None:
+                        ewaiters[e] = []
+                    ewaiters[e].append(sid)
+                    since[sid] = t
                     break
-            elif c == RECORD:
-                e = op[1]
-                if not recorded[e]:
-                    recorded[e] = True
-                    ws = ewaiters[e]
-                    if ws:
-                        for w in ws:
-                            wait[w] += t - since[w]
+                elif c == ACQUIRE:
+                    b = op[1]
+                    if free[b] > 0:
+                        free[b] -= 1
+                        if cap[b] - free[b] > peak[b]:
+                            peak[b] = cap[b] - free[b]
+                        i += 1
+                        continue
+                    bwaiters[b].append(sid)
+                    since[sid] = t
+                    break
+                elif c == RELEASE:
+                    b = op[1]
+                    q = bwaiters[b]
+                    if q:  # hand the slot straight to the first parked acquirer
+                        w = q.popleft()
+                        wait[w] += t - since[w]
+                        if spans is not None:
+                            spans.append((w, since[w], t, pc[w], "wait"))
+                        pc[w] += 1
+                        bucket.append(w)
+                    elif free[b] < cap[b]:
+                        free[b] += 1
+                    i += 1
+                elif c == COLLECTIVE:
+                    g = op[1]
+                    ck = rank_of[sid] * NG + g
+                    k = coll_count.get(ck, 0)
+                    coll_count[ck] = k + 1
+                    ik = g * _INST + k
+                    st = inst.get(ik)
+                    if st is None:
+                        st = inst[ik] = [gsize[g], [], 0.0, op[3], op[4], sid, i]
+                    elif op[3] != st[3] or op[4] != st[4]:
+                        # the n-th collective on a group is a different op on this member: a desync
+                        mismatches.append((g, k, sid, i, st[5], st[6]))
+                    st[0] -= 1
+                    st[1].append(sid)
+                    if op[2] > st[2]:
+                        st[2] = op[2]
+                    if comm_log is not None:
+                        comm_log[sid].append([i, k + 1, t, None, None])
+                    if st[0] > 0:
+                        since[sid] = t
+                        inst_of[sid] = ik
+                        break
+                    del inst[ik]
+                    d = st[2]
+                    x = t + d
+                    for m in st[1]:
+                        if m != sid:
+                            wait[m] += t - since[m]
                             if spans is not None:
-                                spans.append((w, since[w], t, pc[w], "wait"))
-                            pc[w] += 1
-                            order += 1
-                            heappush(heap, (t, order, w))
-                        ewaiters[e] = None
-                i += 1
-            elif c == WAIT:
-                e = op[1]
-                if recorded[e]:
+                                spans.append((m, since[m], t, pc[m], "wait"))
+                            pc[m] += 1
+                            del inst_of[m]
+                        busy[m] += d
+                        if spans is not None:
+                            spans.append((m, t, x, pc[m] - 1 if m != sid else i, "busy"))
+                        if comm_log is not None:
+                            rec = comm_log[m][-1]
+                            rec[3], rec[4] = t, x
+                        if uidx[m] >= 0:
+                            cover(uidx[m], t, x)
+                        if m != sid:
+                            push(x, m)
                     i += 1
-                    continue
-                if ewaiters[e] is None:
-                    ewaiters[e] = []
-                ewaiters[e].append(sid)
-                since[sid] = t
-                break
-            elif c == ACQUIRE:
-                b = op[1]
-                if free[b] > 0:
-                    free[b] -= 1
-                    if cap[b] - free[b] > peak[b]:
-                        peak[b] = cap[b] - free[b]
-                    i += 1
-                    continue
-                bwaiters[b].append(sid)
-                since[sid] = t
-                break
-            elif c == RELEASE:
-                b = op[1]
-                q = bwaiters[b]
-                if q:  # hand the slot straight to the first parked acquirer
+                    push(x, sid)
+                    break
+                else:  # SEND / RECV
+                    ch = op[1]
+                    mine, other = (sendq, recvq) if c == SEND else (recvq, sendq)
+                    side = 0 if c == SEND else 1
+                    chan_n[ch][side] += 1
+                    if comm_log is not None:
+                        comm_log[sid].append([i, chan_n[ch][side], t, None, None])
+                    q = other[ch]
+                    if not q:
+                        mine[ch].append(sid)
+                        since[sid] = t
+                        break
                     w = q.popleft()
+                    d = max(op[2], ops[w][pc[w]][2])
+                    x = t + d
                     wait[w] += t - since[w]
                     if spans is not None:
                         spans.append((w, since[w], t, pc[w], "wait"))
-                    pc[w] += 1
-                    order += 1
-                    heappush(heap, (t, order, w))
-                elif free[b] < cap[b]:
-                    free[b] += 1
-                i += 1
-            elif c == COLLECTIVE:
-                g = op[1]
-                ck = rank_of[sid] * NG + g
-                k = coll_count.get(ck, 0)
-                coll_count[ck] = k + 1
-                ik = g * _INST + k
-                st = inst.get(ik)
-                if st is None:
-                    st = inst[ik] = [gsize[g], [], 0.0]
-                st[0] -= 1
-                st[1].append(sid)
-                if op[2] > st[2]:
-                    st[2] = op[2]
-                if comm_log is not None:
-                    comm_log[sid].append([i, k + 1, t, None, None])
-                if st[0] > 0:
-                    since[sid] = t
-                    inst_of[sid] = ik
-                    break
-                del inst[ik]
-                d = st[2]
-                for m in st[1]:
-                    if m != sid:
-                        wait[m] += t - since[m]
-                        if spans is not None:
-                            spans.append((m, since[m], t, pc[m], "wait"))
-                        pc[m] += 1
-                        del inst_of[m]
-                    busy[m] += d
-                    if spans is not None:
-                        spans.append((m, t, t + d, pc[m] - 1 if m != sid else i, "busy"))
+                        spans.append((w, t, x, pc[w], "busy"))
+                        spans.append((sid, t, x, i, "busy"))
                     if comm_log is not None:
-                        rec = comm_log[m][-1]
-                        rec[3], rec[4] = t, t + d
-                    if m in union_sids:
-                        intervals[rank_of[m]].append((t, t + d))
-                    if m != sid:
-                        order += 1
-                        heappush(heap, (t + d, order, m))
-                i += 1
-                order += 1
-                heappush(heap, (t + d, order, sid))
-                break
-            else:  # SEND / RECV
-                ch = op[1]
-                mine, other = (sendq, recvq) if c == SEND else (recvq, sendq)
-                side = 0 if c == SEND else 1
-                chan_n[ch][side] += 1
-                if comm_log is not None:
-                    comm_log[sid].append([i, chan_n[ch][side], t, None, None])
-                q = other[ch]
-                if not q:
-                    mine[ch].append(sid)
-                    since[sid] = t
-                    break
-                w = q.popleft()
-                d = max(op[2], ops[w][pc[w]][2])
-                wait[w] += t - since[w]
-                if spans is not None:
-                    spans.append((w, since[w], t, pc[w], "wait"))
-                    spans.append((w, t, t + d, pc[w], "busy"))
-                    spans.append((sid, t, t + d, i, "busy"))
-                if comm_log is not None:
+                        for m in (w, sid):
+                            rec = comm_log[m][-1]
+                            rec[3], rec[4] = t, x
                     for m in (w, sid):
-                        rec = comm_log[m][-1]
-                        rec[3], rec[4] = t, t + d
-                for m in (w, sid):
-                    busy[m] += d
-                    if m in union_sids:
-                        intervals[rank_of[m]].append((t, t + d))
-                pc[w] += 1
-                order += 1
-                heappush(heap, (t + d, order, w))
-                i += 1
-                order += 1
-                heappush(heap, (t + d, order, sid))
-                break
-        pc[sid] = i
+                        busy[m] += d
+                        if uidx[m] >= 0:
+                            cover(uidx[m], t, x)
+                    pc[w] += 1
+                    push(x, w)
+                    i += 1
+                    push(x, sid)
+                    break
+            pc[sid] = i
+        del buckets[t]
 
     for sid in range(S):
         if pc[sid] < len(ops[sid]):
             wait[sid] += now - since[sid]
             if spans is not None:
                 spans.append((sid, since[sid], now, pc[sid], "blocked"))
-    busy_union = {r: _union_length(iv, now) for r, iv in intervals.items()}
+    busy_union = {r: cov[u] + min(cov_e[u], now) - cov_s[u] for u, r in enumerate(union_ranks)}
     return RunState(compiled, now, pc, busy, wait, since, inst_of, inst, coll_count, peak, busy_union, spans,
-                    comm_log, sum(pc))
+                    comm_log, sum(pc), mismatches)
 
 
-def _union_length(intervals: list[tuple[float, float]], end: float) -> float:
-    total, cur_s, cur_e = 0.0, None, None
-    for s, e in sorted(intervals):
-        e = min(e, end)
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        elif e > cur_e:
-            cur_e = e
-    if cur_e is not None:
-        total += cur_e - cur_s
-    return total

@@ -21,6 +21,7 @@ no possible sender, a wait whose event only the same stream records later, ...).
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,14 +182,17 @@ class _Program(_Strict):
     ranks: dict[str, _Rank]
 
 
-def _why(exc: ValidationError) -> str:
+def _why(exc: ValidationError, skip: int = 0) -> str:
     err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"] if not isinstance(p, int) or len(err["loc"]) == 1)
+    parts = list(err["loc"])[skip:]
+    if parts and parts[0] in OP_KINDS:  # the discriminated union names the op kind first: drop it
+        parts = parts[1:]
+    loc = ".".join(str(p) for p in parts if not isinstance(p, int) or len(parts) == 1)
     if err["type"] == "union_tag_invalid":
         return f"unknown op {err['input'].get('op')!r} (expected one of: {', '.join(OP_KINDS)})"
     if err["type"] == "union_tag_not_found":
         return f"no 'op' field (expected one of: {', '.join(OP_KINDS)})"
-    msg = err["msg"]
+    msg = re.sub(r" or instance of _\w+", "", err["msg"])
     if err["type"] == "extra_forbidden":
         msg = "unknown field"
     if err["type"] in ("greater_than_equal", "greater_than") and isinstance(err.get("input"), (int, float)):
@@ -214,10 +218,14 @@ def parse_text(text: str, source: str) -> Program:
         top = _Program.model_validate({**raw, "ranks": ranks_raw})
     except ValidationError as exc:
         loc = exc.errors()[0]["loc"]
-        where = f"{source}: rank {loc[1]}" if len(loc) >= 2 and loc[0] == "ranks" else source
-        if len(loc) >= 4 and loc[0] == "ranks" and loc[2] == "streams":
-            where += f" stream {loc[3]}"
-        raise InputError(where, _why(exc)) from None
+        where, skip = source, 0
+        if len(loc) >= 3 and loc[0] == "ranks":
+            where, skip = f"{source}: rank {loc[1]}", 2
+            if len(loc) >= 5 and loc[2] == "streams":
+                where, skip = f"{where} stream {loc[3]}", 4
+                if isinstance(loc[4], int):
+                    where, skip = f"{where} op {loc[4]}", 5
+        raise InputError(where, _why(exc, skip)) from None
     ranks: dict[int, RankProgram] = {}
     for key, rk in top.ranks.items():
         try:

@@ -4,7 +4,8 @@ JSON (`distdoctor sim run FILE --format json`):
     {"deadlock", "cycle": [{"rank", "stream", "op_index", "op", "waits_for": [...]}],
      "blocked": [{"rank", "stream", "op_index", "op"}], "makespan_us",
      "streams": {"<rank>/<stream>": {"busy_us", "wait_us", "idle_us"}}, "bubble_fraction",
-     "buffers": {"<rank>/<buffer>": {"capacity", "peak"}}, "explanation": [...], "ops", "ops_executed"}
+     "buffers": {"<rank>/<buffer>": {"capacity", "peak"}}, "explanation": [...], "mismatches": [...],
+     "other_cycles": [...], "other_cycles_count", "ops", "ops_executed", "timing" (with --trials)}
 `bubble_fraction` is the mean over ranks (that have compute) of the fraction of the makespan during which
 none of their compute streams (streams with at least one `compute` op) is busy: idle or waiting.
 """
@@ -13,9 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distdoctor.sim.engine import RunState, compile_program, run
+from distdoctor.sim.engine import RunState, compile_program, jittered, run
 from distdoctor.sim.ir import Program, label
-from distdoctor.sim.waitfor import Edge, build_edges, cycle_sentence, find_cycle, starvation_sentence
+from distdoctor.sim.waitfor import (Edge, build_edges, cycle_sentence, find_cycle, other_cycles,
+                                   starvation_sentence)
 
 
 @dataclass
@@ -24,6 +26,8 @@ class SimResult:
     cycle: list[Edge]
     edges: dict[int, list[Edge]]
     starved: dict[int, str]
+    more_cycles: list[list[int]]  # further cycles (as sids) disjoint from `cycle`
+    timing: Timing | None = None
 
     @property
     def program(self) -> Program:
@@ -61,6 +65,21 @@ class SimResult:
             lines.append(starvation_sentence(self.state, sid, reason))
         return lines
 
+    def mismatches(self) -> list[dict]:
+        """Collective instances whose members issue different ops (kind or bytes): a desync, not a hang."""
+        rs = self.state
+        c = rs.compiled
+        out = []
+        for g, k, sid, idx, first, first_idx in rs.mismatches:
+            r, s = c.streams[sid]
+            op = self.program.ranks[r].streams[s][idx]
+            r0, s0 = c.streams[first]
+            ref = self.program.ranks[r0].streams[s0][first_idx]
+            item = {"group": c.group_names[g], "seq": k + 1, "rank": r, "stream": s, "op_index": idx,
+                    "op": f"{op.kind} {op.bytes} bytes", "first_rank": r0, "first_op": f"{ref.kind} {ref.bytes} bytes"}
+            out.append(item)
+        return out
+
     def to_json(self) -> dict:
         rs = self.state
         c = rs.compiled
@@ -89,6 +108,10 @@ class SimResult:
             "bubble_fraction": round(self.bubble_fraction(), 6),
             "buffers": buffers,
             "explanation": self.explanation(),
+            "other_cycles": [[self._where(sid, rs.pc[sid]) for sid in cyc] for cyc in self.more_cycles[:100]],
+            "other_cycles_count": len(self.more_cycles),
+            "mismatches": self.mismatches(),
+            **({"timing": self.timing.to_json()} if self.timing else {}),
             "ops": sum(len(o) for o in c.ops),
             "ops_executed": rs.ops_executed,
         }
@@ -105,10 +128,15 @@ class SimResult:
                        f"({self.program.source}, stuck at t={rs.makespan:.1f} us).")
             for line in self.explanation():
                 out.append("  " + line)
-            shown = {e.src for e in self.cycle} | set(self.starved)
+            if self.more_cycles:
+                ranks = sorted({c.rank_of[sid] for cyc in self.more_cycles for sid in cyc})
+                listed = ", ".join(map(str, ranks[:16])) + (", ..." if len(ranks) > 16 else "")
+                out.append(f"  {len(self.more_cycles)} more cycle(s), disjoint from this one, on rank(s) {listed} "
+                           f"(--format json: other_cycles).")
+            shown = {e.src for e in self.cycle} | set(self.starved) | {s for cyc in self.more_cycles for s in cyc}
             rest = [s for s in blocked if s not in shown]
             if rest:
-                out.append(f"  Also blocked behind it ({len(rest)}):")
+                out.append(f"  Also blocked, waiting on the above ({len(rest)}):")
                 for sid in rest[:top]:
                     w = self._where(sid, rs.pc[sid])
                     out.append(f"    rank {w['rank']} {w['stream']} at op {w['op_index']} ({w['op']})")
@@ -117,27 +145,96 @@ class SimResult:
         else:
             out.append(f"No deadlock: all {len(c.streams)} streams on {ranks} ranks finished "
                        f"({self.program.source}).")
+        if self.timing is not None:
+            out.insert(1, "  " + self.timing.sentence())
+        mism = self.mismatches()
+        if mism:
+            out.append(f"  WARNING: {len(mism)} collective(s) differ across the members of their group (desync):")
+            for m in mism[:top]:
+                first = f" while rank {m['first_rank']} issues {m['first_op']}"
+                out.append(f"    `{m['group']}` #{m['seq']}: rank {m['rank']} {m['stream']} op {m['op_index']} "
+                           f"issues {m['op']}{first}")
         out.append(f"Makespan {rs.makespan:.1f} us; bubble fraction {self.bubble_fraction():.3f} "
                    f"(compute streams idle or waiting); {rs.ops_executed} of {sum(len(o) for o in c.ops)} "
                    f"ops executed.")
-        order = sorted(range(len(c.streams)), key=lambda s: (-rs.wait[s], s))
-        out.append(f"Most waiting streams (of {len(c.streams)}):")
-        out.append(f"  {'rank/stream':<24} {'busy_us':>12} {'wait_us':>12} {'idle_us':>12}")
-        for sid in order[:top]:
-            r, s = c.streams[sid]
-            idle = max(rs.makespan - rs.busy[sid] - rs.wait[sid], 0.0)
-            out.append(f"  {f'{r}/{s}':<24} {rs.busy[sid]:>12.1f} {rs.wait[sid]:>12.1f} {idle:>12.1f}")
-        peaks = [(f"{r}/{b}", rs.peak[i], c.capacity[i]) for i, (r, b) in enumerate(c.buffer_keys)]
-        if peaks and len(peaks) <= top:
-            out.append("Buffer peak occupancy: " + ", ".join(f"{k} {p}/{cap}" for k, p, cap in peaks))
+        # One row per stream name, averaged over the ranks that have it (per-rank numbers: --format json).
+        by_name: dict[str, list[int]] = {}
+        for sid, (_, s) in enumerate(c.streams):
+            by_name.setdefault(s, []).append(sid)
+        out.append("Per stream, mean over the ranks that have it (us; per rank: --format json):")
+        out.append(f"  {'stream':<16} {'ranks':>6} {'busy':>11} {'wait':>11} {'idle':>11}   most waiting")
+        for s, sids in by_name.items():
+            n = len(sids)
+            busy = sum(rs.busy[i] for i in sids) / n
+            wait = sum(rs.wait[i] for i in sids) / n
+            idle = sum(max(rs.makespan - rs.busy[i] - rs.wait[i], 0.0) for i in sids) / n
+            worst = max(sids, key=lambda i: (rs.wait[i], -i))
+            out.append(f"  {s:<16} {n:>6} {busy:>11.1f} {wait:>11.1f} {idle:>11.1f}   "
+                       f"rank {c.rank_of[worst]} ({rs.wait[worst]:.1f})")
+        peaks: dict[str, list[tuple[int, int]]] = {}
+        for i, (_, b) in enumerate(c.buffer_keys):
+            peaks.setdefault(b, []).append((rs.peak[i], c.capacity[i]))
+        for b, pc in peaks.items():
+            lo, hi = min(p for p, _ in pc), max(p for p, _ in pc)
+            clo, chi = min(k for _, k in pc), max(k for _, k in pc)
+            span = (lambda a, z: f"{a}" if a == z else f"{a}-{z}")
+            out.append(f"Buffer `{b}`: peak occupancy {span(lo, hi)} of {span(clo, chi)} slots over {len(pc)} ranks.")
         return "\n".join(out)
 
 
-def simulate(program: Program, detail: bool = False) -> SimResult:
-    state = run(compile_program(program), detail=detail)
+@dataclass
+class Timing:
+    """Jittered-timing trials run after a nominal run without deadlock."""
+
+    trials: int
+    jitter: float
+    seed: int
+    deadlocked: list[int]  # trial numbers (0-based) that deadlocked; trial k uses seed + k
+    desynced: list[int]  # trials that finished but matched different collectives across members
+    shown: int | None  # the trial whose result is reported, None for the nominal run
+
+    def to_json(self) -> dict:
+        return {"trials": self.trials, "jitter": self.jitter, "seed": self.seed,
+                "deadlocked_trials": len(self.deadlocked), "desynced_trials": len(self.desynced),
+                "shown": "nominal" if self.shown is None else f"trial {self.shown} (seed {self.seed + self.shown})"}
+
+    def sentence(self) -> str:
+        j = f"compute times jittered by up to ±{self.jitter:.0%}"
+        if self.shown is None:
+            return f"Timing: the nominal run and {self.trials} trials with {j} all finish without deadlock or desync."
+        return (f"Timing: the nominal timing runs, but {len(self.deadlocked)} deadlock(s) and {len(self.desynced)} "
+                f"desync(s) in {self.trials} trials with {j}; shown: trial {self.shown} (seed "
+                f"{self.seed + self.shown}).")
+
+
+def simulate(program: Program, detail: bool = False, trials: int = 0, jitter: float = 0.2,
+             seed: int = 0) -> SimResult:
+    """Simulate with the program's timing; with `trials`, also with jittered compute times when the nominal
+    run finishes, and report the first jittered trial that deadlocks (else desyncs): a plan that *can*
+    deadlock under other timings."""
+    compiled = compile_program(program)
+    result = _analyze(run(compiled, detail=detail))
+    if trials <= 0 or result.deadlock:
+        return result
+    deadlocked, desynced = [], []
+    for k in range(trials):
+        trial = run(jittered(compiled, jitter, seed + k), detail=False)
+        if trial.deadlock:
+            deadlocked.append(k)
+        elif trial.mismatches:
+            desynced.append(k)
+    shown = deadlocked[0] if deadlocked else desynced[0] if desynced else None
+    if shown is not None:
+        result = _analyze(run(jittered(compiled, jitter, seed + shown), detail=detail))
+    result.timing = Timing(trials, jitter, seed, deadlocked, desynced, shown)
+    return result
+
+
+def _analyze(state) -> SimResult:
     if state.deadlock:
         edges, starved = build_edges(state)
         cycle = find_cycle(edges)
+        more = other_cycles(edges, cycle)
     else:
-        edges, starved, cycle = {}, {}, []
-    return SimResult(state, cycle, edges, starved)
+        edges, starved, cycle, more = {}, {}, [], []
+    return SimResult(state, cycle, edges, starved, more)

@@ -68,16 +68,17 @@ def build_edges(rs: RunState) -> tuple[dict[int, list[Edge]], dict[int, str]]:
         code, a = c.ops[sid][pc[sid]][0], c.ops[sid][pc[sid]][1]
         r = c.rank_of[sid]
         out: list[Edge] = []
-        if code == WAIT:
-            ev = c.event_keys[a][1]
-            out = [Edge(sid, d, i, "event", f"event {ev}", r) for d, i in records[a].items()]
+        if code in (WAIT, ACQUIRE):
+            # Sites behind the blocked op on its own stream can never run first: they do not count.
+            sites = (records if code == WAIT else releases)[a]
+            own = sites.get(sid)
+            kind, what = ("event", c.event_keys[a][1]) if code == WAIT else ("buffer", c.buffer_keys[a][1])
+            verb = "records" if code == WAIT else "releases"
+            out = [Edge(sid, d, i, kind, f"{kind} {what}", r) for d, i in sites.items() if d != sid]
             if not out:
-                starved[sid] = f"no stream of rank {r} records `{ev}` any more"
-        elif code == ACQUIRE:
-            buf = c.buffer_keys[a][1]
-            out = [Edge(sid, d, i, "buffer", f"buffer {buf}", r) for d, i in releases[a].items()]
-            if not out:
-                starved[sid] = f"no stream of rank {r} releases `{buf}` any more"
+                r_, s_ = c.streams[sid]
+                starved[sid] = (f"only rank {r_} {s_} itself {verb} `{what}` again, at op {own}, behind this op"
+                                if own is not None else f"no stream of rank {r} {verb} `{what}` any more")
         elif code == COLLECTIVE:
             ik = rs.inst_of[sid]
             g, k = divmod(ik, _INST)
@@ -141,6 +142,27 @@ def find_cycle(edges: dict[int, list[Edge]]) -> list[Edge]:
     return []
 
 
+def other_cycles(edges: dict[int, list[Edge]], first: list[Edge]) -> list[list[int]]:
+    """Further cycles disjoint from `first`, found in O(V) by following each blocked stream's first edge
+    (every walk ends in a cycle or a starved stream). A plan replicated over ranks often deadlocks the same
+    way on every replica: these are those repeats, not consequences of the first cycle."""
+    done = {e.src for e in first}
+    found = []
+    for start in sorted(edges):
+        if start in done:
+            continue
+        path, pos = [], {}
+        node = start
+        while node not in done and node not in pos and edges.get(node):
+            pos[node] = len(path)
+            path.append(node)
+            node = edges[node][0].dst
+        if node in pos:  # closed a new cycle
+            found.append(path[pos[node]:])
+        done.update(path)
+    return found
+
+
 def _need(rs: RunState, e: Edge) -> str:
     name = e.resource.split(" ", 1)[1]
     if e.kind == "event":
@@ -150,7 +172,11 @@ def _need(rs: RunState, e: Edge) -> str:
     if e.kind == "collective":
         op = _op(rs, e.src, rs.pc[e.src])
         g, n = name.rsplit(" ", 1)
-        return f"waits in {op.kind} {n} on `{g}` for rank {e.peer_rank}"
+        ik = rs.inst_of[e.src]
+        arrived = {rs.compiled.rank_of[m] for m in rs.open_instances[ik][1]}
+        missing = [m for m in rs.compiled.group_members[ik // _INST] if m not in arrived]
+        who = f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
+        return f"waits in {op.kind} {n} on `{g}` for {who}"
     if e.kind == "send":
         return f"waits to send to rank {e.peer_rank}"
     return f"waits to receive from rank {e.peer_rank}"
@@ -158,13 +184,16 @@ def _need(rs: RunState, e: Edge) -> str:
 
 def _provider(rs: RunState, e: Edge) -> str:
     r, s = rs.compiled.streams[e.dst]
-    where = f"at op {e.dst_op} (`{label(_op(rs, e.dst, e.dst_op))}`)"
+    # Name the last compute the provider must finish first ("released only by rank 0 bwd after bwd_mb0").
+    after = next((op.name for op in (_op(rs, e.dst, i) for i in range(e.dst_op - 1, rs.pc[e.dst] - 1, -1))
+                  if op.op == "compute" and op.name), None)
+    where = f"at op {e.dst_op} (`{label(_op(rs, e.dst, e.dst_op))}`" + (f", after `{after}`)" if after else ")")
     if e.kind == "event":
         return f"recorded only by rank {r} {s} {where}"
     if e.kind == "buffer":
         return f"released only by rank {r} {s} {where}"
     if e.kind == "collective":
-        return f"whose {s} issues it only {where}"
+        return f"which rank {r} {s} issues only {where}"
     if e.kind == "send":
         return f"whose {s} posts the matching recv only {where}"
     return f"whose {s} sends only {where}"

@@ -49,6 +49,9 @@ class FsdpConfig:
             raise InputError("--prefetch", f"must not be negative (got {self.prefetch})")
         if min(self.compute_us, self.ag_us_global, self.ag_us_local) < 0:
             raise InputError("--compute-us/--ag-us-global/--ag-us-local", "durations must not be negative")
+        ops = self.ranks * self.units * self.steps * (8 if self.backward else 3)
+        if ops > 60_000_000:
+            raise InputError("plan", f"about {ops:,} ops is more than this simulator holds in memory")
         if self.local_every < 1:
             raise InputError("--local-every", f"must be at least 1 (got {self.local_every})")
 

@@ -33,6 +33,7 @@ from distdoctor.errors import InputError
 from distdoctor.sim.ir import Cost, Op, Program, RankProgram
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
+MAX_OPS = 60_000_000  # about 10 GB of IR; a 4096-rank, 32-micro-batch plan has 1.5 million
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class PipelineConfig:
             bad("--schedule", f"unknown schedule {self.schedule!r} (expected one of: {', '.join(SCHEDULES)})")
         if self.schedule != "interleaved" and self.chunks != 1:
             bad("--chunks", f"only the interleaved schedule has several model chunks (got {self.chunks})")
+        if self.schedule == "interleaved" and self.stages < 2:
+            bad("--stages", "the interleaved schedule needs at least 2 stages")
         if self.schedule == "interleaved" and self.microbatches % self.stages:
             bad("--microbatches", f"the interleaved schedule takes micro-batches in groups of --stages: "
                                   f"{self.microbatches} is not a multiple of {self.stages}")
@@ -81,6 +84,10 @@ class PipelineConfig:
             bad("--grad-recv-stream", "only meaningful with --streams 2")
         if self.alpha_us < 0 or self.gbps <= 0:
             bad("--alpha-us/--gbps", "alpha must not be negative and bandwidth must be positive")
+        ops = self.world * self.microbatches * self.chunks * self.steps * 12
+        if ops > MAX_OPS:
+            bad("plan", f"about {ops:,} ops is more than this simulator holds in memory ({MAX_OPS:,}); "
+                        f"simulate fewer data-parallel replicas (they behave alike) or fewer micro-batches")
 
     @property
     def world(self) -> int:
@@ -124,8 +131,7 @@ def default_act_slots(cfg: PipelineConfig, stage: int) -> int:
 
 def build_pipeline(cfg: PipelineConfig) -> Program:
     cfg.check()
-    P, D, T, V, M = cfg.stages, cfg.dp, cfg.tp, cfg.chunks, cfg.microbatches
-    VS = P * V
+    P, D, T = cfg.stages, cfg.dp, cfg.tp
     comm_us = 0.0 if cfg.zero_comm else None
     groups: dict[str, list[int]] = {}
 
@@ -141,78 +147,100 @@ def build_pipeline(cfg: PipelineConfig) -> Program:
             for t in range(T):
                 groups[f"dp_s{s}_t{t}"] = [rank_of(s, d, t) for d in range(D)]
     ranks: dict[int, RankProgram] = {}
-    orders = {s: schedule_order(cfg, s) for s in range(P)}
-    two = cfg.streams == 2
-    F_STREAM, B_STREAM = ("fwd", "bwd") if two else ("compute", "compute")
-    acquire, release = Op("acquire", buffer="act"), Op("release", buffer="act")
     for s in range(P):
-        order = orders[s]
+        template = _stage_template(cfg, s)
         slots = default_act_slots(cfg, s)
+        dp_ops: dict[tuple[int, str], Op] = {}  # one Op per dp group, shared by its members
         for d in range(D):
+            tp_ops: dict[str, Op] = {}  # one Op per tp group, shared by its members
             for t in range(T):
-                r = rank_of(s, d, t)
-                tp_group = f"tp_s{s}_d{d}" if T > 1 else ""
-                streams: dict[str, list[Op]] = {F_STREAM: [], B_STREAM: []}
-                if not two:
-                    streams["recv_act"], streams["recv_grad"] = [], []
-                fwd, bwd = streams[F_STREAM], streams[B_STREAM]
-                grad_feed = streams[cfg.grad_recv_stream] if two else None
-                for step in range(cfg.steps):
-                    if step and two:
-                        fwd.append(Op("wait", event=f"step_done{step - 1}"))
-                    for kind, mb, c in order:
-                        m = step * M + mb
-                        vs = c * P + s
-                        tag = f"{m}" if V == 1 else f"{m}_c{c}"
-                        if kind == "F":
-                            fwd.append(acquire)
-                            if vs > 0:
-                                prev = rank_of((vs - 1) % P, d, t)
-                                recv = Op("recv", f"act_mb{tag}", comm_us, bytes=cfg.act_bytes, peer=prev,
-                                          tag="act")
-                                if two:
-                                    fwd.append(recv)
-                                else:
-                                    streams["recv_act"] += [recv, Op("record", event=f"act_in{tag}")]
-                                    fwd.append(Op("wait", event=f"act_in{tag}"))
-                            fwd.append(Op("compute", f"fwd_mb{tag}", cfg.fwd_us))
-                            if T > 1:
-                                fwd.append(Op("collective", f"tp_fwd_mb{tag}", comm_us, group=tp_group,
-                                              kind="all_reduce", bytes=cfg.act_bytes))
-                            if vs < VS - 1:
-                                fwd.append(Op("send", f"act_mb{tag}", comm_us, bytes=cfg.act_bytes,
-                                              peer=rank_of((vs + 1) % P, d, t), tag="act"))
-                            if two:
-                                fwd.append(Op("record", event=f"fwd_done{tag}"))
-                            continue
-                        # backward
-                        if vs < VS - 1:
-                            recv = Op("recv", f"grad_mb{tag}", comm_us, bytes=cfg.act_bytes,
-                                      peer=rank_of((vs + 1) % P, d, t), tag="grad")
-                            if not two:
-                                streams["recv_grad"] += [recv, Op("record", event=f"grad_in{tag}")]
-                                bwd.append(Op("wait", event=f"grad_in{tag}"))
-                            elif grad_feed is bwd:
-                                bwd.append(recv)
-                            else:  # misplaced on the forward stream: bwd waits for it through an event
-                                grad_feed += [recv, Op("record", event=f"grad_in{tag}")]
-                                bwd.append(Op("wait", event=f"grad_in{tag}"))
-                        if two:
-                            bwd.append(Op("wait", event=f"fwd_done{tag}"))
-                        bwd.append(Op("compute", f"bwd_mb{tag}", cfg.bwd_us))
-                        if T > 1:
-                            bwd.append(Op("collective", f"tp_bwd_mb{tag}", comm_us, group=tp_group,
-                                          kind="all_reduce", bytes=cfg.act_bytes))
-                        if vs > 0:
-                            bwd.append(Op("send", f"grad_mb{tag}", comm_us, bytes=cfg.act_bytes,
-                                          peer=rank_of((vs - 1) % P, d, t), tag="grad"))
-                        bwd.append(release)
-                    if D > 1:
-                        bwd.append(Op("collective", f"dp_grads_step{step}", comm_us, group=f"dp_s{s}_t{t}",
-                                      kind="all_reduce", bytes=cfg.grad_bytes))
-                    if two and step + 1 < cfg.steps:
-                        bwd.append(Op("record", event=f"step_done{step}"))
-                ranks[r] = RankProgram(buffers={"act": slots}, streams={k: v for k, v in streams.items() if v})
-    name = f"pipeline-{cfg.schedule}-P{P}xD{D}xT{T}-M{M}"
+                streams: dict[str, list[Op]] = {}
+                for st, items in template.items():
+                    out = []
+                    for x in items:
+                        if type(x) is Op:
+                            out.append(x)
+                        elif x[0] == "tp":
+                            op = tp_ops.get(x[1])
+                            if op is None:
+                                op = tp_ops[x[1]] = Op("collective", x[1], comm_us, group=f"tp_s{s}_d{d}",
+                                                       kind="all_reduce", bytes=x[2])
+                            out.append(op)
+                        elif x[0] == "dp":
+                            op = dp_ops.get((t, x[1]))
+                            if op is None:
+                                op = dp_ops[(t, x[1])] = Op("collective", x[1], comm_us, group=f"dp_s{s}_t{t}",
+                                                            kind="all_reduce", bytes=x[2])
+                            out.append(op)
+                        else:  # ("send"|"recv", name, peer stage, tag)
+                            out.append(Op(x[0], x[1], comm_us, bytes=cfg.act_bytes, peer=rank_of(x[2], d, t),
+                                          tag=x[3]))
+                    if out:
+                        streams[st] = out
+                ranks[rank_of(s, d, t)] = RankProgram(buffers={"act": slots}, streams=streams)
+    name = f"pipeline-{cfg.schedule}-P{P}xD{D}xT{T}-M{cfg.microbatches}"
     return Program(groups=groups, ranks=dict(sorted(ranks.items())), cost=Cost(cfg.alpha_us, cfg.gbps),
                    source=name)
+
+
+def _stage_template(cfg: PipelineConfig, s: int) -> dict[str, list]:
+    """One stage's streams, identical on all its ranks except the markers resolved per rank:
+    ("tp", name, bytes) / ("dp", name, bytes) collectives and ("send"|"recv", name, peer stage, tag)."""
+    P, V, M, T, D = cfg.stages, cfg.chunks, cfg.microbatches, cfg.tp, cfg.dp
+    VS = P * V
+    two = cfg.streams == 2
+    F_STREAM, B_STREAM = ("fwd", "bwd") if two else ("compute", "compute")
+    streams: dict[str, list] = {F_STREAM: [], B_STREAM: []}
+    if not two:
+        streams["recv_act"], streams["recv_grad"] = [], []
+    fwd, bwd = streams[F_STREAM], streams[B_STREAM]
+    grad_feed = streams[cfg.grad_recv_stream] if two else None
+    acquire, release = Op("acquire", buffer="act"), Op("release", buffer="act")
+    order = schedule_order(cfg, s)
+    for step in range(cfg.steps):
+        if step and two:
+            fwd.append(Op("wait", event=f"step_done{step - 1}"))
+        for kind, mb, c in order:
+            m = step * M + mb
+            vs = c * P + s
+            tag = f"{m}" if V == 1 else f"{m}_c{c}"
+            if kind == "F":
+                fwd.append(acquire)
+                if vs > 0:
+                    recv = ("recv", f"act_mb{tag}", (vs - 1) % P, "act")
+                    if two:
+                        fwd.append(recv)
+                    else:
+                        streams["recv_act"] += [recv, Op("record", event=f"act_in{tag}")]
+                        fwd.append(Op("wait", event=f"act_in{tag}"))
+                fwd.append(Op("compute", f"fwd_mb{tag}", cfg.fwd_us))
+                if T > 1:
+                    fwd.append(("tp", f"tp_fwd_mb{tag}", cfg.act_bytes))
+                if vs < VS - 1:
+                    fwd.append(("send", f"act_mb{tag}", (vs + 1) % P, "act"))
+                if two:
+                    fwd.append(Op("record", event=f"fwd_done{tag}"))
+                continue
+            if vs < VS - 1:
+                recv = ("recv", f"grad_mb{tag}", (vs + 1) % P, "grad")
+                if not two:
+                    streams["recv_grad"] += [recv, Op("record", event=f"grad_in{tag}")]
+                    bwd.append(Op("wait", event=f"grad_in{tag}"))
+                elif grad_feed is bwd:
+                    bwd.append(recv)
+                else:  # misplaced on the forward stream: bwd waits for it through an event
+                    grad_feed += [recv, Op("record", event=f"grad_in{tag}")]
+                    bwd.append(Op("wait", event=f"grad_in{tag}"))
+            if two:
+                bwd.append(Op("wait", event=f"fwd_done{tag}"))
+            bwd.append(Op("compute", f"bwd_mb{tag}", cfg.bwd_us))
+            if T > 1:
+                bwd.append(("tp", f"tp_bwd_mb{tag}", cfg.act_bytes))
+            if vs > 0:
+                bwd.append(("send", f"grad_mb{tag}", (vs - 1) % P, "grad"))
+            bwd.append(release)
+        if D > 1:
+            bwd.append(("dp", f"dp_grads_step{step}", cfg.grad_bytes))
+        if two and step + 1 < cfg.steps:
+            bwd.append(Op("record", event=f"step_done{step}"))
+    return streams

@@ -1,0 +1,190 @@
+"""`distdoctor sim`: run a plan (a file, a shipped example, or a generated pipeline / FSDP plan).
+
+Exit codes: 0 no deadlock, 1 deadlock (the report is printed first), 2 bad input (one line on stderr).
+Every output file (--chrome-trace, --png, --emit-trace, --emit-ir) is written before the exit code is set,
+so a deadlocked plan still leaves its pictures and traces behind.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+
+import click
+
+from distdoctor.cli import FORMAT_OPTION
+from distdoctor.errors import CheckFailed, InputError
+from distdoctor.sim.ir import Program, dump_program, load_program
+from distdoctor.sim.plans.fsdp import FsdpConfig, build_fsdp
+from distdoctor.sim.plans.pipeline import SCHEDULES, PipelineConfig, build_pipeline
+from distdoctor.sim.result import simulate
+
+EXAMPLES_PACKAGE = "distdoctor.sim"
+PNG_ROWS = 48  # streams drawn in a timeline PNG (blocked ones first)
+
+
+def examples_dir() -> Path:
+    return Path(str(resources.files(EXAMPLES_PACKAGE))) / "examples"
+
+
+def _example_summary(path: Path) -> str:
+    for line in path.read_text().splitlines():
+        if line.startswith("# "):
+            return line[2:].strip()
+    return ""
+
+
+def resolve_plan(name: str) -> Path:
+    p = Path(name)
+    if p.exists():
+        return p
+    for cand in (examples_dir() / name, examples_dir() / f"{name}.yaml"):
+        if cand.exists():
+            return cand
+    raise InputError(name, "no such file (nor a shipped example; `distdoctor sim examples` lists them)")
+
+
+def _output_options(f):
+    f = click.option("--seed", type=int, default=0, show_default=True, help="Seed of the first timing trial.")(f)
+    f = click.option("--jitter", type=click.FloatRange(0, 1), default=0.2, show_default=True,
+                     help="Compute-time jitter of the timing trials (0.2: each op x U[0.8, 1.2]).")(f)
+    f = click.option("--trials", type=click.IntRange(0), default=0, show_default=True,
+                     help="Also try N jittered timings when the nominal one runs: can it deadlock?")(f)
+    f = click.option("--emit-trace", "emit_trace", type=click.Path(file_okay=False),
+                     help="Write rank_<r>.jsonl per rank (distdoctor trace format) as the run ends.")(f)
+    f = click.option("--png", "png", type=click.Path(dir_okay=False), help="Timeline PNG per rank and stream.")(f)
+    f = click.option("--chrome-trace", "chrome", type=click.Path(dir_okay=False),
+                     help="Perfetto/Chrome trace JSON of the timeline.")(f)
+    f = click.option("--emit-ir", "emit_ir", type=click.Path(dir_okay=False),
+                     help="Write the program IR (YAML, or JSON for .json names).")(f)
+    return FORMAT_OPTION(f)
+
+
+def _finish(prog: Program, fmt: str, emit_ir, chrome, png, emit_trace, trials=0, jitter=0.2, seed=0,
+            header: str = "") -> None:
+    if emit_ir:
+        _write(emit_ir, lambda: dump_program(prog, emit_ir, header=header))
+    detail = bool(chrome or png or emit_trace)
+    res = simulate(prog, detail=detail, trials=trials, jitter=jitter, seed=seed)
+    if chrome:
+        from distdoctor.report.chrome_trace import write_chrome_trace
+        from distdoctor.sim.emit import to_spans
+
+        _write(chrome, lambda: write_chrome_trace(to_spans(res), chrome, title=f"distdoctor sim {prog.source}"))
+    if png:
+        from distdoctor.report.timeline_png import write_timeline_png
+        from distdoctor.sim.emit import picture_rows, to_spans
+
+        verdict = "DEADLOCK" if res.deadlock else "no deadlock"
+        rows = picture_rows(res, PNG_ROWS)
+        _write(png, lambda: write_timeline_png(to_spans(res, rows), png, title=f"{prog.source}: {verdict}",
+                                               max_rows=PNG_ROWS, total_rows=len(res.state.compiled.streams)))
+    if emit_trace:
+        from distdoctor.sim.emit import write_rank_traces
+
+        _write(emit_trace, lambda: write_rank_traces(res, emit_trace))
+    if fmt == "json":
+        click.echo(json.dumps(res.to_json()))
+    else:
+        click.echo(res.to_text())
+        for what, path in (("IR", emit_ir), ("Chrome trace", chrome), ("timeline", png), ("traces", emit_trace)):
+            if path:
+                click.echo(f"{what} written to {path}", err=True)
+    if res.deadlock:
+        raise CheckFailed(1)
+
+
+def _write(path: str, fn) -> None:
+    try:
+        fn()
+    except OSError as exc:
+        raise InputError(path, f"cannot write ({exc.strerror or exc})") from None
+
+
+@click.group("sim")
+def sim_group() -> None:
+    """Simulate a parallel plan: deadlocks, bubbles and needless waits, before launch.
+
+    Exit code 1 when the plan can deadlock, 0 when it cannot, 2 on bad input.
+    """
+
+
+@sim_group.command("run")
+@click.argument("plan")
+@_output_options
+def run_command(plan: str, fmt: str, emit_ir, chrome, png, emit_trace, trials, jitter, seed) -> None:
+    """Simulate PLAN, a YAML/JSON program file or the name of a shipped example."""
+    prog = load_program(resolve_plan(plan))
+    _finish(prog, fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed)
+
+
+@sim_group.command("pipeline")
+@click.option("--stages", type=int, default=4, show_default=True, help="Pipeline stages P.")
+@click.option("--microbatches", type=int, default=8, show_default=True, help="Micro-batches M per step.")
+@click.option("--schedule", type=click.Choice(SCHEDULES), default="1f1b", show_default=True)
+@click.option("--chunks", type=int, default=None, help="Model chunks per rank V (interleaved; default 2).")
+@click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel degree D.")
+@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree T.")
+@click.option("--fwd-us", type=float, default=1000.0, show_default=True, help="Forward time per micro-batch.")
+@click.option("--bwd-us", type=float, default=2000.0, show_default=True, help="Backward time per micro-batch.")
+@click.option("--act-buffer", type=int, default=None,
+              help="Activation slots per stage [default: what the schedule needs].")
+@click.option("--streams", type=click.IntRange(1, 2), default=2, show_default=True,
+              help="Forward and backward on separate streams (2) or one (1).")
+@click.option("--steps", type=int, default=1, show_default=True, help="Training steps (iterations).")
+@click.option("--act-bytes", type=int, default=8 << 20, show_default=True, help="Activation/gradient p2p bytes.")
+@click.option("--grad-bytes", type=int, default=256 << 20, show_default=True, help="DP gradient all-reduce bytes.")
+@click.option("--grad-recv-stream", type=click.Choice(["bwd", "fwd"]), default="bwd", show_default=True,
+              help="Stream of the op that receives the backward's input gradient (--streams 2).")
+@click.option("--zero-comm", is_flag=True, help="All communication takes no time (analytic checks).")
+@click.option("--alpha-us", type=float, default=5.0, show_default=True, help="Per-message latency.")
+@click.option("--gbps", type=float, default=100.0, show_default=True, help="Bus bandwidth, GB/s.")
+@_output_options
+def pipeline_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, chunks, **kw) -> None:
+    """Pipeline x data x tensor parallel training steps (GPipe, 1F1B, interleaved)."""
+    if chunks is None:
+        chunks = 2 if kw["schedule"] == "interleaved" else 1
+    cfg = PipelineConfig(chunks=chunks, **kw)
+    prog = build_pipeline(cfg)
+    _finish(prog, fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, header=_header(prog))
+
+
+@sim_group.command("fsdp")
+@click.option("--ranks", type=int, default=8, show_default=True)
+@click.option("--shard-group", type=int, default=4, show_default=True, help="Ranks per shard group (HSDP).")
+@click.option("--units", type=int, default=8, show_default=True, help="FSDP units (wrapped modules).")
+@click.option("--unshard-streams", type=click.Choice(["shared", "per-group"]), default="shared", show_default=True)
+@click.option("--prefetch", type=int, default=1, show_default=True, help="All-gathers issued ahead of compute.")
+@click.option("--compute-us", type=float, default=100.0, show_default=True, help="Forward time per unit.")
+@click.option("--ag-us-global", type=float, default=300.0, show_default=True, help="All-gather over all ranks.")
+@click.option("--ag-us-local", type=float, default=50.0, show_default=True, help="All-gather in a shard group.")
+@click.option("--local-every", type=int, default=2, show_default=True,
+              help="Every k-th unit is sharded in the shard group, the rest over all ranks.")
+@click.option("--backward/--no-backward", default=True, show_default=True)
+@click.option("--steps", type=int, default=1, show_default=True)
+@_output_options
+def fsdp_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, **kw) -> None:
+    """FSDP/HSDP all-gathers on a shared or per-group unshard stream, with prefetch."""
+    prog = build_fsdp(FsdpConfig(**kw))
+    _finish(prog, fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, header=_header(prog))
+
+
+def _header(prog: Program) -> str:
+    args = " ".join(a if " " not in a else repr(a) for a in sys.argv[1:])
+    return f"{prog.source}\ngenerated by: distdoctor {args}"
+
+
+@sim_group.command("examples")
+@click.argument("name", required=False)
+@click.option("--path", "show_path", is_flag=True, help="Print the example's file path instead of its text.")
+def examples_command(name: str | None, show_path: bool) -> None:
+    """List the shipped examples, or print one (run it with `distdoctor sim run NAME`)."""
+    files = sorted(examples_dir().glob("*.yaml"))
+    if name is None:
+        for f in files:
+            click.echo(f"{f.stem:<36} {_example_summary(f)}")
+        return
+    path = resolve_plan(name)
+    click.echo(str(path.resolve()) if show_path else path.read_text(), nl=show_path)
