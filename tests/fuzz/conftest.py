@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, settings
 
 _common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                                      HealthCheck.filter_too_much], derandomize=False)
-settings.register_profile("ci", max_examples=200, **_common)
+settings.register_profile("ci", max_examples=150, **_common)
 settings.register_profile("long", max_examples=10_000, **_common)
 settings.load_profile("ci")
 settings.register_profile("smoke", max_examples=20, **_common)
