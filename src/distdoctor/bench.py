@@ -218,7 +218,8 @@ def summarize_bench(job, opts: BenchOptions) -> dict:
     failed_reasons += [f"{opts.op} {opts.redop} {opts.dtype}: {why}" for why in unsupported]
     if not rows and not unsupported:
         failed_reasons.append("no row was measured")
-    return {"world_size": n, "backend": job.backend, "device": job.device, "rows": rows, "avg_busbw_gbps": avg,
+    return {"world_size": n, "backend": job.backend, "device": job.device, "iface": job.iface, "rows": rows,
+            "avg_busbw_gbps": avg,
             "op": opts.op, "dtype": opts.dtype, "iters": opts.iters, "warmup": opts.warmup,
             "min_busbw_gbps": opts.min_busbw, "passed": not failed_reasons, "failures": failed_reasons,
             "rank_hosts": {str(k): v for k, v in sorted(hosts.items())}, "lost": lost,
@@ -261,7 +262,8 @@ def _time_str(us: float) -> str:
 def format_table(report: dict, opts: BenchOptions) -> str:
     """The nccl-tests table, column for column, so it diffs against an nccl-tests run."""
     lines = [
-        f"# distdoctor bench: {opts.op}, {report['world_size']} ranks, {report['backend']} on {report['device']}",
+        f"# distdoctor bench: {opts.op}, {report['world_size']} ranks, {report['backend']} on {report['device']}"
+        + (f", iface {report['iface']}" if report.get("iface") else ""),
         f"# nThread 1 nGpus 1 minBytes {opts.minbytes} maxBytes {opts.maxbytes} step: {opts.stepfactor}(factor) "
         f"warmup iters: {opts.warmup} iters: {opts.iters} agg iters: 1 validation: {int(opts.check)} graph: 0",
         "#",

@@ -67,6 +67,8 @@ def cli() -> None:
 
 
 def _fail(prog: str, message: str, code: int = 2) -> None:
+    # One line whatever the input held: control characters from an argument (\r, \x00) are shown escaped.
+    message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
     click.echo(f"{prog}: error: {message}", err=True)
     sys.exit(code)
 

@@ -131,6 +131,7 @@ def summarize_validate(job, opts: ValidateOptions) -> dict:
         "world_size": n,
         "backend": job.backend,
         "device": getattr(job, "device", None),
+        "iface": getattr(job, "iface", None),
         "results": rows,
         "counts": {status: sum(r["status"] == status for r in rows) for status in ("pass", "fail", "skipped")},
         "culprit_ranks": sorted(culprits),

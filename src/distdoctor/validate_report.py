@@ -52,6 +52,7 @@ def print_validate(report: dict, file=None) -> None:
                       emoji=False)
     rows = report["results"]
     console.print(f"distdoctor validate: {report['world_size']} ranks, backend {report['backend']}"
+                  f"{', iface ' + report['iface'] if report.get('iface') else ''}"
                   f"{', injected ' + ', '.join(report['injected']) if report.get('injected') else ''}")
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     for col, justify in (("op", "left"), ("group", "left"), ("pass", "right"), ("fail", "right"),

@@ -205,10 +205,13 @@ def parse_text(text: str, source: str) -> Program:
     """Parse YAML or JSON text (JSON is YAML) into a checked Program."""
     try:
         raw = yaml.safe_load(text)
+    except RecursionError:
+        raise InputError(source, "not valid YAML/JSON (nested too deeply)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        raise InputError(source, f"not valid YAML/JSON{where} ({getattr(exc, 'problem', None) or exc})") from None
+        why = " ".join(str(getattr(exc, "problem", None) or exc).split())  # yaml's reader errors span lines
+        raise InputError(source, f"not valid YAML/JSON{where} ({why})") from None
     if not isinstance(raw, dict):
         raise InputError(source, "expected a mapping with 'groups', 'cost' and 'ranks'")
     try:

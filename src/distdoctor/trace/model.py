@@ -147,10 +147,13 @@ def loads(text: str, path: str = "") -> RankTrace:
         header = json.loads(lines[0])
     except json.JSONDecodeError as exc:
         raise ValueError(f"line 1 is not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise ValueError("line 1 is nested too deeply to be a distdoctor trace") from None
     if not isinstance(header, dict) or header.get("format") != NATIVE_FORMAT:
         raise ValueError("not a distdoctor trace (no distdoctor-trace header)")
     if header.get("version") != NATIVE_VERSION:
         raise ValueError(f"unsupported distdoctor-trace version {header.get('version')!r}")
+    lineno = 1
     try:
         trace = RankTrace(
             rank=int(header["rank"]),
@@ -173,6 +176,9 @@ def loads(text: str, path: str = "") -> RankTrace:
             trace.entries.append(Entry(**obj))
     except json.JSONDecodeError as exc:
         raise ValueError(f"line {lineno} is not JSON ({exc.msg}); the file may be truncated") from None
-    except (KeyError, TypeError, ValueError) as exc:
+    except RecursionError:
+        raise ValueError(f"line {lineno} is nested too deeply to be a distdoctor trace") from None
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        # Any wrong type or missing field in an untrusted file is the file's fault: one line, no traceback.
         raise ValueError(f"malformed distdoctor trace ({type(exc).__name__}: {exc})") from None
     return trace

@@ -32,8 +32,15 @@ except ImportError:  # pragma: no cover - depends on the environment
     _fastjson = None
 
 
+# orjson recurses on the native stack: a hostile file nested ~150 000 deep kills the process with SIGSEGV
+# (orjson 3.8, 8 MiB stack). Nesting depth is at most the number of opening brackets, so orjson only gets files
+# with few enough of them to be safe (a 2000-entry Flight Recorder dump has ~19 000); the rest go to the stdlib
+# parser, which raises RecursionError instead of crashing.
+FASTJSON_MAX_OPENS = 40_000
+
+
 def _json_loads(data: bytes):
-    if _fastjson is not None:
+    if _fastjson is not None and data.count(b"[") + data.count(b"{") <= FASTJSON_MAX_OPENS:
         return _fastjson.loads(data)
     return json.loads(data)
 
@@ -173,6 +180,9 @@ def load_traces(paths: list[str], world_size: int | None = None, jobs: int | Non
     for trace in loaded:
         if trace.rank < 0:
             ts.errors.append(LoadError(trace.path, f"negative rank {trace.rank}"))
+        elif trace.rank >= MAX_WORLD_SIZE:
+            ts.errors.append(LoadError(trace.path, f"rank {trace.rank} is beyond any real world size "
+                                                   f"({MAX_WORLD_SIZE:,}); the file is corrupt"))
         elif trace.rank in ts.ranks:
             kept = ts.ranks[trace.rank]
             why = ("" if kept.source == trace.source else
@@ -205,6 +215,11 @@ def _drop_mixed_versions(loaded: list[RankTrace], errors: list[LoadError]) -> No
     loaded[:] = [t for t in loaded if not t.source.startswith("flight_recorder") or t.version == majority]
 
 
+# Far above any real job, far below what would exhaust memory when the world's ranks are listed: a corrupt
+# dump (rank 10**12, an all_gather of 10**30 elements) must not make the loader build a list that size.
+MAX_WORLD_SIZE = 1 << 20
+
+
 def _world_size(ts: TraceSet, given: int | None) -> int | None:
     sizes = [given or 0]
     for t in ts.ranks.values():
@@ -214,7 +229,7 @@ def _world_size(ts: TraceSet, given: int | None) -> int | None:
         if g and not g.inferred:
             sizes.append(len(g.ranks))
         sizes.append(_implied_size(t, DEFAULT_GROUP))
-    n = max(sizes)
+    n = max((x for x in sizes if isinstance(x, int) and x <= MAX_WORLD_SIZE), default=0)
     return n or None
 
 

@@ -163,7 +163,7 @@ def parse_fr_dump(obj: object, path: str, source: str, rank: int | None = None,
         name = str(cfg.get("name", key)) or DEFAULT_GROUP  # Gloo: the default group is '' here, '0' in entries
         try:
             members = _parse_ranks(cfg.get("ranks", []))
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, OverflowError) as exc:
             raise ValueError(f"pg_config[{key!r}] ranks unreadable ({exc})") from None
         trace.groups[name] = GroupInfo(name=name, ranks=members, inferred=False, desc=str(cfg.get("desc", "")))
         if name == DEFAULT_GROUP and members:
@@ -177,7 +177,7 @@ def parse_fr_dump(obj: object, path: str, source: str, rank: int | None = None,
     for i, raw in enumerate(entries):
         try:
             entry, local_peer = _parse_entry(raw, i, interner)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
             what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
             raise ValueError(f"entry {i} is malformed ({what})") from None
         append(entry)
