@@ -16,6 +16,7 @@ Ranks that only timed out or saw a peer close the connection are victims: their 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import logging
 import os
@@ -69,7 +70,7 @@ def _wait_for_siblings(run_dir: str, limit_s: float = 120.0) -> None:
 
 
 def standalone_worker(target: str, args: dict, backend: str, timeout_s: float, iface: str | None,
-                       run_dir: str) -> None:
+                       run_dir: str, store_path: str | None = None) -> None:
     """Entry point of one elastic worker process (module-level so it can be pickled for spawn)."""
     # Worker output must never reach the reporter's stdout (it may be a JSON document). Fresh stream objects:
     # a forked worker must not touch the parent's, whose locks another parent thread (a progress display) may
@@ -86,7 +87,7 @@ def standalone_worker(target: str, args: dict, backend: str, timeout_s: float, i
     _wait_for_siblings(run_dir)
     ctx = None
     try:
-        device, timeout, local_rank = _init_process_group(backend, timeout_s, iface)
+        device, timeout, local_rank = _init_process_group(backend, timeout_s, iface, store_path)
         import torch.distributed as dist
 
         ctx = WorkerContext(rank, dist.get_world_size(), local_rank, backend, device, timeout, channel)
@@ -258,10 +259,17 @@ def _launch_config(n: int, cfg: WorldConfig, port: int, run_dir: Path, backend: 
 
     import dataclasses
 
+    if _local_only(cfg):
+        # torch's TCPStore listens on every interface whatever address it is given, so a loopback world meets
+        # through files in the private run directory instead: nothing listens on the network but gloo's pair
+        # sockets, which bind the loopback interface.
+        endpoint, rdzv = str(run_dir / "rdzv.store"), {"store_type": "file"}
+    else:
+        endpoint, rdzv = f"{cfg.master_addr}:{port}", {"is_host": True}
     kw = dict(
         min_nodes=1, max_nodes=1, nproc_per_node=n, run_id=f"distdoctor-{uuid.uuid4().hex[:12]}",
-        rdzv_backend="c10d", rdzv_endpoint=f"{cfg.master_addr}:{port}",
-        rdzv_configs={"timeout": int(max(cfg.timeout_s, 30)), "is_host": True}, max_restarts=0,
+        rdzv_backend="c10d", rdzv_endpoint=endpoint,
+        rdzv_configs={"timeout": int(max(cfg.timeout_s, 30)), **rdzv}, max_restarts=0,
         monitor_interval=0.5, start_method=_start_method(backend), local_addr=cfg.master_addr,
         logs_specs=DefaultLogsSpecs(log_dir=str(run_dir / "logs")),
     )
@@ -269,6 +277,32 @@ def _launch_config(n: int, cfg: WorldConfig, port: int, run_dir: Path, backend: 
     if "shutdown_timeout" in fields:
         kw["shutdown_timeout"] = 3  # a rank that ignores SIGTERM is SIGKILLed after 3 s, not 30
     return LaunchConfig(**kw)
+
+
+def _local_only(cfg: WorldConfig) -> bool:
+    """A standalone world on the loopback address (the default): the user did not ask to be reachable."""
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(cfg.master_addr)).is_loopback
+    except (OSError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def _agent_store_not_shared(local: bool):
+    """The elastic agent otherwise starts a TCPStore server (listening on every interface) for the workers."""
+    if not local:
+        yield
+        return
+    key = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+    saved = os.environ.get(key)
+    os.environ[key] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = saved
 
 
 def run_standalone(target: str, args: dict, cfg: WorldConfig, on_event) -> JobResult:
@@ -290,8 +324,11 @@ def run_standalone(target: str, args: dict, cfg: WorldConfig, on_event) -> JobRe
     saved = _quiet_elastic_logs()
     watcher.start()
     try:
+        local = _local_only(cfg)
         launch = elastic_launch(_launch_config(n, cfg, port, run_dir, backend), standalone_worker)
-        launch(target, args, backend, cfg.timeout_s, iface, str(run_dir))
+        with _agent_store_not_shared(local):
+            launch(target, args, backend, cfg.timeout_s, iface, str(run_dir),
+                   str(run_dir / "pg.store") if local else None)
     except ChildFailedError as exc:
         failures = dict(exc.failures)
     except SignalException as exc:  # Ctrl-C or SIGTERM to us: the agent has stopped the workers already

@@ -328,7 +328,9 @@ def _load_target(target: str) -> Callable:
         raise InputError("target", f"cannot load {target!r}: {exc}") from None
 
 
-def _init_process_group(backend: str, timeout_s: float, iface: str | None):
+def _init_process_group(backend: str, timeout_s: float, iface: str | None, store_path: str | None = None):
+    """Join the world. With `store_path`, the ranks meet through a FileStore there (one host, nothing listening
+    on the network); otherwise through the launcher's environment (MASTER_ADDR/MASTER_PORT, a TCPStore)."""
     import torch
     import torch.distributed as dist
 
@@ -336,13 +338,17 @@ def _init_process_group(backend: str, timeout_s: float, iface: str | None):
         os.environ["GLOO_SOCKET_IFNAME"] = iface
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     timeout = datetime.timedelta(seconds=timeout_s)
+    join: dict = {"timeout": timeout}
+    if store_path:
+        world_size = int(os.environ["WORLD_SIZE"])
+        join.update(store=dist.FileStore(store_path, world_size), rank=int(os.environ["RANK"]), world_size=world_size)
     if backend == "nccl":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", timeout=timeout, device_id=device)
+        dist.init_process_group("nccl", device_id=device, **join)
     else:
         device = torch.device("cpu")
-        dist.init_process_group("gloo", timeout=timeout)
+        dist.init_process_group("gloo", **join)
     return device, timeout, local_rank
 
 

@@ -26,8 +26,6 @@ def _listening(netns_name: str) -> set[str]:
 
 @pytest.mark.slow
 @pytest.mark.netns
-@pytest.mark.xfail(strict=True, reason="torch's rendezvous TCPStore listens on '::' (every interface) whatever "
-                   "host it is given; the workers' Gloo sockets are on 127.0.0.1. Needs a loopback-only store.")
 def test_standalone_world_listens_on_loopback_only(cluster):
     """Run a standalone validate alone in a host (its namespace has a loopback and a routable link) and look at
     every listening socket there while the ranks are in their collectives: all are bound to 127.0.0.1."""
