@@ -224,14 +224,22 @@ def _gather(store, prefix, rank, world_size, backend, iface, timeout_s, terminat
             result.lost.append(W.LostRank(r, host, "unreachable: never joined", None))
         elif hb is not None and now - hb["t"] <= HEARTBEAT_STALE_S:
             since = phase.get("t") or start.get("t") or now
-            result.lost.append(W.LostRank(r, host, f"hung: no progress for {now - since:.0f} s", in_op))
+            if now - since > timeout_s:
+                result.lost.append(W.LostRank(r, host, f"hung: no progress for {now - since:.0f} s", in_op))
+            else:
+                # Alive and inside its current step for less than a timeout: most likely waiting in a collective
+                # for a rank that is gone. A victim, unless nothing else explains the failure.
+                result.errors[r] = f"still running {in_op or 'its job'} when the report was made"
+                victims.append(r)
         else:
             last = hb["t"] if hb else start.get("t", now)
             result.lost.append(W.LostRank(r, host, f"exited or unreachable: no heartbeat for {now - last:.0f} s",
                                           in_op))
     if not result.lost:
         for r in victims:
-            result.lost.append(W.LostRank(r, "?", f"unreachable: {result.errors[r]}", result.phases.get(r)))
+            reason = result.errors[r] if result.errors[r].startswith("still running") else \
+                f"unreachable: {result.errors[r]}"
+            result.lost.append(W.LostRank(r, "?", reason, result.phases.get(r)))
     result.ok = len(result.results) == world_size and not result.lost and not result.errors
     with contextlib.suppress(Exception):
         store.set(f"{prefix}/reported", "1")
