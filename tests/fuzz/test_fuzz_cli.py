@@ -34,6 +34,18 @@ VALUES = ["0", "1", "-1", "2", "3", "1e400", "nan", "inf", "-0", "abc", "", " ",
           "delay:x:y", "crash:-1", "\x00", "ä", "9" * 40, "../../etc/passwd", "--", "gpipe", "1f1b"]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def sandbox_cwd(tmp_path_factory):
+    """Commands may write where the fuzzed arguments point (--out, --chrome-trace, relative paths such as
+    ../../etc/passwd): run them three levels deep inside a temporary directory, never in the checkout."""
+    cwd = tmp_path_factory.mktemp("cli-fuzz") / "a" / "b" / "c"
+    cwd.mkdir(parents=True)
+    before = os.getcwd()
+    os.chdir(cwd)
+    yield cwd
+    os.chdir(before)
+
+
 @pytest.fixture(autouse=True)
 def stand_in_launcher(monkeypatch):
     import distdoctor.bench as bench
