@@ -6,6 +6,8 @@ import signal
 import subprocess
 import sys
 
+from procs import SESSION, live_processes
+
 
 def run_cli(*args, timeout=240):
     """Run `python -m distdoctor ARGS`; on timeout kill the whole process group (no worker left behind)."""
@@ -26,18 +28,7 @@ def run_cli(*args, timeout=240):
 
 def session_members(sid: int) -> list[int]:
     """Live processes in session `sid` (the CLI ran as a session leader, so its workers are in it too)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[4]) == sid and fields[0] not in ("Z", "X"):
-            found.append(int(pid))
-    return found
+    return live_processes(SESSION, sid)
 
 
 def run_json(*args, timeout=240):

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from procs import PPID, PGRP, live_processes
+
 HERE = str(Path(__file__).resolve().parent)
 
 
@@ -20,35 +22,12 @@ def job_env() -> dict:
 
 def children(pid: int | None = None) -> list[int]:
     """Live (non-zombie) processes whose parent is `pid` (default: this process), from /proc."""
-    pid = os.getpid() if pid is None else pid
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
-            found.append(int(entry))
-    return found
+    return live_processes(PPID, os.getpid() if pid is None else pid)
 
 
 def in_group(pgid: int) -> list[int]:
     """Live processes of a process group, from /proc."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            found.append(int(entry))
-    return found
+    return live_processes(PGRP, pgid)
 
 
 def run(cmd: list[str], timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
