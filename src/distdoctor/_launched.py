@@ -29,6 +29,9 @@ from distdoctor import world as W
 
 HEARTBEAT_S = 0.5
 HEARTBEAT_STALE_S = 2.5
+# A rank inside a collective raises when the collective times out, a moment after its peers: it is hung only
+# once it has been silent for a timeout plus this grace.
+STUCK_GRACE_S = 6.0
 _job_counter = itertools.count()
 
 
@@ -108,6 +111,11 @@ def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable 
                        "phase": (ctx.failed_in or ctx.current_phase) if ctx else None}
         if ctx is None:  # no process group, no store: this rank can only speak for itself
             return _alone(rank, world_size, backend, iface, outcome, start)
+        # Reporting goes through the store on rank 0's host. If that host is cut off, a store call can block
+        # until the link returns: never wait longer than the gather's own bound plus a margin.
+        guard = threading.Timer(cfg.timeout_s + 20, _give_up_on_store, (rank, outcome))
+        guard.daemon = True
+        guard.start()
         try:
             channel.done(outcome)
             result = _gather(store, prefix, rank, world_size, backend, iface, cfg.timeout_s, terminated)
@@ -116,6 +124,8 @@ def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable 
         except Exception as exc:  # noqa: BLE001 - the store is gone: its host (rank 0's machine) is down
             result = _alone(rank, world_size, backend, iface, outcome, start,
                             f"unreachable: the rendezvous store is gone ({W._describe_exception(exc)})")
+        finally:
+            guard.cancel()
     finally:
         sys.stdout.flush()
         os.dup2(saved_stdout, 1)
@@ -129,6 +139,16 @@ def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable 
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
     return result
+
+
+def _give_up_on_store(rank: int, outcome: dict) -> None:
+    """The rendezvous store stopped answering (its host is cut off): say so in one line and end this rank."""
+    master = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+    what = "finished" if outcome.get("ok") else f"failed ({outcome.get('error')})"
+    sys.stderr.write(f"distdoctor: rank {rank} on {socket.gethostname()}: {what}, but the rendezvous store at "
+                     f"{master} is unreachable; giving up on the report\n")
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def _alone(rank, world_size, backend, iface, outcome, start, store_gone: str | None = None) -> W.JobResult:
@@ -162,11 +182,11 @@ def _rank_stuck(store, prefix: str, r: int, now: float, timeout_s: float) -> boo
     if store.check([f"{prefix}/done/{r}"]):
         return False
     phase = _get_json(store, f"{prefix}/phase/{r}") or _get_json(store, f"{prefix}/start/{r}")
-    return phase is not None and now - phase["t"] > timeout_s
+    return phase is not None and now - phase["t"] > timeout_s + STUCK_GRACE_S
 
 
 def _gather(store, prefix, rank, world_size, backend, iface, timeout_s, terminated) -> W.JobResult:
-    deadline = time.time() + timeout_s + 5
+    deadline = time.time() + timeout_s + STUCK_GRACE_S + 5
     done_keys = [f"{prefix}/done/{r}" for r in range(world_size)]
     is_reporter = rank == 0
     while True:
@@ -224,7 +244,7 @@ def _gather(store, prefix, rank, world_size, backend, iface, timeout_s, terminat
             result.lost.append(W.LostRank(r, host, "unreachable: never joined", None))
         elif hb is not None and now - hb["t"] <= HEARTBEAT_STALE_S:
             since = phase.get("t") or start.get("t") or now
-            if now - since > timeout_s:
+            if now - since > timeout_s + STUCK_GRACE_S:
                 result.lost.append(W.LostRank(r, host, f"hung: no progress for {now - since:.0f} s", in_op))
             else:
                 # Alive and inside its current step for less than a timeout: most likely waiting in a collective
