@@ -134,12 +134,15 @@ def _load_compact(path: str):
     got = _load_one(path, _WORKER_INTERNER)
     if isinstance(got, LoadError):
         return got
-    columns = list(zip(*map(_entry_values, got.entries))) if got.entries else []
+    entries = got.entries
+    if entries and type(entries[0]) is not tuple:  # native traces come as objects; FR dumps as value tuples
+        entries = map(_entry_values, entries)
+    columns = list(zip(*entries)) if got.entries else []
     got.entries = []
     return got, columns
 
 
-_WORKER_INTERNER = _Interner()
+_WORKER_INTERNER = _Interner(rows=True)  # entries stay value tuples: the worker only ships values
 
 
 def _load_parallel(files: list[str], jobs: int) -> list[RankTrace | LoadError] | None:

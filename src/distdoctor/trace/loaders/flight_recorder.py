@@ -98,7 +98,10 @@ def _parse_ranks(raw: object) -> list[int]:
 class _Interner:
     """Shares equal size/dtype lists between entries: a dump repeats a few shapes thousands of times."""
 
-    def __init__(self) -> None:
+    def __init__(self, rows: bool = False) -> None:
+        # rows: leave each entry as the tuple of its Entry field values (in field order) instead of building the
+        # object; the parallel loader's workers only ship values back, so the object would be thrown away.
+        self.rows = rows and _POSITIONAL
         self.sizes: dict[tuple, list] = {}
         self.strs: dict[tuple, list] = {}
         self.empty_frames: list[Frame] = []
@@ -174,27 +177,37 @@ def parse_fr_dump(obj: object, path: str, source: str, rank: int | None = None,
     entries = obj["entries"]
     if not isinstance(entries, list):
         raise ValueError(f"'entries' is {type(entries).__name__}, not a list")
-    local_peers: list[tuple[Entry, int]] = []
+    local_peers: list[tuple[int, int]] = []
+    rows = interner.rows
     append = trace.entries.append
     for i, raw in enumerate(entries):
         try:
-            entry, local_peer = _parse_entry(raw, i, interner)
+            values, local_peer = _parse_entry(raw, i, interner)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
             raise ValueError(f"entry {i} is malformed ({what})") from None
-        append(entry)
+        append(values if rows else Entry(*values) if _POSITIONAL else Entry(**dict(zip(_ENTRY_FIELDS, values))))
         if local_peer is not None:
-            local_peers.append((entry, local_peer))
-        if entry.group not in trace.groups:
+            local_peers.append((i, local_peer))
+        group = values[1]
+        if group not in trace.groups:
             # Membership not given: the trace-set loader infers it from who issued on the group.
             pg = raw["process_group"]
-            trace.groups[entry.group] = GroupInfo(entry.group, [], True, str(pg[1]) if len(pg) > 1 else "")
-    for entry, local in local_peers:
-        members = trace.groups[entry.group].ranks
+            trace.groups[group] = GroupInfo(group, [], True, str(pg[1]) if len(pg) > 1 else "")
+    for i, local in local_peers:
+        entry = trace.entries[i]
+        group = entry[1] if rows else entry.group
+        members = trace.groups[group].ranks
         if members and local < len(members):
-            entry.peer = members[local]
-        elif entry.group == DEFAULT_GROUP:
-            entry.peer = local  # default group: local rank == global rank
+            peer = members[local]
+        elif group == DEFAULT_GROUP:
+            peer = local  # default group: local rank == global rank
+        else:
+            continue
+        if rows:
+            trace.entries[i] = entry[:_PEER] + (peer,) + entry[_PEER + 1:]
+        else:
+            entry.peer = peer
     return trace
 
 
@@ -204,6 +217,7 @@ _ENTRY_FIELDS = ("index", "group", "op", "seq", "p2p_seq", "raw_op", "in_sizes",
 # Positional construction is ~3x faster than keywords (a dump has millions of entries); only while the model's
 # field order starts with the one written here.
 _POSITIONAL = tuple(f.name for f in dataclasses.fields(Entry))[: len(_ENTRY_FIELDS)] == _ENTRY_FIELDS
+_PEER = _ENTRY_FIELDS.index("peer")
 
 
 def _op_of(profiling: str, interner: _Interner) -> tuple[str, bool, int | None, str]:
@@ -220,7 +234,8 @@ def _op_of(profiling: str, interner: _Interner) -> tuple[str, bool, int | None, 
     return got
 
 
-def _parse_entry(raw: dict, i: int, interner: _Interner) -> tuple[Entry, int | None]:
+def _parse_entry(raw: dict, i: int, interner: _Interner) -> tuple[tuple, int | None]:
+    """The values of one Entry, in `_ENTRY_FIELDS` order, and its group-local p2p peer if it names one."""
     # The hot loop of loading (millions of entries): helpers are inlined and every shared value (group and op
     # names, size/dtype lists, thread names) is looked up in the interner's dicts before anything is built.
     get = raw.get
@@ -253,7 +268,7 @@ def _parse_entry(raw: dict, i: int, interner: _Interner) -> tuple[Entry, int | N
     thread = get("thread_name")
     if thread:
         thread = interner.strings.get(thread) or interner.text(thread)
-    entry = Entry(
+    values = (
         int(get("record_id", i)), group, op,
         None if seq is None else int(seq),
         None if p2p_seq is None else int(p2p_seq),
@@ -262,13 +277,8 @@ def _parse_entry(raw: dict, i: int, interner: _Interner) -> tuple[Entry, int | N
         int(created) / 1e9 if created else None, int(started) / 1e9 if started else None,
         int(completed) / 1e9 if completed else None, None,
         thread or None, frames,
-    ) if _POSITIONAL else Entry(**dict(zip(_ENTRY_FIELDS, (
-        int(get("record_id", i)), group, op, None if seq is None else int(seq),
-        None if p2p_seq is None else int(p2p_seq), profiling, in_sizes, out_sizes, in_dtypes, out_dtypes,
-        None, None, None, state, int(created) / 1e9 if created else None,
-        int(started) / 1e9 if started else None, int(completed) / 1e9 if completed else None, None,
-        thread or None, frames))))
-    return entry, local_peer
+    )
+    return values, local_peer
 
 
 _STATES = {"completed": "completed", "started": "started", "scheduled": "issued"}
