@@ -139,10 +139,25 @@ def _load_compact(path: str):
         entries = map(_entry_values, entries)
     columns = list(zip(*entries)) if got.entries else []
     got.entries = []
-    return got, columns
+    # Size/dtype columns travel as indexes into the interner's lists (small ints: cheap to pickle, and the parent
+    # maps them back with one C-level pass instead of hashing every entry's list). A column holding any list
+    # the interner did not make (an empty one, a native trace's) travels as objects.
+    interned = [*_WORKER_INTERNER.sizes.values(), *_WORKER_INTERNER.strs.values()]
+    position = {id(v): k for k, v in enumerate(interned)}
+    for i in _SHARED_FIELDS if columns else ():
+        try:
+            columns[i] = list(map(position.__getitem__, map(id, columns[i])))
+        except KeyError:
+            pass
+    return got, columns, interned
 
 
 _WORKER_INTERNER = _Interner(rows=True)  # entries stay value tuples: the worker only ships values
+
+
+def _share_key(value: list) -> tuple:
+    """Sizes ([[4096, 1024]]) and dtypes (['Float']) give keys of different shapes, so they never collide."""
+    return tuple(tuple(x) if isinstance(x, list) else x for x in value)
 
 
 def _load_parallel(files: list[str], jobs: int) -> list[RankTrace | LoadError] | None:
@@ -162,15 +177,17 @@ def _load_parallel(files: list[str], jobs: int) -> list[RankTrace | LoadError] |
                 if isinstance(got, LoadError):
                     out.append(got)
                     continue
-                trace, columns = got
+                trace, columns, interned = got
                 if columns:
-                    columns = list(columns)
+                    table = [shared.setdefault(_share_key(v), v) for v in interned]
                     for i in _SHARED_FIELDS:
+                        if type(columns[i][0]) is int:
+                            columns[i] = map(table.__getitem__, columns[i])
+                            continue
                         # A trace holds a handful of distinct lists: canonicalize those, then map the column.
                         canon = {}
                         for value in {id(v): v for v in columns[i]}.values():
-                            key = (i, tuple(tuple(x) if isinstance(x, list) else x for x in value))
-                            canon[id(value)] = shared.setdefault(key, value) if value else value
+                            canon[id(value)] = shared.setdefault(_share_key(value), value) if value else value
                         columns[i] = map(canon.__getitem__, map(id, columns[i]))
                     trace.entries = list(map(Entry, *columns))
                 out.append(trace)
