@@ -36,7 +36,7 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
     from distdoctor.report.diagnose_chrome import diagnose_spans
     from distdoctor.report.diagnose_text import render_text
     from distdoctor.report.html import render_html
-    from distdoctor.trace.loaders import load_traces
+    from distdoctor.trace.loaders import gc_paused, load_traces
 
     ts = load_traces(list(paths), world_size=world_size)
     if not ts.ranks:
@@ -46,7 +46,8 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
     if world_size is not None and ts.world_size and ts.world_size > world_size:
         raise InputError("--world-size", f"{world_size} is smaller than the traces show ({ts.world_size})")
     try:
-        report = analyze(ts)
+        with gc_paused():  # the analysis makes few cycles; rescanning millions of loaded entries would cost more
+            report = analyze(ts)
     except Exception as exc:  # a trace shape the analysis does not handle: say so in one line, not a traceback
         raise InputError(" ".join(paths), f"analysis failed on these traces ({type(exc).__name__}: {exc}); "
                                           f"please report it with the files") from exc

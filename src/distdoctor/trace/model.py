@@ -32,7 +32,7 @@ NATIVE_VERSION = 1
 DEFAULT_GROUP = "0"
 
 
-@dataclass
+@dataclass(slots=True)  # slots: a big trace set holds millions of entries (smaller, faster to build)
 class Frame:
     name: str
     filename: str
@@ -42,7 +42,7 @@ class Frame:
         return f"{self.name} ({self.filename}:{self.line})"
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     index: int  # position in this rank's trace (the source's record id when it has one)
     group: str

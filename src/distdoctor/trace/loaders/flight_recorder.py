@@ -98,7 +98,10 @@ def _parse_ranks(raw: object) -> list[int]:
 class _Interner:
     """Shares equal size/dtype lists between entries: a dump repeats a few shapes thousands of times."""
 
-    def __init__(self) -> None:
+    def __init__(self, rows: bool = False) -> None:
+        # rows: leave each entry as the tuple of its Entry field values (in field order) instead of building the
+        # object; the parallel loader's workers only ship values back, so the object would be thrown away.
+        self.rows = rows and _POSITIONAL
         self.sizes: dict[tuple, list] = {}
         self.strs: dict[tuple, list] = {}
         self.empty_frames: list[Frame] = []
@@ -123,7 +126,9 @@ class _Interner:
     def size_list(self, raw) -> list[list[int]]:
         if not raw:
             return []
-        key = tuple(map(tuple, raw))
+        # Key without building a tuple per shape for the common one-tensor case (the key must not collide:
+        # a one-shape key is the shape tuple, a many-shape key is a tuple of tuples; the two cannot be equal).
+        key = tuple(raw[0]) if len(raw) == 1 else tuple(map(tuple, raw))
         got = self.sizes.get(key)
         if got is None:
             got = self.sizes[key] = [[int(d) for d in s] for s in raw]
@@ -132,7 +137,7 @@ class _Interner:
     def str_list(self, raw) -> list[str]:
         if not raw:
             return []
-        key = tuple(raw)
+        key = raw[0] if len(raw) == 1 else tuple(raw)
         got = self.strs.get(key)
         if got is None:
             got = self.strs[key] = [str(s) for s in raw]
@@ -172,27 +177,37 @@ def parse_fr_dump(obj: object, path: str, source: str, rank: int | None = None,
     entries = obj["entries"]
     if not isinstance(entries, list):
         raise ValueError(f"'entries' is {type(entries).__name__}, not a list")
-    local_peers: list[tuple[Entry, int]] = []
+    local_peers: list[tuple[int, int]] = []
+    rows = interner.rows
     append = trace.entries.append
     for i, raw in enumerate(entries):
         try:
-            entry, local_peer = _parse_entry(raw, i, interner)
+            values, local_peer = _parse_entry(raw, i, interner)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
             what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
             raise ValueError(f"entry {i} is malformed ({what})") from None
-        append(entry)
+        append(values if rows else Entry(*values) if _POSITIONAL else Entry(**dict(zip(_ENTRY_FIELDS, values))))
         if local_peer is not None:
-            local_peers.append((entry, local_peer))
-        if entry.group not in trace.groups:
+            local_peers.append((i, local_peer))
+        group = values[1]
+        if group not in trace.groups:
             # Membership not given: the trace-set loader infers it from who issued on the group.
             pg = raw["process_group"]
-            trace.groups[entry.group] = GroupInfo(entry.group, [], True, str(pg[1]) if len(pg) > 1 else "")
-    for entry, local in local_peers:
-        members = trace.groups[entry.group].ranks
+            trace.groups[group] = GroupInfo(group, [], True, str(pg[1]) if len(pg) > 1 else "")
+    for i, local in local_peers:
+        entry = trace.entries[i]
+        group = entry[1] if rows else entry.group
+        members = trace.groups[group].ranks
         if members and local < len(members):
-            entry.peer = members[local]
-        elif entry.group == DEFAULT_GROUP:
-            entry.peer = local  # default group: local rank == global rank
+            peer = members[local]
+        elif group == DEFAULT_GROUP:
+            peer = local  # default group: local rank == global rank
+        else:
+            continue
+        if rows:
+            trace.entries[i] = entry[:_PEER] + (peer,) + entry[_PEER + 1:]
+        else:
+            entry.peer = peer
     return trace
 
 
@@ -202,6 +217,7 @@ _ENTRY_FIELDS = ("index", "group", "op", "seq", "p2p_seq", "raw_op", "in_sizes",
 # Positional construction is ~3x faster than keywords (a dump has millions of entries); only while the model's
 # field order starts with the one written here.
 _POSITIONAL = tuple(f.name for f in dataclasses.fields(Entry))[: len(_ENTRY_FIELDS)] == _ENTRY_FIELDS
+_PEER = _ENTRY_FIELDS.index("peer")
 
 
 def _op_of(profiling: str, interner: _Interner) -> tuple[str, bool, int | None, str]:
@@ -218,38 +234,51 @@ def _op_of(profiling: str, interner: _Interner) -> tuple[str, bool, int | None, 
     return got
 
 
-def _parse_entry(raw: dict, i: int, interner: _Interner) -> tuple[Entry, int | None]:
+def _parse_entry(raw: dict, i: int, interner: _Interner) -> tuple[tuple, int | None]:
+    """The values of one Entry, in `_ENTRY_FIELDS` order, and its group-local p2p peer if it names one."""
+    # The hot loop of loading (millions of entries): helpers are inlined and every shared value (group and op
+    # names, size/dtype lists, thread names) is looked up in the interner's dicts before anything is built.
+    get = raw.get
     group = raw["process_group"][0]
     group = interner.groups.get(group) or interner.group(group)
-    profiling = raw["profiling_name"]
-    op, p2p_name, local_peer, profiling = _op_of(profiling, interner)  # one shared string per name
-    is_p2p = p2p_name or bool(raw.get("is_p2p"))
-    if raw.get("retired"):
-        state = "completed"
-    else:
-        state = _STATES.get(raw.get("state"), "issued")
-    frames_raw = raw.get("frames")
+    named = interner.names.get(raw["profiling_name"]) or _op_of(raw["profiling_name"], interner)
+    op, p2p_name, local_peer, profiling = named  # one shared string per name
+    is_p2p = p2p_name or bool(get("is_p2p"))
+    state = "completed" if get("retired") else _STATES.get(get("state"), "issued")
+    frames_raw = get("frames")
     # Flight Recorder lists frames innermost first; the model (like a traceback) keeps innermost last.
     frames = ([Frame(str(f["name"]), str(f["filename"]), int(f["line"])) for f in reversed(frames_raw)]
               if frames_raw else interner.empty_frames)
-    seq = raw.get("collective_seq_id")
-    p2p_seq = raw.get("p2p_seq_id")
-    created, started, completed = (raw.get("time_created_ns"), raw.get("time_discovered_started_ns"),
-                                   raw.get("time_discovered_completed_ns"))
+    seq = None if is_p2p else get("collective_seq_id")
+    p2p_seq = get("p2p_seq_id") if is_p2p else None
+    created = get("time_created_ns")
+    started = get("time_discovered_started_ns")
+    completed = get("time_discovered_completed_ns")
+    # One-element lists (the common case) are keyed by their element, longer ones by a tuple of tuples (resp.
+    # a tuple of strings): the two key shapes cannot collide. Anything else goes through the interner's helpers.
+    sizes, strs, size_list, str_list = interner.sizes, interner.strs, interner.size_list, interner.str_list
+    v = get("input_sizes")
+    in_sizes = (sizes.get(tuple(v[0])) if v.__class__ is list and len(v) == 1 else None) or size_list(v)
+    v = get("output_sizes")
+    out_sizes = (sizes.get(tuple(v[0])) if v.__class__ is list and len(v) == 1 else None) or size_list(v)
+    v = get("input_dtypes")
+    in_dtypes = (strs.get(v[0]) if v.__class__ is list and len(v) == 1 else None) or str_list(v)
+    v = get("output_dtypes")
+    out_dtypes = (strs.get(v[0]) if v.__class__ is list and len(v) == 1 else None) or str_list(v)
+    thread = get("thread_name")
+    if thread:
+        thread = interner.strings.get(thread) or interner.text(thread)
     values = (
-        int(raw.get("record_id", i)), group, op,
-        None if is_p2p or seq is None else int(seq),
-        int(p2p_seq) if is_p2p and p2p_seq is not None else None,
-        profiling,
-        interner.size_list(raw.get("input_sizes")), interner.size_list(raw.get("output_sizes")),
-        interner.str_list(raw.get("input_dtypes")), interner.str_list(raw.get("output_dtypes")),
+        int(get("record_id", i)), group, op,
+        None if seq is None else int(seq),
+        None if p2p_seq is None else int(p2p_seq),
+        profiling, in_sizes, out_sizes, in_dtypes, out_dtypes,
         None, None, None, state,
         int(created) / 1e9 if created else None, int(started) / 1e9 if started else None,
         int(completed) / 1e9 if completed else None, None,
-        interner.text(raw.get("thread_name")), frames,
+        thread or None, frames,
     )
-    entry = Entry(*values) if _POSITIONAL else Entry(**dict(zip(_ENTRY_FIELDS, values)))
-    return entry, local_peer
+    return values, local_peer
 
 
 _STATES = {"completed": "completed", "started": "started", "scheduled": "issued"}
