@@ -187,3 +187,11 @@ def test_parallel_load_gives_the_same_traces(tmp_path):
     a, b = parallel.ranks[0].entries[0], parallel.ranks[3].entries[0]
     assert a.in_sizes is b.in_sizes  # equal lists are shared again across ranks after the trip
     assert [(f.kind, f.ranks) for f in analyze(parallel).findings] == [("state_mismatch", [1])]
+
+
+def test_directory_with_a_fifo_loads_its_dumps_and_never_blocks(tmp_path):
+    # A FIFO (like a device) under the given directory would block a read forever: only regular files load.
+    shutil.copytree(FIX / "nccl_style", tmp_path / "dumps")
+    os.mkfifo(tmp_path / "dumps" / "zz_pipe")
+    ts = load_traces([str(tmp_path / "dumps")])
+    assert sorted(ts.ranks) == [0, 1, 2, 3] and ts.errors == []

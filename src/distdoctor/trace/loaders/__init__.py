@@ -24,6 +24,7 @@ import json
 import operator
 import os
 import re
+import stat
 from collections import Counter
 
 from distdoctor.collectives import get_spec
@@ -50,6 +51,13 @@ def _json_loads(data: bytes):
     return json.loads(data)
 
 
+def _is_regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def expand_paths(paths: list[str]) -> tuple[list[str], list[LoadError]]:
     files: list[str] = []
     errors: list[LoadError] = []
@@ -58,7 +66,10 @@ def expand_paths(paths: list[str]) -> tuple[list[str], list[LoadError]]:
             found = []
             for root, dirs, names in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                found.extend(os.path.join(root, n) for n in names if not n.startswith("."))
+                # Regular files only: a device or a FIFO (say /dev/hwrng under a directory given by mistake)
+                # would block the read forever.
+                found.extend(f for f in (os.path.join(root, n) for n in names if not n.startswith("."))
+                             if _is_regular(f))
             if not found:
                 errors.append(LoadError(p, "directory holds no files"))
             files.extend(sorted(found))
