@@ -2,28 +2,17 @@
 
 import json
 import os
-import signal
-import subprocess
 import sys
 
-from procs import SESSION, live_processes
+from procs import SESSION, live_processes, run_in_session
 
 
 def run_cli(*args, timeout=240):
-    """Run `python -m distdoctor ARGS`; on timeout kill the whole process group (no worker left behind)."""
-    proc = subprocess.Popen([sys.executable, "-m", "distdoctor", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=dict(os.environ))
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise AssertionError(f"distdoctor {' '.join(map(str, args))} timed out; stderr tail:\n{err[-3000:]}")
-    left = session_members(proc.pid)
-    if left:  # every run, passing or failing, must leave no process behind
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise AssertionError(f"distdoctor {' '.join(map(str, args))} left processes behind: {left}")
-    return proc.returncode, out, err
+    """Run `python -m distdoctor ARGS`; every run, passing or failing, must leave no process behind."""
+    done = run_in_session([sys.executable, "-m", "distdoctor", *map(str, args)], timeout, dict(os.environ))
+    if done.leftover:
+        raise AssertionError(f"distdoctor {' '.join(map(str, args))} left processes behind: {done.leftover}")
+    return done.returncode, done.stdout, done.stderr
 
 
 def session_members(sid: int) -> list[int]:

@@ -1,12 +1,11 @@
 """Helpers for the world tests: children of this process, and subprocesses that never outlive a test."""
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from procs import PPID, PGRP, live_processes
+from procs import PGRP, PPID, live_processes, run_in_session
 
 HERE = str(Path(__file__).resolve().parent)
 
@@ -31,28 +30,8 @@ def in_group(pgid: int) -> list[int]:
 
 
 def run(cmd: list[str], timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run in a new session; on timeout kill the whole process group (no worker left behind).
-
-    The result's `leftover` lists the processes of the command's group still alive after it exited (the
-    command's own workers, not yet killed): a test asserts it is empty."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or job_env(),
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise AssertionError(f"{' '.join(cmd)} timed out after {timeout} s; stderr tail:\n{err[-3000:]}")
-    else:
-        leftover = in_group(proc.pid)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # anything the command left in its group
-        except ProcessLookupError:
-            pass
-    done = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-    done.leftover = leftover
-    return done
+    """Run in a new session with the job environment (see procs.run_in_session: `leftover`, group killed)."""
+    return run_in_session(cmd, timeout, env or job_env())
 
 
 def distdoctor(*args, timeout: float = 180) -> subprocess.CompletedProcess:
