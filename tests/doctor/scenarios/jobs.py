@@ -206,6 +206,17 @@ def s_straggler(rank: int, w: Watch) -> None:
 SCENARIOS = {name[2:]: fn for name, fn in globals().items() if name.startswith("s_")}
 
 
+def _settle(limit_s: float = 5.0) -> None:
+    """Every collective of a finished loop has returned, but Gloo marks its Flight Recorder entry retired from
+    a background thread a moment later: wait for that, so a finished rank never dumps a call as pending."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        entries = json.loads(_dump_fr_trace_json(True, False)).get("entries") or []
+        if all(e.get("retired") for e in entries):
+            return
+        time.sleep(0.02)
+
+
 def _rank_main(scenario: str, rank: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD))
     _native_enable(out, scenario)
@@ -213,6 +224,7 @@ def _rank_main(scenario: str, rank: int, port: int, out: str) -> None:
     w = Watch(out, scenario, rank)
     try:
         SCENARIOS[scenario](rank, w)
+        _settle()
         w.dump("finished")
     except Exception as exc:  # a peer died under us: dump what we have, like a real job's exception handler
         w.dump(f"{type(exc).__name__}: {str(exc)[:200]}")
