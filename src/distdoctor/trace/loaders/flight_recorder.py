@@ -311,9 +311,6 @@ class _FrFrame(msgspec.Struct, gc=False):
     line: int
 
 
-_NULL = msgspec.Raw(b"null")
-
-
 class _FrEntry(msgspec.Struct, gc=False):
     process_group: tuple[str, ...]  # (name, desc)
     profiling_name: str
@@ -321,12 +318,11 @@ class _FrEntry(msgspec.Struct, gc=False):
     collective_seq_id: int | None = None
     p2p_seq_id: int | None = None
     is_p2p: bool | None = None
-    # Kept as raw JSON text: a dump repeats a few shapes thousands of times, so each distinct text is decoded
-    # once (keyed by its bytes) instead of building lists per entry.
-    input_sizes: msgspec.Raw = _NULL
-    output_sizes: msgspec.Raw = _NULL
-    input_dtypes: msgspec.Raw = _NULL
-    output_dtypes: msgspec.Raw = _NULL
+    # Tuples, not lists: hashable, so equal values are found in a table (see parse_fr_json_fast).
+    input_sizes: tuple[tuple[int, ...], ...] | None = None
+    output_sizes: tuple[tuple[int, ...], ...] | None = None
+    input_dtypes: tuple[str, ...] | None = None
+    output_dtypes: tuple[str, ...] | None = None
     state: str | None = None
     retired: bool | None = None
     time_created_ns: int | None = None
@@ -344,14 +340,14 @@ class _FrDump(msgspec.Struct):
 
 
 _FR_JSON = msgspec.json.Decoder(_FrDump)
-_SIZES = msgspec.json.Decoder(list[list[int]] | None)
-_DTYPES = msgspec.json.Decoder(list[str] | None)
 
 
-_FIELDS_READ = ("process_group", "profiling_name", "record_id", "collective_seq_id", "p2p_seq_id", "is_p2p",
-                "input_sizes", "output_sizes", "input_dtypes", "output_dtypes", "state", "retired", "time_created_ns",
-                "time_discovered_started_ns", "time_discovered_completed_ns", "thread_name", "frames")
-_read_fields = operator.attrgetter(*_FIELDS_READ)
+# Per entry, the fields that repeat (a dump holds a handful of distinct combinations of them) and the fields
+# that do not. Each distinct combination is interpreted once; the rest are plain columns.
+_read_shared = operator.attrgetter("process_group", "profiling_name", "input_sizes", "output_sizes",
+                                   "input_dtypes", "output_dtypes", "state", "retired", "thread_name", "is_p2p")
+_read_own = operator.attrgetter("record_id", "collective_seq_id", "p2p_seq_id", "time_created_ns",
+                                "time_discovered_started_ns", "time_discovered_completed_ns", "frames")
 
 
 def parse_fr_json_fast(data: bytes, path: str, interner: _Interner) -> RankTrace | None:
@@ -363,32 +359,19 @@ def parse_fr_json_fast(data: bytes, path: str, interner: _Interner) -> RankTrace
         return None
     recs = dump.entries
     n = len(recs)
+    if not all(e.process_group for e in recs):
+        return None  # an empty process_group: the general path says which entry
+    trace = _new_trace(dump.version, dump.rank, dump.pg_config, path, "flight_recorder-json")
     if n == 0:
-        trace = _new_trace(dump.version, dump.rank, dump.pg_config, path, "flight_recorder-json")
         trace.entries = EntryColumns([[] for _ in _ENTRY_FIELDS])
         return trace
-    # Columns of the raw fields, all at once (C loops: one tuple per entry, then transposed); then each column is
-    # mapped through a table of its few distinct values, so per-entry work stays out of Python code.
-    (pgs, names, record_ids, seqs, p2p_seqs, is_p2p, in_sizes, out_sizes, in_dtypes, out_dtypes, states, retired,
-     created, started, completed, threads, frames_raw) = zip(*map(_read_fields, recs))
-    if not all(pgs):
-        return None  # an empty process_group: the general path says which entry
-    try:
-        in_sizes = _shared(in_sizes, _SIZES.decode, interner.size_list)
-        out_sizes = _shared(out_sizes, _SIZES.decode, interner.size_list)
-        in_dtypes = _shared(in_dtypes, _DTYPES.decode, interner.str_list)
-        out_dtypes = _shared(out_dtypes, _DTYPES.decode, interner.str_list)
-    except (msgspec.DecodeError, RecursionError):
-        return None
-    trace = _new_trace(dump.version, dump.rank, dump.pg_config, path, "flight_recorder-json")
-    group_of = {pg: interner.groups.get(pg[0]) or interner.group(pg[0]) for pg in dict.fromkeys(pgs)}  # first seen first
-    group = list(map(group_of.__getitem__, pgs))
-    named_of = {p: interner.names.get(p) or _op_of(p, interner) for p in set(names)}
-    named = list(map(named_of.__getitem__, names))
-    op = list(map(operator.itemgetter(0), named))
-    raw_op = list(map(operator.itemgetter(3), named))
-    if any(x[1] for x in named_of.values()) or any(is_p2p):
-        p2p = [x[1] or bool(flag) for x, flag in zip(named, is_p2p)]
+    # C loops only, per entry: one tuple of each kind, a table lookup, transposed into columns.
+    keys = list(map(_read_shared, recs))
+    table = {key: _interpret(key, interner) for key in dict.fromkeys(keys)}  # first seen first
+    (group, op, raw_op, in_sizes, out_sizes, in_dtypes, out_dtypes, state, stream, p2p, local_peer) = \
+        map(list, zip(*map(table.__getitem__, keys)))
+    record_ids, seqs, p2p_seqs, created, started, completed, frames_raw = zip(*map(_read_own, recs))
+    if any(p2p):
         seq = [None if p else s for p, s in zip(p2p, seqs)]
         p2p_seq = [s if p else None for p, s in zip(p2p, p2p_seqs)]
     else:
@@ -396,10 +379,6 @@ def parse_fr_json_fast(data: bytes, path: str, interner: _Interner) -> RankTrace
     index = list(record_ids)
     if msgspec.UNSET in index:
         index = [i if x is msgspec.UNSET else x for i, x in enumerate(index)]
-    state_of = {key: "completed" if key[0] else _STATES.get(key[1], "issued") for key in set(zip(retired, states))}
-    state = list(map(state_of.__getitem__, zip(retired, states)))
-    text_of = {t: interner.text(t) for t in set(threads)}
-    stream = list(map(text_of.__getitem__, threads))
     if any(frames_raw):
         frames = [[Frame(f.name, f.filename, f.line) for f in reversed(fs)] if fs else interner.empty_frames
                   for fs in frames_raw]
@@ -409,13 +388,26 @@ def parse_fr_json_fast(data: bytes, path: str, interner: _Interner) -> RankTrace
     columns = [index, group, op, seq, p2p_seq, raw_op, in_sizes, out_sizes, in_dtypes, out_dtypes,
                nothing, list(nothing), nothing, state, _seconds(created), _seconds(started), _seconds(completed),
                nothing, stream, frames]
-    for pg, name in group_of.items():
+    for key in table:  # groups pg_config does not list: membership is inferred later; the desc is the entry's
+        pg = key[0]
+        name = interner.groups[pg[0]]
         if name not in trace.groups:
             trace.groups[name] = GroupInfo(name, [], True, pg[1] if len(pg) > 1 else "")
-    if any(x[2] is not None for x in named_of.values()):
-        _set_peers(trace, columns, [(i, x[2]) for i, x in enumerate(named) if x[2] is not None])
+    if any(x is not None for x in local_peer):
+        _set_peers(trace, columns, [(i, x) for i, x in enumerate(local_peer) if x is not None])
     trace.entries = EntryColumns(columns)
     return trace
+
+
+def _interpret(key: tuple, interner: _Interner) -> tuple:
+    """The model's values for one distinct combination of an entry's repeating fields."""
+    pg, profiling, in_sizes, out_sizes, in_dtypes, out_dtypes, state, retired, thread, is_p2p = key
+    op, p2p_name, local_peer, profiling = interner.names.get(profiling) or _op_of(profiling, interner)
+    return (interner.groups.get(pg[0]) or interner.group(pg[0]), op, profiling,
+            interner.size_list(in_sizes), interner.size_list(out_sizes),
+            interner.str_list(in_dtypes), interner.str_list(out_dtypes),
+            "completed" if retired else _STATES.get(state, "issued"), interner.text(thread),
+            p2p_name or bool(is_p2p), local_peer)
 
 
 def _seconds(ns: tuple) -> list:
@@ -432,13 +424,6 @@ def _seconds(ns: tuple) -> list:
                 out[i] = None
             return out
     return [t / 1e9 if t else None for t in ns]
-
-
-def _shared(raws: list, decode, intern) -> list:
-    """Each entry's list, one shared object per distinct JSON text (the matcher compares them by identity first)."""
-    keys = list(map(bytes, raws))
-    table = {key: intern(decode(key)) for key in set(keys)}
-    return list(map(table.__getitem__, keys))
 
 
 def load_fr_pickle(data: bytes, path: str, interner: _Interner | None = None) -> RankTrace:
