@@ -115,11 +115,10 @@ def analyze(ts: TraceSet) -> Report:
 
     findings.sort(key=lambda f: (PRIORITY[f.kind], f.t if f.t is not None else float("inf"), f.ranks))
     findings = _one_finding_per_absent_rank(findings, consequences)
-    ranks = {str(r): rank_progress(t, pending.get(r, [])) for r, t in ts.ranks.items()}
-    for r in no_dump:
-        ranks[str(r)] = {"missing": True}
-    return Report(ts, findings, dict(sorted(ranks.items(), key=lambda kv: int(kv[0]))), ts.world_size, waits,
-                  cycles, consequences, views)
+    progress = {r: rank_progress(t, pending.get(r, [])) for r, t in ts.ranks.items()}
+    missing = {"missing": True}  # one object for every absent rank: a corrupt rank number can imply a huge world
+    ranks = {str(r): progress.get(r, missing) for r in sorted(set(progress).union(no_dump))}
+    return Report(ts, findings, ranks, ts.world_size, waits, cycles, consequences, views)
 
 
 def _one_finding_per_absent_rank(findings: list[Finding], consequences: list[dict]) -> list[Finding]:
