@@ -2,15 +2,16 @@
 real 2-rank gloo world producing well-formed link rows (the multi-host runs are in tests/multihost)."""
 
 import itertools
+import time
 
 import pytest
 
 from distdoctor.bench import BenchOptions, format_table, summarize_bench
 from distdoctor.bench_links import link_failures, summarize_links, tournament
 from distdoctor.errors import InputError
-from distdoctor.world import JobResult
+from distdoctor.world import JobResult, WorldConfig, run_job
 
-from vb_helpers import run_cli, run_json
+from vb_helpers import no_leftover_workers, run_cli, run_json
 
 
 @pytest.mark.parametrize("n", range(1, 10))
@@ -103,3 +104,15 @@ def test_links_on_a_real_world_gives_an_intra_host_row():
     code, out, err = run_cli("bench", "--nproc", 2, "-b", "4K", "-e", "4K", "-n", 1, "-w", 0, "--link-bytes", "1",
                              timeout=120)
     assert code == 2 and "--link-bytes" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_a_rank_lost_mid_probe_is_named_and_nobody_hangs():
+    start = time.time()
+    job = run_job("vb_jobs:links_losing_rank", {"victim": 1, "nbytes": 4096, "iters": 2},
+                  WorldConfig(nproc=3, timeout_s=5))
+    assert not job.ok
+    assert [(lr.rank, lr.reason) for lr in job.lost] == [(1, "exited with code 7")]
+    assert job.lost[0].in_op == "bench links intra-host: rank 0 -> rank 1, 4096 B"  # the pair it was in
+    assert time.time() - start < 5 + 15 + 10  # survivors stop within timeout + 15 s (+ startup)
+    assert no_leftover_workers() == []
