@@ -5,9 +5,10 @@ multiple of n, as nccl-tests does); for the out-of-place and the in-place form o
 it): `warmup` untimed calls, a barrier, then `iters` back-to-back calls timed with CUDA events on GPU or
 perf_counter on CPU, divided by iters. Each rank times itself; the reported time is the max over ranks
 (per-rank times are kept; a synchronizing collective makes every rank wait for the slowest link, so they rarely
-point at a slow host: `--links` does, with point-to-point transfers per host pair, in bench_links.py). algbw = size / time; busbw = algbw * spec.bus_factor(n)
-(the spec is the one place that states it). With -c, the buffers are refilled after timing, the call runs
-once more and the elements off the float64 reference are counted (#wrong, summed over ranks).
+point at a slow host: `--links` does, with point-to-point transfers per host pair, in bench_links.py).
+algbw = size / time; busbw = algbw * spec.bus_factor(n) (the spec is the one place that states it). With -c,
+the buffers are refilled after timing, the call runs once more and the elements off the float64 reference are
+counted (#wrong, summed over ranks).
 Summary: `# Avg bus bandwidth` = mean busbw over every timed row; `--min-busbw X` fails below X.
 With `--links`, the link probe runs after the sweep, in the same world, and adds its fields to the report.
 """
