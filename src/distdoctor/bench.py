@@ -50,7 +50,7 @@ class BenchOptions:
     seed: int = 0
     links: bool = False  # after the sweep, point-to-point between hosts (bench_links)
     link_bytes: int = 4 << 20
-    link_iters: int = 5
+    link_iters: int = 10
 
     def validate(self) -> None:
         if self.op not in SPECS or not SPECS[self.op].has_data:
@@ -375,8 +375,8 @@ def _bytes(ctx, param, value):
                    "and name a slow host.")
 @click.option("--link-bytes", default="4M", show_default=True, callback=_bytes,
               help="Message size of the --links transfers (K/M/G suffixes).")
-@click.option("--link-iters", default=5, show_default=True, type=int,
-              help="Timed transfers per direction of each --links pair.")
+@click.option("--link-iters", default=10, show_default=True, type=int,
+              help="Timed transfers per direction of each --links pair (fewer where they would take over 2 s).")
 @FORMAT_OPTION
 def bench_command(minbytes, maxbytes, stepfactor, iters, warmup, check, op, dtype, redop, root, min_busbw, links,
                   link_bytes, link_iters, fmt, **world_kw):
