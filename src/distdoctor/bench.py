@@ -32,6 +32,7 @@ from distdoctor.validate_exec import parse_size
 from distdoctor.world import WorldConfig, config_from_options, resolve_nproc, run_job, world_options
 
 BENCH_OPS = tuple(name for name, spec in SPECS.items() if spec.has_data)
+MAX_LINK_BYTES = 4 << 30  # one message buffer per rank of the link probe
 
 
 @dataclass
@@ -73,8 +74,9 @@ class BenchOptions:
             raise InputError("-w/--warmup", "must be >= 0")
         if self.root < 0:
             raise InputError("--root", "must be >= 0")
-        if self.link_bytes < 4:
-            raise InputError("--link-bytes", f"must be at least one float32 element (4 B), got {self.link_bytes}")
+        if not 4 <= self.link_bytes <= MAX_LINK_BYTES:
+            raise InputError("--link-bytes", f"must be from one float32 element (4 B) to {MAX_LINK_BYTES >> 30} GiB, "
+                                             f"got {self.link_bytes}")
         if self.link_iters < 1:
             raise InputError("--link-iters", "must be >= 1")
 
@@ -374,7 +376,7 @@ def _bytes(ctx, param, value):
               help="After the sweep, time point-to-point transfers between every pair of hosts (one rank each) "
                    "and name a slow host.")
 @click.option("--link-bytes", default="4M", show_default=True, callback=_bytes,
-              help="Message size of the --links transfers (K/M/G suffixes).")
+              help="Message size of the --links transfers (K/M/G suffixes; whole float32 elements, up to 4G).")
 @click.option("--link-iters", default=10, show_default=True, type=int,
               help="Timed transfers per direction of each --links pair (fewer where they would take over 2 s).")
 @FORMAT_OPTION

@@ -84,8 +84,10 @@ def test_links_in_the_text_report():
 
 
 def test_link_options_are_checked():
-    with pytest.raises(InputError, match="--link-bytes"):
-        BenchOptions(link_bytes=2).validate()
+    for bad in (2, (4 << 30) + 1, 10**28):
+        with pytest.raises(InputError, match="--link-bytes"):
+            BenchOptions(link_bytes=bad).validate()
+    BenchOptions(link_bytes=4 << 30).validate()
     with pytest.raises(InputError, match="--link-iters"):
         BenchOptions(link_iters=0).validate()
 
