@@ -28,6 +28,7 @@ where a mean would not (the table also shows the median, gbps).
 - A link (host pair) is slow when, between hosts that are not slow, its faster direction is at most SLOW_RATIO
   of the median pair (a bad cable or switch port between two healthy hosts).
 - With 2 hosts there is one link and nothing to compare it with: no host or link is named, `links_note` says so.
+- With a rank lost, pairs are missing and the comparison would be lopsided: the rows are kept, nothing is named.
 A slow host or link fails the run, as --min-busbw does.
 """
 
@@ -213,7 +214,10 @@ def summarize_links(job, nbytes: int, iters: int) -> dict:
     link_hosts = [{"host": h, "best_gbps": best[h], "median_gbps": statistics.median(r["gbps"] for r in rows),
                    "links": len(rows)} for h, rows in touching.items()]
     slow_hosts, slow_links, note = [], [], None
-    if len(hosts) >= 3:
+    if job.lost:  # missing pairs would make the comparison lopsided: no verdict rather than a guess
+        note = (f"incomplete: {len(job.lost)} rank(s) lost during the run, {len(links)} link row(s) measured; "
+                "no slow host or link is named")
+    elif len(hosts) >= 3:
         reference = {h: statistics.median(best[g] for g in hosts if g != h) for h in hosts}
         slow = {h for h in hosts if reference[h] > 0 and best[h] <= SLOW_RATIO * reference[h]}
         healthy = [r for r in inter if r["src_host"] not in slow and r["dst_host"] not in slow]

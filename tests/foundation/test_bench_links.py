@@ -9,7 +9,7 @@ import pytest
 from distdoctor.bench import BenchOptions, format_table, summarize_bench
 from distdoctor.bench_links import link_failures, summarize_links, tournament
 from distdoctor.errors import InputError
-from distdoctor.world import JobResult, WorldConfig, run_job
+from distdoctor.world import JobResult, LostRank, WorldConfig, run_job
 
 from vb_helpers import no_leftover_workers, run_cli, run_json
 
@@ -68,6 +68,14 @@ def test_two_hosts_cannot_tell_the_slow_side_and_do_not_guess():
     rep = summarize_links(link_job({(0, 1): 0.01}, 2), 1, 1)
     assert rep["slow_hosts"] == [] and rep["slow_links"] == []
     assert "2 hosts" in rep["links_note"] and "cannot be told apart" in rep["links_note"]
+
+
+def test_no_verdict_when_a_rank_was_lost():
+    job = link_job({(0, 1): 0.1, (1, 2): 0.1}, 3)
+    job.lost.append(LostRank(2, "host2", "exited with code 9", "bench links round 1/3: rank 1 -> rank 2, 1 B"))
+    rep = summarize_links(job, 1, 1)
+    assert rep["slow_hosts"] == [] and rep["links_note"].startswith("incomplete: 1 rank(s) lost")
+    assert len(rep["links"]) == 6  # what was measured is kept
 
 
 def test_links_in_the_text_report():
