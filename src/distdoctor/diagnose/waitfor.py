@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import networkx as nx
 
 from distdoctor.diagnose.match import GroupView
-from distdoctor.trace.model import Entry, TraceSet
+from distdoctor.trace.model import Entry, RankTrace, TraceSet
+from distdoctor.trace.summary import summarize
 
 
 @dataclass
@@ -37,8 +38,9 @@ def pending_entries(ts: TraceSet, views: dict[str, GroupView]) -> dict[int, list
     for rank, trace in ts.ranks.items():
         seen_streams: set = set()
         pend: list[Entry] = []
-        for e in trace.entries:
-            if e.state == "completed" or e.stream in seen_streams:
+        # Only entries not marked completed are read one by one (a big trace holds few of them).
+        for e in map(trace.entries.__getitem__, summarize(trace).not_done):
+            if e.stream in seen_streams:
                 continue
             if _incomplete(rank, e, views):
                 seen_streams.add(e.stream)
@@ -57,11 +59,16 @@ def _incomplete(rank: int, e: Entry, views: dict[str, GroupView]) -> bool:
     return True
 
 
+def p2p_entries(trace: RankTrace) -> list[Entry]:
+    """The rank's sends and receives, in issue order (found from the op column: most traces hold none)."""
+    return [trace.entries[i] for i in summarize(trace).p2p]
+
+
 def _p2p_index(ts: TraceSet) -> dict[tuple[str, int, int, str], list[Entry]]:
     """(group, sender, receiver, 'send'|'recv') -> entries in issue order, as seen by the posting rank."""
     idx: dict[tuple[str, int, int, str], list[Entry]] = {}
     for rank, trace in ts.ranks.items():
-        for e in trace.entries:
+        for e in p2p_entries(trace):
             if e.op == "send" and e.peer is not None:
                 idx.setdefault((e.group, rank, e.peer, "send"), []).append(e)
             elif e.op == "recv" and e.peer is not None:
