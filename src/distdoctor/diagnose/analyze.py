@@ -22,7 +22,8 @@ from distdoctor.diagnose.findings import PRIORITY, Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import Divergence, GroupView, build_views, callsite_divergence, divergences
 from distdoctor.diagnose.progress import describe_rank, is_gloo_fr, last_completed, rank_progress, where_now
 from distdoctor.diagnose.straggler import find_stragglers
-from distdoctor.diagnose.waitfor import Cycle, Wait, build_waits, describe_cycle, find_cycles, graph
+from distdoctor.diagnose.waitfor import (Cycle, Wait, build_waits, describe_cycle, find_cycles, graph,
+                                         on_possible_cycle)
 from distdoctor.trace.model import Entry, TraceSet
 
 MISMATCHES = ("type_mismatch", "size_mismatch", "dtype_mismatch", "root_mismatch")
@@ -60,8 +61,8 @@ class Report:
 def analyze(ts: TraceSet) -> Report:
     views = build_views(ts)
     waits, pending = build_waits(ts, views)
-    g = graph(waits)
-    cycles = find_cycles(g)
+    cyclic = on_possible_cycle(waits)
+    cycles = find_cycles(graph(cyclic) if cyclic else None)
     findings: list[Finding] = []
     consequences: list[dict] = []
 
