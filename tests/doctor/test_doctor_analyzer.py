@@ -271,3 +271,18 @@ def test_the_agreed_prefix_is_proven_up_to_the_first_difference(tmp_path):
     seqs = {r: sorted(m) for r, m in view.by_rank.items()}
     assert agreed_prefix(view, 1, seqs) == 600  # seqs 1..600 agree; 601 is where rank 1 differs
     assert agreed_prefix(view, 650, seqs) == 799 - 650 + 1  # through seq 799, the last every rank completed
+
+
+def test_text_report_of_a_big_world_lists_the_named_ranks_first():
+    from distdoctor.report.diagnose_text import render_text
+    from distdoctor.trace.model import TraceSet
+
+    world = 40
+    ts = TraceSet(world_size=world)
+    for r in range(world):
+        entries = [coll(0, 1)] + ([] if r == 37 else [coll(1, 2, state="started")])
+        ts.ranks[r] = trace(r, entries, world=world)
+    text = render_text(analyze(ts))
+    rank_lines = text.split("where each rank is:\n", 1)[1].splitlines()
+    assert rank_lines[0].startswith("rank 37: 1 collectives completed") and "in no collective" in rank_lines[0]
+    assert rank_lines[1].startswith("rank 0:") and "... 8 more ranks" in text
