@@ -284,5 +284,5 @@ def test_text_report_of_a_big_world_lists_the_named_ranks_first():
         ts.ranks[r] = trace(r, entries, world=world)
     text = render_text(analyze(ts))
     rank_lines = text.split("where each rank is:\n", 1)[1].splitlines()
-    assert rank_lines[0].startswith("rank 37: 1 collectives completed") and "in no collective" in rank_lines[0]
-    assert rank_lines[1].startswith("rank 0:") and "... 8 more ranks" in text
+    assert rank_lines[0].startswith("  rank 37: 1 collectives completed") and "in no collective" in rank_lines[0]
+    assert rank_lines[1].startswith("  rank 0:") and "... 8 more ranks" in text
