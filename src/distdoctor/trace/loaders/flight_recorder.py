@@ -359,15 +359,16 @@ def parse_fr_json_fast(data: bytes, path: str, interner: _Interner) -> RankTrace
         return None
     recs = dump.entries
     n = len(recs)
-    if not all(e.process_group for e in recs):
+    # C loops only, per entry: one tuple of each kind, a table lookup, transposed into columns.
+    keys = list(map(_read_shared, recs))
+    distinct = dict.fromkeys(keys)  # first seen first
+    if not all(key[0] for key in distinct):
         return None  # an empty process_group: the general path says which entry
     trace = _new_trace(dump.version, dump.rank, dump.pg_config, path, "flight_recorder-json")
     if n == 0:
         trace.entries = EntryColumns([[] for _ in _ENTRY_FIELDS])
         return trace
-    # C loops only, per entry: one tuple of each kind, a table lookup, transposed into columns.
-    keys = list(map(_read_shared, recs))
-    table = {key: _interpret(key, interner) for key in dict.fromkeys(keys)}  # first seen first
+    table = {key: _interpret(key, interner) for key in distinct}
     (group, op, raw_op, in_sizes, out_sizes, in_dtypes, out_dtypes, state, stream, p2p, local_peer) = \
         map(list, zip(*map(table.__getitem__, keys)))
     record_ids, seqs, p2p_seqs, created, started, completed, frames_raw = zip(*map(_read_own, recs))
@@ -393,7 +394,7 @@ def parse_fr_json_fast(data: bytes, path: str, interner: _Interner) -> RankTrace
         name = interner.groups[pg[0]]
         if name not in trace.groups:
             trace.groups[name] = GroupInfo(name, [], True, pg[1] if len(pg) > 1 else "")
-    if any(x is not None for x in local_peer):
+    if any(row[-1] is not None for row in table.values()):
         _set_peers(trace, columns, [(i, x) for i, x in enumerate(local_peer) if x is not None])
     trace.entries = EntryColumns(columns)
     return trace
