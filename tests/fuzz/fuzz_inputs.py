@@ -25,6 +25,11 @@ FR_OBJ = pickle.loads(FR_PICKLE)
 FR_JSON_OBJ = json.loads(FR_JSON)
 
 VERSIONS = ["2.10", "2.0", "2.4", "1.0", "3.0", "99.99", "", "2.x", None, 2.1, -1, ["2.10"]]
+# A fresh copy per draw: `["2.10"]` put into a case as is would be the one list in VERSIONS, and a later
+# mutation of that case (delete/replace/wrap at its index) would change VERSIONS for every case after it. Then
+# the same choices no longer give the same places to pick from, and hypothesis stops the run with
+# FlakyStrategyDefinition. A strategy must only hand out objects that no other case can reach.
+versions = st.sampled_from(VERSIONS).map(copy.deepcopy)
 
 
 def deep(depth: int, leaf=0):
@@ -63,13 +68,16 @@ def _places(obj, out, depth=0):
 
 @st.composite
 def mutated_structure(draw, seed, max_mutations: int = 4, allow_bytes: bool = True):
+    """`seed` with 1..max_mutations structural mutations. Every draw must be a function of the earlier draws
+    only, so the object mutated here must share nothing mutable with the seed, the constants or earlier cases
+    (hence the deep copy, and `versions` rather than VERSIONS); `junk` builds fresh containers on each draw."""
     obj = copy.deepcopy(seed)
     for _ in range(draw(st.integers(1, max_mutations))):
         action = draw(st.sampled_from(["delete", "replace", "replace", "wrap", "version", "top"]))
         if action == "top":
             return draw(junk) if draw(st.booleans()) else obj
         if action == "version" and isinstance(obj, dict):
-            obj["version"] = draw(st.sampled_from(VERSIONS))
+            obj["version"] = draw(versions)
             continue
         places = _places(obj, [])
         if not places:

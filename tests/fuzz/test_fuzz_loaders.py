@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from distdoctor.diagnose.analyze import analyze
 from distdoctor.trace.loaders import load_traces
 
-from fuzz_inputs import (FR_JSON, FR_JSON_OBJ, FR_OBJ, FR_PICKLE, VERSIONS, damaged_bytes, deep_pickle,
-                         hostile_pickles, json_text, mutated_structure, write)
+from fuzz_inputs import (FR_JSON, FR_JSON_OBJ, FR_OBJ, FR_PICKLE, damaged_bytes, deep_pickle,
+                         hostile_pickles, json_text, mutated_structure, versions, write)
 
 
 def _check(name: str, data: bytes | str) -> None:
@@ -72,7 +72,7 @@ def test_damaged_fr_json(data):
     _check("dump_rank_0.json", data)
 
 
-@given(st.sampled_from(VERSIONS), st.sampled_from(["pickle", "json"]))
+@given(versions, st.sampled_from(["pickle", "json"]))
 def test_wrong_versions(version, form):
     obj = dict(FR_OBJ if form == "pickle" else FR_JSON_OBJ, version=version)
     data = pickle.dumps(obj) if form == "pickle" else json_text(obj)
