@@ -112,6 +112,17 @@ def test_hostile_pickle_never_runs(name, tmp_path):
     assert "refused" in err.reason or "corrupt" in err.reason or "pickle" in err.reason
 
 
+# Found by test_damaged_fr_pickle (a flipped byte in a LONG_BINPUT index): CPython's C unpickler allocates and
+# zeroes 16 bytes per memo slot up to the index it is told to PUT into, here 4 GiB and 64 GiB.
+@pytest.mark.parametrize("data", [b"\x80\x02]r" + (2**28).to_bytes(4, "little") + b".",
+                                  b"\x80\x02]r" + (2**32 - 1).to_bytes(4, "little") + b".",
+                                  b"(lp4000000000\n."], ids=["LONG_BINPUT 2**28", "LONG_BINPUT 2**32-1", "PUT"])
+def test_huge_memo_index_is_refused_without_allocating(data, tmp_path):
+    ts = load_traces([write(str(tmp_path), "dump_rank_0", data), write(str(tmp_path), "good_rank_1", FR_PICKLE)])
+    assert sorted(ts.ranks) == [1] and len(ts.errors) == 1, ts.errors
+    assert "memory" in ts.errors[0].reason and ts.errors[0].path.endswith("dump_rank_0"), ts.errors
+
+
 @given(st.data())
 def test_hostile_object_anywhere_in_a_dump(data):
     with tempfile.TemporaryDirectory() as d:

@@ -23,11 +23,17 @@ p2p. FR does not record broadcast/reduce roots, so `root` stays None.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
 import pickle
 import re
+
+try:
+    import resource
+except ImportError:  # pragma: no cover - not on this platform (Windows): no address-space cap
+    resource = None
 
 from distdoctor.collectives import canonical_op
 from distdoctor.trace.model import DEFAULT_GROUP, Entry, Frame, GroupInfo, RankTrace
@@ -60,10 +66,42 @@ class SafeUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("refused a persistent reference: not a Flight Recorder dump")
 
 
+# A corrupt or hostile pickle can PUT into memo slot 2**32 - 1: CPython's C unpickler then allocates and zeroes
+# 16 bytes per slot up to it (64 GiB) before reading on, which takes minutes or gets the process OOM-killed. While
+# a dump is unpickled the address space may grow only by what a real dump can need (its objects take a few dozen
+# times its size; its memo 16 bytes per opcode), so such a request fails at once with MemoryError.
+UNPICKLE_HEADROOM = 256 << 20  # bytes, plus UNPICKLE_PER_BYTE per byte of the dump
+UNPICKLE_PER_BYTE = 64
+
+
+@contextlib.contextmanager
+def _address_space_capped(extra: int):
+    """Lower RLIMIT_AS to the current address space + `extra` bytes for the duration (process-wide: only the
+    CLI's loaders run here). No cap where /proc or RLIMIT_AS is unavailable or a lower one is already set."""
+    limits = None
+    if resource is not None:
+        try:
+            with open("/proc/self/statm") as f:
+                size = int(f.read().split()[0]) * resource.getpagesize()
+            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+            cap = size + extra if hard == resource.RLIM_INFINITY else min(size + extra, hard)
+            if soft == resource.RLIM_INFINITY or soft > cap:
+                resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+                limits = (soft, hard)
+        except (OSError, ValueError):
+            limits = None
+    try:
+        yield
+    finally:
+        if limits is not None:
+            resource.setrlimit(resource.RLIMIT_AS, limits)
+
+
 def safe_unpickle(data: bytes) -> object:
     """Unpickle untrusted bytes; raise ValueError with the reason on refusal or corruption."""
     try:
-        return SafeUnpickler(io.BytesIO(data)).load()
+        with _address_space_capped(UNPICKLE_HEADROOM + UNPICKLE_PER_BYTE * len(data)):
+            return SafeUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as exc:
         msg = str(exc)
         raise ValueError(msg if msg.startswith("refused") else f"corrupt or truncated pickle ({msg})") from None
