@@ -4,10 +4,13 @@ For each size from -b to -e (x -f): count = size / spec.size_bytes(1 element) (a
 multiple of n, as nccl-tests does); for the out-of-place and the in-place form of the call (where torch has
 it): `warmup` untimed calls, a barrier, then `iters` back-to-back calls timed with CUDA events on GPU or
 perf_counter on CPU, divided by iters. Each rank times itself; the reported time is the max over ranks
-(per-rank times are kept, to point at a slow host). algbw = size / time; busbw = algbw * spec.bus_factor(n)
-(the spec is the one place that states it). With -c, the buffers are refilled after timing, the call runs
-once more and the elements off the float64 reference are counted (#wrong, summed over ranks).
+(per-rank times are kept; a synchronizing collective makes every rank wait for the slowest link, so they rarely
+point at a slow host: `--links` does, with point-to-point transfers per host pair, in bench_links.py).
+algbw = size / time; busbw = algbw * spec.bus_factor(n) (the spec is the one place that states it). With -c,
+the buffers are refilled after timing, the call runs once more and the elements off the float64 reference are
+counted (#wrong, summed over ranks).
 Summary: `# Avg bus bandwidth` = mean busbw over every timed row; `--min-busbw X` fails below X.
+With `--links`, the link probe runs after the sweep, in the same world, and adds its fields to the report.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from distdoctor.validate_exec import parse_size
 from distdoctor.world import WorldConfig, config_from_options, resolve_nproc, run_job, world_options
 
 BENCH_OPS = tuple(name for name, spec in SPECS.items() if spec.has_data)
+MAX_LINK_BYTES = 4 << 30  # one message buffer per rank of the link probe
 
 
 @dataclass
@@ -45,6 +49,9 @@ class BenchOptions:
     check: bool = True
     min_busbw: float | None = None
     seed: int = 0
+    links: bool = False  # after the sweep, point-to-point between hosts (bench_links)
+    link_bytes: int = 4 << 20
+    link_iters: int = 10
 
     def validate(self) -> None:
         if self.op not in SPECS or not SPECS[self.op].has_data:
@@ -67,6 +74,11 @@ class BenchOptions:
             raise InputError("-w/--warmup", "must be >= 0")
         if self.root < 0:
             raise InputError("--root", "must be >= 0")
+        if not 4 <= self.link_bytes <= MAX_LINK_BYTES:
+            raise InputError("--link-bytes", f"must be from one float32 element (4 B) to {MAX_LINK_BYTES >> 30} GiB, "
+                                             f"got {self.link_bytes}")
+        if self.link_iters < 1:
+            raise InputError("--link-iters", "must be >= 1")
 
     def sizes(self) -> list[int]:
         out, size = [], self.minbytes
@@ -178,6 +190,15 @@ def bench_worker(ctx, op, dtype, redop, root, sizes, iters, warmup, check, seed=
     return {"rows": rows, "host": socket.gethostname()}
 
 
+def bench_and_links(ctx, links: dict, **bench_args) -> dict:
+    """`bench --links`: the sweep, then the point-to-point link probe, in the same world."""
+    from distdoctor.bench_links import links_worker
+
+    out = bench_worker(ctx, **bench_args)
+    out["links"] = links_worker(ctx, **links)
+    return out
+
+
 def summarize_bench(job, opts: BenchOptions) -> dict:
     """Fold a JobResult of bench_worker into the bench JSON contract (time = max over ranks)."""
     n = job.world_size
@@ -247,10 +268,22 @@ def run_bench(cfg: WorldConfig, opts: BenchOptions, on_event=None) -> dict | Non
     n = resolve_nproc(cfg)
     if n is not None and n < 2:
         raise InputError("--nproc", "bench needs a world of at least 2 ranks")
-    job = run_job("distdoctor.bench:bench_worker", opts.worker_args(), cfg, on_event=on_event)
+    if opts.links:
+        job = run_job("distdoctor.bench:bench_and_links",
+                      {"links": {"nbytes": opts.link_bytes, "iters": opts.link_iters}, **opts.worker_args()}, cfg,
+                      on_event=on_event)
+    else:
+        job = run_job("distdoctor.bench:bench_worker", opts.worker_args(), cfg, on_event=on_event)
     if not job.is_reporter:
         return None
-    return summarize_bench(job, opts)
+    report = summarize_bench(job, opts)
+    if opts.links:
+        from distdoctor.bench_links import link_failures, summarize_links
+
+        report.update(summarize_links(job, opts.link_bytes, opts.link_iters))
+        report["failures"] += link_failures(report)
+        report["passed"] = not report["failures"]
+    return report
 
 
 # ---------------------------------------------------------------------------------------------- text
@@ -305,6 +338,10 @@ def format_table(report: dict, opts: BenchOptions) -> str:
         slow = max(rel, key=lambda r: rel[r])
         lines.append("# Per-rank time / median rank: " + "  ".join(f"{r}:{v:.2f}" for r, v in rel.items())
                      + f"  (slowest: rank {slow} on {report['rank_hosts'].get(slow, '?')})")
+    if "links" in report:
+        from distdoctor.bench_links import format_links
+
+        lines += format_links(report)
     for lost in report["lost"]:
         lines.append(f"# Lost: rank {lost['rank']} on {lost['host']}: {lost['reason']}"
                      + (f", in {lost['in_op']}" if lost.get("in_op") else ""))
@@ -335,15 +372,23 @@ def _bytes(ctx, param, value):
 @click.option("-r", "--root", default=0, show_default=True, type=int, help="Root rank of rooted collectives.")
 @click.option("--min-busbw", default=None, type=float,
               help="Fail when the average bus bandwidth (GB/s) is below this (like NCCL_TESTS_MIN_BW).")
+@click.option("--links", is_flag=True,
+              help="After the sweep, time point-to-point transfers between every pair of hosts (one rank each) "
+                   "and name a slow host.")
+@click.option("--link-bytes", default="4M", show_default=True, callback=_bytes,
+              help="Message size of the --links transfers (K/M/G suffixes; whole float32 elements, up to 4G).")
+@click.option("--link-iters", default=10, show_default=True, type=int,
+              help="Timed transfers per direction of each --links pair (fewer where they would take over 2 s).")
 @FORMAT_OPTION
-def bench_command(minbytes, maxbytes, stepfactor, iters, warmup, check, op, dtype, redop, root, min_busbw, fmt,
-                  **world_kw):
+def bench_command(minbytes, maxbytes, stepfactor, iters, warmup, check, op, dtype, redop, root, min_busbw, links,
+                  link_bytes, link_iters, fmt, **world_kw):
     """Collective bandwidth with nccl-tests' algbw/busbw semantics and table."""
     from distdoctor.validate_report import progress_display
 
     cfg = config_from_options(**world_kw)
     opts = BenchOptions(op=op, dtype=dtype, redop=redop.lower(), root=root, minbytes=minbytes, maxbytes=maxbytes,
-                        stepfactor=stepfactor, iters=iters, warmup=warmup, check=bool(check), min_busbw=min_busbw)
+                        stepfactor=stepfactor, iters=iters, warmup=warmup, check=bool(check), min_busbw=min_busbw,
+                        links=links, link_bytes=link_bytes, link_iters=link_iters)
     opts.validate()
     with progress_display(f"bench {op}") as on_event:
         report = run_bench(cfg, opts, on_event=on_event)

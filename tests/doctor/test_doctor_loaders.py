@@ -195,3 +195,46 @@ def test_directory_with_a_fifo_loads_its_dumps_and_never_blocks(tmp_path):
     os.mkfifo(tmp_path / "dumps" / "zz_pipe")
     ts = load_traces([str(tmp_path / "dumps")])
     assert sorted(ts.ranks) == [0, 1, 2, 3] and ts.errors == []
+
+
+def _as_json_dump(pickled: Path) -> dict:
+    dump = safe_unpickle(pickled.read_bytes())
+    for e in dump["entries"]:
+        e["process_group"] = list(e["process_group"])
+    return dump
+
+
+@pytest.mark.parametrize("tweak", ["as_is", "no_record_id", "float_time", "string_seq", "no_frames"])
+def test_json_fast_path_and_general_path_agree(tmp_path, tweak):
+    """JSON dumps are decoded into typed columns when they fit the strict types, else through the general
+    parser: both give the same trace, entry for entry (p2p peers, frames, thread names, shared size lists)."""
+    from distdoctor.trace.loaders.flight_recorder import _Interner, load_fr_json, parse_fr_json_fast
+
+    for r in range(4):
+        dump = _as_json_dump(FIX / "nccl_style" / f"nccl_trace_rank_{r}")
+        for i, e in enumerate(dump["entries"]):
+            if tweak == "no_record_id":
+                del e["record_id"]
+            elif tweak == "float_time" and i == 0:
+                e["time_created_ns"] = float(e["time_created_ns"])
+            elif tweak == "string_seq" and i == 0:
+                e["collective_seq_id"] = str(e["collective_seq_id"])
+            elif tweak == "no_frames":
+                e.pop("frames", None)
+        data = json.dumps(dump).encode()
+        path = str(tmp_path / f"rank_{r}.json")
+        fast = parse_fr_json_fast(data, path, _Interner())
+        general = load_fr_json(json.loads(data), path, _Interner())
+        if tweak in ("float_time", "string_seq"):
+            assert fast is None  # does not fit the strict types: the general path takes it
+            continue
+        assert fast is not None
+        assert list(fast.entries) == list(general.entries)
+        assert (fast.groups, fast.rank, fast.version, fast.world_size) == \
+               (general.groups, general.rank, general.version, general.world_size)
+        loaded = load_file(path if Path(path).write_bytes(data) else path)
+        assert list(loaded.entries) == list(general.entries)
+    if tweak == "as_is":
+        ts = load_traces([str(tmp_path)])
+        assert [(f.kind, f.ranks, f.group, f.seq) for f in analyze(ts).findings] == [("state_mismatch", [1], "0", 3)]
+

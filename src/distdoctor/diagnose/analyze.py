@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from distdoctor.diagnose import p2p
 from distdoctor.diagnose.findings import PRIORITY, Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import Divergence, GroupView, build_views, callsite_divergence, divergences
-from distdoctor.diagnose.progress import describe_rank, is_gloo_fr, rank_progress, where_now
+from distdoctor.diagnose.progress import describe_rank, is_gloo_fr, last_completed, rank_progress, where_now
 from distdoctor.diagnose.straggler import find_stragglers
-from distdoctor.diagnose.waitfor import Cycle, Wait, build_waits, describe_cycle, find_cycles, graph
+from distdoctor.diagnose.waitfor import (Cycle, Wait, build_waits, describe_cycle, find_cycles, graph,
+                                         on_possible_cycle)
 from distdoctor.trace.model import Entry, TraceSet
 
 MISMATCHES = ("type_mismatch", "size_mismatch", "dtype_mismatch", "root_mismatch")
@@ -60,8 +61,8 @@ class Report:
 def analyze(ts: TraceSet) -> Report:
     views = build_views(ts)
     waits, pending = build_waits(ts, views)
-    g = graph(waits)
-    cycles = find_cycles(g)
+    cyclic = on_possible_cycle(waits)
+    cycles = find_cycles(graph(cyclic) if cyclic else None)
     findings: list[Finding] = []
     consequences: list[dict] = []
 
@@ -115,11 +116,10 @@ def analyze(ts: TraceSet) -> Report:
 
     findings.sort(key=lambda f: (PRIORITY[f.kind], f.t if f.t is not None else float("inf"), f.ranks))
     findings = _one_finding_per_absent_rank(findings, consequences)
-    ranks = {str(r): rank_progress(t, pending.get(r, [])) for r, t in ts.ranks.items()}
-    for r in no_dump:
-        ranks[str(r)] = {"missing": True}
-    return Report(ts, findings, dict(sorted(ranks.items(), key=lambda kv: int(kv[0]))), ts.world_size, waits,
-                  cycles, consequences, views)
+    progress = {r: rank_progress(t, pending.get(r, [])) for r, t in ts.ranks.items()}
+    missing = {"missing": True}  # one object for every absent rank: a corrupt rank number can imply a huge world
+    ranks = {str(r): progress.get(r, missing) for r in sorted(set(progress).union(no_dump))}
+    return Report(ts, findings, ranks, ts.world_size, waits, cycles, consequences, views)
 
 
 def _one_finding_per_absent_rank(findings: list[Finding], consequences: list[dict]) -> list[Finding]:
@@ -176,9 +176,10 @@ def _missing_dump(no_dump: list[int], waits: list[Wait], views: dict[str, GroupV
     group = seq = op = t = None
     view = views.get("0")
     if view is not None:
-        last = [(seq_, e) for r, seqs in view.by_rank.items() if seqs for seq_, e in [max(seqs.items())]]
+        last = [(max(seqs), r) for r, seqs in view.by_rank.items() if seqs]
         if last:
-            seq, e = max(last, key=lambda x: x[0])
+            seq, r = max(last, key=lambda x: x[0])
+            e = view.by_rank[r][seq]
             group, op, t = "0", e.op, e.t_created
             detail += f" The survivors got as far as {op} #{seq} on the default group '0'."
     if blocked:
@@ -194,9 +195,8 @@ def _missing_ranks(d: Divergence, idle: list[int], ts: TraceSet, pending: dict[i
     evidence = {"issued_by": d.present, "last": {}, "now": {}}
     for r in idle:
         t = ts.ranks.get(r)
-        done = [e for e in t.entries if e.state == "completed"] if t else []
-        if done:
-            e = done[-1]
+        e = last_completed(t) if t else None
+        if e is not None:
             evidence["last"][str(r)] = {"group": e.group, "seq": e.seq, "op": e.op}
         now = where_now(t) if t else None
         if now:

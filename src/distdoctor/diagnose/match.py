@@ -17,13 +17,48 @@ group (communicators complete in order).
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from distdoctor.collectives import get_spec
 from distdoctor.diagnose.progress import NOT_USER_CODE
-from distdoctor.trace.model import Entry, TraceSet
+from distdoctor.trace.model import Entry, EntryColumns, TraceSet, entry_column
+from distdoctor.trace.summary import summarize
 
 SAME_INPUT_SIZE = {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather", "barrier"}
+
+
+class SeqEntries(Mapping):
+    """One rank's collectives on one group: seq -> Entry, each entry built only when read (see EntryColumns)."""
+
+    __slots__ = ("index", "entries")
+
+    def __init__(self, index: dict[int, int], entries: Sequence[Entry]) -> None:
+        self.index = index  # seq -> position in the rank's entries
+        self.entries = entries
+
+    def __getitem__(self, seq: int) -> Entry:
+        return self.entries[self.index[seq]]
+
+    def get(self, seq, default=None):
+        i = self.index.get(seq)
+        return default if i is None else self.entries[i]
+
+    def __contains__(self, seq) -> bool:
+        return seq in self.index
+
+    def __iter__(self):
+        return iter(self.index)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def field(self, name: str) -> dict[int, object]:
+        """seq -> one field of the entry, without building entries."""
+        col = entry_column(self.entries, name)
+        return {seq: col[i] for seq, i in self.index.items()}
 
 
 @dataclass
@@ -31,7 +66,7 @@ class GroupView:
     name: str
     members: list[int]
     inferred: bool
-    by_rank: dict[int, dict[int, Entry]] = field(default_factory=dict)  # rank -> seq -> entry (ranks with a trace)
+    by_rank: dict[int, Mapping[int, Entry]] = field(default_factory=dict)  # rank -> seq -> entry (ranks with a trace)
     last_completed: dict[int, int] = field(default_factory=dict)  # rank -> highest completed seq
     relation_ok: dict = field(default_factory=dict)  # cache of size-relation checks by (op, sizes identity)
 
@@ -62,22 +97,14 @@ def build_views(ts: TraceSet) -> dict[str, GroupView]:
         for name, g in trace.groups.items():
             if name not in views:
                 views[name] = GroupView(name, list(g.ranks), g.inferred)
-        by_group: dict[str, dict[int, Entry]] = {}
-        for e in trace.entries:
-            seq = e.seq
-            if seq is None or e.op in ("send", "recv"):
-                continue
-            seqs = by_group.get(e.group)
-            if seqs is None:
-                view = views.get(e.group)
-                if view is None:
-                    view = views[e.group] = GroupView(e.group, [rank], True)
-                seqs = by_group[e.group] = view.by_rank.setdefault(rank, {})
-            seqs[seq] = e
-        for name, seqs in by_group.items():
-            done = [s for s, e in seqs.items() if e.state == "completed"]
-            if done:
-                views[name].last_completed[rank] = max(done)
+        summary = summarize(trace)  # a thousand-rank set has millions of entries: most are never read one by one
+        for name, seqs in summary.by_group.items():
+            view = views.get(name)
+            if view is None:
+                view = views[name] = GroupView(name, [rank], True)
+            view.by_rank[rank] = SeqEntries(seqs, trace.entries)
+            if name in summary.last_completed:
+                view.last_completed[rank] = summary.last_completed[name]
     for view in views.values():
         for rank in ts.ranks:
             if rank in view.members:
@@ -180,18 +207,83 @@ def _who(classes: dict) -> str:
     return "; ".join(parts)
 
 
+# What _uniform compares: the members of a group agree on a collective when these fields agree.
+_AGREE_ON = ("op", "root", "in_sizes", "in_dtypes", "out_sizes")
+
+
+def _run_from(seqs: list[int], off: int, start: int) -> int:
+    """How many consecutive sequence numbers start, start+1, ... the sorted, distinct `seqs` hold from `off`
+    (seqs[j] - j never decreases, so the run is where it equals start - off: binary search)."""
+    lo, hi = off, len(seqs)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if seqs[mid] - mid == start - off:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - off
+
+
+def agreed_prefix(view: GroupView, start: int, sorted_seqs: dict[int, list[int]]) -> int:
+    """How many collectives from `start` on every member holds, completed, and agrees on (so the scan can skip
+    them): proven from the entries' columns, without building entries. 0 when the proof does not apply."""
+    members = list(view.by_rank.items())
+    if len(members) < 2 or not all(isinstance(m, SeqEntries) and isinstance(m.entries, EntryColumns)
+                                   for _, m in members):
+        return 0
+    length = None
+    for r, m in members:
+        seqs = sorted_seqs[r]
+        off = bisect_left(seqs, start)
+        done = view.last_completed.get(r, start - 1) - start + 1
+        n = min(_run_from(seqs, off, start), done)
+        length = n if length is None else min(length, n)
+        if length <= 1:
+            return 0
+    picks = {r: itemgetter(*map(m.index.__getitem__, range(start, start + length))) for r, m in members}
+    ref_rank, ref = members[0]
+    ref_cols = {name: picks[ref_rank](ref.entries.column(name)) for name in _AGREE_ON}
+    for r, m in members[1:]:
+        for name in _AGREE_ON:
+            mine = picks[r](m.entries.column(name))
+            if mine != ref_cols[name]:
+                length = min(length, next(i for i, (a, b) in enumerate(zip(mine, ref_cols[name]))
+                                          if a is not b and a != b))
+    # The size relation of all_gather / reduce_scatter, once per distinct (op, sizes).
+    n = len(view.members) or len(members)
+    ops, ins, outs = ref_cols["op"][:length], ref_cols["in_sizes"][:length], ref_cols["out_sizes"][:length]
+    for op, i_id, o_id in set(zip(ops, map(id, ins), map(id, outs))):
+        if op != "all_gather" and op != "reduce_scatter":
+            continue
+        ok = view.relation_ok.get((op, i_id, o_id))
+        if ok is None:
+            at = next(i for i, (a, b, c) in enumerate(zip(ops, ins, outs)) if a == op and id(b) == i_id and id(c) == o_id)
+            ok = not ins[at] or not outs[at] or numel(outs[at]) == get_spec(op).out_numel(numel(ins[at]), n)
+            view.relation_ok[(op, i_id, o_id)] = ok
+        if not ok:
+            length = min(length, next(i for i, (a, b, c) in enumerate(zip(ops, ins, outs))
+                                      if a == op and id(b) == i_id and id(c) == o_id))
+    return length
+
+
 def first_divergence(view: GroupView) -> Divergence | None:
     """The first structural divergence of a group, else its first state divergence, else None."""
     holders = {r: seqs for r, seqs in view.by_rank.items() if seqs}
     if not holders:
         return None
-    his = {r: (max(seqs) if seqs else -1) for r, seqs in view.by_rank.items()}
-    start = max(min(seqs) for seqs in holders.values())
+    sorted_seqs = {r: sorted(seqs) for r, seqs in view.by_rank.items()}
+    his = {r: (seqs[-1] if seqs else -1) for r, seqs in sorted_seqs.items()}
+    start = max(sorted_seqs[r][0] for r in holders)
     end = max(his.values())
+    resume = start + agreed_prefix(view, start, sorted_seqs)
     state_div: Divergence | None = None
     # Only sequence numbers some rank holds: a seq with no entry is skipped anyway, and walking the whole range
     # would never end on a corrupt dump whose seq is 10**12.
-    for seq in sorted({s for seqs in holders.values() for s in seqs if start <= s <= end}):
+    tail: set[int] = set()
+    for r in holders:
+        seqs = sorted_seqs[r]
+        tail.update(seqs[bisect_left(seqs, resume):])
+    for seq in sorted(s for s in tail if s <= end):
         present: dict[int, Entry] = {}
         absent: list[int] = []
         for r, seqs in view.by_rank.items():

@@ -12,7 +12,7 @@ Flight Recorder over Gloo records no p2p at all, so these findings need the reco
 from __future__ import annotations
 
 from distdoctor.diagnose.findings import Finding, fmt_ranks
-from distdoctor.diagnose.waitfor import Cycle, describe_cycle
+from distdoctor.diagnose.waitfor import Cycle, describe_cycle, p2p_entries
 from distdoctor.trace.model import TraceSet
 
 
@@ -36,7 +36,7 @@ def pair_disagreements(ts: TraceSet) -> list[Finding]:
     sends: dict[tuple, list] = {}
     recvs: dict[tuple, list] = {}
     for rank, trace in ts.ranks.items():
-        for e in trace.entries:
+        for e in p2p_entries(trace):
             if e.op == "send" and e.peer is not None:
                 sends.setdefault((e.group, rank, e.peer), []).append(e)
             elif e.op == "recv" and e.peer is not None:

@@ -10,6 +10,7 @@ signature (group, op), confirmed over the whole trace; steps = completed entries
 from __future__ import annotations
 
 from distdoctor.trace.model import Entry, Frame, RankTrace
+from distdoctor.trace.summary import summarize
 
 # Frames that are plumbing, not the user's code (torch itself, decorators it wraps calls in, our recorder).
 NOT_USER_CODE = ("/torch/", "/site-packages/torch", "distdoctor/trace/", "typing_extensions.py", "/contextlib.py",
@@ -55,19 +56,10 @@ def where_now(trace: RankTrace) -> str | None:
     return _innermost_user(got[1])
 
 
-def steps(entries: list[Entry]) -> tuple[int, int] | None:
-    """(steps completed, collectives per step) when the sequence is periodic, else None."""
-    sigs = [(e.group, e.op) for e in entries if e.seq is not None]
-    if len(sigs) < 4:
-        return None
-    try:
-        period = sigs.index(sigs[0], 1)
-    except ValueError:
-        return None
-    if period < 2 or any(sigs[i] != sigs[i % period] for i in range(len(sigs))) or len(sigs) < 2 * period:
-        return None
-    done = sum(1 for e in entries if e.seq is not None and e.state == "completed")
-    return done // period, period
+def last_completed(trace: RankTrace) -> Entry | None:
+    """The rank's last entry marked completed (found from the state column, from the end)."""
+    i = summarize(trace).last_done
+    return None if i is None else trace.entries[i]
 
 
 def entry_json(e: Entry, dump_time: float | None = None) -> dict:
@@ -84,12 +76,9 @@ def entry_json(e: Entry, dump_time: float | None = None) -> dict:
 
 
 def rank_progress(trace: RankTrace, pending: list[Entry]) -> dict:
-    completed: dict[str, int] = {}
-    last_done: Entry | None = None
-    for e in trace.entries:
-        if e.state == "completed" and e.seq is not None:
-            completed[e.group] = completed.get(e.group, 0) + 1
-            last_done = e
+    summary = summarize(trace)
+    completed = dict(summary.completed)
+    last_done = trace.entries[summary.last_done_collective] if summary.last_done_collective is not None else None
     out: dict = {
         "source": trace.source, "path": trace.path, "entries": len(trace.entries),
         "completed": completed,
@@ -98,7 +87,7 @@ def rank_progress(trace: RankTrace, pending: list[Entry]) -> dict:
         "last_issued": entry_json(trace.entries[-1]) if trace.entries else None,
         "dump_reason": trace.dump_reason,
     }
-    st = steps(trace.entries)
+    st = summary.steps
     if st:
         out["steps"], out["collectives_per_step"] = st
     now = where_now(trace)
@@ -114,9 +103,8 @@ def describe_rank(rank: int, trace: RankTrace | None, pending: list[Entry]) -> s
     if trace is None:
         return f"rank {rank} left no trace"
     parts = []
-    done = [e for e in trace.entries if e.state == "completed"]
-    if done:
-        e = done[-1]
+    e = last_completed(trace)
+    if e is not None:
         what = "call" if e.is_p2p else "collective"
         parts.append(f"its last completed {what} was {e.op} #{e.seq if not e.is_p2p else e.p2p_seq} "
                      f"on group '{e.group}'")
@@ -135,4 +123,4 @@ def describe_rank(rank: int, trace: RankTrace | None, pending: list[Entry]) -> s
 
 def is_gloo_fr(trace: RankTrace | None) -> bool:
     return bool(trace and trace.source.startswith("flight_recorder")
-                and any(e.raw_op.startswith("gloo:") for e in trace.entries[-50:]))
+                and any(op.startswith("gloo:") for op in trace.column("raw_op")[-50:]))

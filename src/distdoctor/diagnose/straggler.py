@@ -12,12 +12,16 @@ from __future__ import annotations
 from statistics import median
 
 from distdoctor.diagnose.findings import Finding
-from distdoctor.diagnose.match import GroupView
+from distdoctor.diagnose.match import GroupView, SeqEntries
 
 MIN_SAMPLES = 4
 LAST_SHARE = 0.6
 MIN_LATE_S = 0.02
 RATIO = 3.0
+
+
+def _field(seqs, name: str) -> dict:
+    return seqs.field(name) if isinstance(seqs, SeqEntries) else {s: getattr(e, name) for s, e in seqs.items()}
 
 
 def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
@@ -30,15 +34,17 @@ def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
         if len(ranks) < 2 or len(ranks) < len(view.members):
             continue
         common = set.intersection(*(set(view.by_rank[r]) for r in ranks))
+        created = {r: _field(view.by_rank[r], "t_created") for r in ranks}  # without building entries
         for seq in common:
-            times = {r: view.by_rank[r][seq].t_created for r in ranks}
+            times = {r: created[r][seq] for r in ranks}
             if any(t is None for t in times.values()):
                 continue
             first = min(times.values())
             samples += 1
             last = max(times, key=times.get)
             last_count[last] = last_count.get(last, 0) + 1
-            example.setdefault(last, (view.name, seq, view.by_rank[last][seq].op))
+            if last not in example:
+                example[last] = (view.name, seq, view.by_rank[last][seq].op)
             for r, t in times.items():
                 late.setdefault(r, []).append(t - first)
     if samples < MIN_SAMPLES:

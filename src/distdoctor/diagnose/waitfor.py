@@ -17,11 +17,14 @@ arrive (true for NCCL and Gloo; a rank blocked in Python outside any collective 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from distdoctor.diagnose.match import GroupView
-from distdoctor.trace.model import Entry, TraceSet
+from distdoctor.trace.model import Entry, RankTrace, TraceSet
+from distdoctor.trace.summary import summarize
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 @dataclass
@@ -37,8 +40,9 @@ def pending_entries(ts: TraceSet, views: dict[str, GroupView]) -> dict[int, list
     for rank, trace in ts.ranks.items():
         seen_streams: set = set()
         pend: list[Entry] = []
-        for e in trace.entries:
-            if e.state == "completed" or e.stream in seen_streams:
+        # Only entries not marked completed are read one by one (a big trace holds few of them).
+        for e in map(trace.entries.__getitem__, summarize(trace).not_done):
+            if e.stream in seen_streams:
                 continue
             if _incomplete(rank, e, views):
                 seen_streams.add(e.stream)
@@ -57,11 +61,16 @@ def _incomplete(rank: int, e: Entry, views: dict[str, GroupView]) -> bool:
     return True
 
 
+def p2p_entries(trace: RankTrace) -> list[Entry]:
+    """The rank's sends and receives, in issue order (found from the op column: most traces hold none)."""
+    return [trace.entries[i] for i in summarize(trace).p2p]
+
+
 def _p2p_index(ts: TraceSet) -> dict[tuple[str, int, int, str], list[Entry]]:
     """(group, sender, receiver, 'send'|'recv') -> entries in issue order, as seen by the posting rank."""
     idx: dict[tuple[str, int, int, str], list[Entry]] = {}
     for rank, trace in ts.ranks.items():
-        for e in trace.entries:
+        for e in p2p_entries(trace):
             if e.op == "send" and e.peer is not None:
                 idx.setdefault((e.group, rank, e.peer, "send"), []).append(e)
             elif e.op == "recv" and e.peer is not None:
@@ -112,7 +121,21 @@ def _reached(rank: int, entry: Entry, first_pending: dict[int, dict]) -> bool:
     return oldest is None or oldest >= entry.index
 
 
+def on_possible_cycle(waits: list[Wait]) -> list[Wait]:
+    """The waits that could lie on a cycle: repeatedly drop waits for ranks that wait for nobody still left
+    (a rank missing a trace, or one free to move, ends every chain that reaches it). Usually nothing is left."""
+    left = list(waits)
+    while True:
+        waiting = {w.rank for w in left}
+        kept = [w for w in left if any(r in waiting for r in w.waits_for)]
+        if len(kept) == len(left):
+            return kept
+        left = kept
+
+
 def graph(waits: list[Wait]) -> nx.DiGraph:
+    import networkx as nx  # here: importing it costs about half a second, and most hangs have no cycle
+
     g = nx.DiGraph()
     for w in waits:
         for other in w.waits_for:
@@ -131,7 +154,11 @@ class Cycle:
     p2p_only: bool
 
 
-def find_cycles(g: nx.DiGraph) -> list[Cycle]:
+def find_cycles(g: nx.DiGraph | None) -> list[Cycle]:
+    if g is None:
+        return []
+    import networkx as nx
+
     cycles = []
     for comp in nx.strongly_connected_components(g):
         if len(comp) < 2 and not any(g.has_edge(n, n) for n in comp):

@@ -22,7 +22,8 @@ are the one implementation of it.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Literal
 
 State = Literal["issued", "started", "completed"]
@@ -71,6 +72,60 @@ class Entry:
         return self.op in ("send", "recv")
 
 
+ENTRY_FIELDS = tuple(f.name for f in fields(Entry))
+_FIELD_INDEX = {name: i for i, name in enumerate(ENTRY_FIELDS)}
+_DEFAULTS = {f.name: f.default_factory() if f.default is MISSING else f.default for f in fields(Entry)
+             if f.default is not MISSING or f.default_factory is not MISSING}
+
+
+class EntryColumns(Sequence):
+    """A rank's entries stored column-wise (one list per Entry field, in field order; trailing fields may be
+    left out and take their defaults), each built into an Entry only when read.
+
+    A thousand-rank set of Flight Recorder dumps holds millions of entries; the analysis proves the agreed,
+    completed part of every group from the columns and reads entries one by one only where ranks part ways.
+    Read-only: columns and built entries describe the same dump and must not be changed."""
+
+    __slots__ = ("columns", "_built")
+
+    def __init__(self, columns: Sequence[list]) -> None:
+        self.columns = tuple(columns)
+        self._built: list[Entry | None] = [None] * (len(self.columns[0]) if self.columns else 0)
+
+    def __len__(self) -> int:
+        return len(self._built)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self._built)))]
+        e = self._built[i]
+        if e is None:
+            e = self._built[i] = Entry(*[c[i] for c in self.columns])
+        return e
+
+    def __iter__(self):
+        for i in range(len(self._built)):
+            yield self[i]
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, (list, EntryColumns)) and list(self) == list(other)
+
+    __hash__ = None  # mutable-looking container: unhashable, like list
+
+    def column(self, name: str) -> list:
+        i = _FIELD_INDEX[name]
+        if i < len(self.columns):
+            return self.columns[i]
+        return [_DEFAULTS[name]] * len(self._built)
+
+
+def entry_column(entries: Sequence[Entry], name: str) -> list:
+    """One field of every entry, in order: straight from the columns when the entries are stored that way."""
+    if isinstance(entries, EntryColumns):
+        return entries.column(name)
+    return [getattr(e, name) for e in entries]
+
+
 @dataclass
 class GroupInfo:
     name: str
@@ -87,12 +142,17 @@ class RankTrace:
     version: str = ""
     world_size: int | None = None
     groups: dict[str, GroupInfo] = field(default_factory=dict)
-    entries: list[Entry] = field(default_factory=list)
+    entries: list[Entry] | EntryColumns = field(default_factory=list)
     stacks: dict[str, list[Frame]] | None = None  # thread name -> frames, innermost last
     dump_reason: str | None = None
     dump_time: float | None = None
     host: str | None = None
     pid: int | None = None
+    # Facts about every entry, gathered once for the analysis (trace/summary.py); not part of the trace's value.
+    summary: object | None = field(default=None, repr=False, compare=False)
+
+    def column(self, name: str) -> list:
+        return entry_column(self.entries, name)
 
 
 @dataclass

@@ -18,19 +18,19 @@ After loading, the set is made consistent:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import json
-import operator
 import os
 import re
 import stat
 from collections import Counter
 
 from distdoctor.collectives import get_spec
-from distdoctor.trace.loaders.flight_recorder import _Interner, load_fr_json, load_fr_pickle
+from distdoctor.trace.loaders.flight_recorder import _Interner, load_fr_json, load_fr_pickle, parse_fr_json_fast
 from distdoctor.trace.loaders.native import is_native, load_native
-from distdoctor.trace.model import DEFAULT_GROUP, Entry, GroupInfo, LoadError, RankTrace, TraceSet
+from distdoctor.trace.summary import summarize
+from distdoctor.trace.model import (DEFAULT_GROUP, ENTRY_FIELDS, Entry, EntryColumns, GroupInfo, LoadError, RankTrace,
+                                   TraceSet, entry_column)
 
 try:  # a declared dependency (about 2x faster on big dumps); the stdlib parser stays as the fallback
     import orjson as _fastjson
@@ -96,6 +96,10 @@ def load_file(path: str, interner: _Interner | None = None) -> RankTrace:
     if is_native(first_line):
         return load_native(data, path)
     start = _LEADING_SPACE.match(data).end()
+    if data[start:start + 1] == b"{":
+        fast = parse_fr_json_fast(data, path, interner or _Interner())
+        if fast is not None:
+            return fast
     if data[start:start + 1] in (b"{", b"["):
         try:
             obj = _json_loads(data)
@@ -139,30 +143,28 @@ def _load_one(path: str, interner: _Interner) -> RankTrace | LoadError:
         return LoadError(path, f"too large or too deeply nested to load ({type(exc).__name__})")
 
 
-_ENTRY_FIELDS = tuple(f.name for f in dataclasses.fields(Entry))
-_SHARED_FIELDS = tuple(i for i, name in enumerate(_ENTRY_FIELDS)
+_SHARED_FIELDS = tuple(i for i, name in enumerate(ENTRY_FIELDS)
                        if name in ("in_sizes", "out_sizes", "in_dtypes", "out_dtypes"))
-_entry_values = operator.attrgetter(*_ENTRY_FIELDS)
 
 
 def _load_compact(path: str):
-    """Worker side of the parallel load: a trace travels back as one column per Entry field (lists of plain
-    values pickle fast; pickle's memo sends each shared size/dtype list once per trace), not as objects."""
+    """Worker side of the parallel load: a trace travels back as its columns (lists of plain values pickle fast;
+    pickle's memo sends each shared size/dtype list once per trace), not as objects."""
     gc.disable()  # this worker only builds acyclic objects; see gc_paused
     got = _load_one(path, _WORKER_INTERNER)
     if isinstance(got, LoadError):
         return got
+    summarize(got)  # here, in parallel, rather than in the parent
     entries = got.entries
-    if entries and type(entries[0]) is not tuple:  # native traces come as objects; FR dumps as value tuples
-        entries = map(_entry_values, entries)
-    columns = list(zip(*entries)) if got.entries else []
+    columns = list(entries.columns) if isinstance(entries, EntryColumns) else \
+        [entry_column(entries, name) for name in ENTRY_FIELDS]
     got.entries = []
     # Size/dtype columns travel as indexes into the interner's lists (small ints: cheap to pickle, and the parent
     # maps them back with one C-level pass instead of hashing every entry's list). A column holding any list
     # the interner did not make (an empty one, a native trace's) travels as objects.
     interned = [*_WORKER_INTERNER.sizes.values(), *_WORKER_INTERNER.strs.values()]
     position = {id(v): k for k, v in enumerate(interned)}
-    for i in _SHARED_FIELDS if columns else ():
+    for i in _SHARED_FIELDS if columns and columns[0] else ():
         try:
             columns[i] = list(map(position.__getitem__, map(id, columns[i])))
         except KeyError:
@@ -170,7 +172,7 @@ def _load_compact(path: str):
     return got, columns, interned
 
 
-_WORKER_INTERNER = _Interner(rows=True)  # entries stay value tuples: the worker only ships values
+_WORKER_INTERNER = _Interner()
 
 
 def _share_key(value: list) -> tuple:
@@ -179,9 +181,9 @@ def _share_key(value: list) -> tuple:
 
 
 def _load_parallel(files: list[str], jobs: int) -> list[RankTrace | LoadError] | None:
-    """Parse files in `jobs` forked workers; the parent rebuilds entries column-wise and re-shares equal
-    size/dtype lists across ranks (the matcher's fast path compares them by identity). None when processes are
-    unavailable."""
+    """Parse files in `jobs` forked workers; the parent keeps each trace's columns (entries are built when read)
+    and re-shares equal size/dtype lists across ranks (the matcher's fast path compares them by identity). None
+    when processes are unavailable."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
@@ -196,18 +198,20 @@ def _load_parallel(files: list[str], jobs: int) -> list[RankTrace | LoadError] |
                     out.append(got)
                     continue
                 trace, columns, interned = got
-                if columns:
+                if columns and columns[0]:
                     table = [shared.setdefault(_share_key(v), v) for v in interned]
                     for i in _SHARED_FIELDS:
                         if type(columns[i][0]) is int:
-                            columns[i] = map(table.__getitem__, columns[i])
+                            columns[i] = list(map(table.__getitem__, columns[i]))
                             continue
                         # A trace holds a handful of distinct lists: canonicalize those, then map the column.
                         canon = {}
                         for value in {id(v): v for v in columns[i]}.values():
                             canon[id(value)] = shared.setdefault(_share_key(value), value) if value else value
-                        columns[i] = map(canon.__getitem__, map(id, columns[i]))
-                    trace.entries = list(map(Entry, *columns))
+                        columns[i] = list(map(canon.__getitem__, map(id, columns[i])))
+                    # Native traces stay objects (the recorder's are small and hold stacks, errors...).
+                    trace.entries = EntryColumns(columns) if trace.source.startswith("flight_recorder") else \
+                        list(map(Entry, *columns))
                 out.append(trace)
     except (OSError, RuntimeError):  # no processes here (sandbox, exhausted): load in this process instead
         return None
@@ -296,14 +300,17 @@ def _world_size(ts: TraceSet, given: int | None) -> int | None:
 def _implied_size(trace: RankTrace, group: str) -> int:
     """Group size implied by all_gather/reduce_scatter: out numel = n * in numel (resp. in = n * out)."""
     best = 0
-    for e in trace.entries:
-        if e.group != group or e.op not in ("all_gather", "reduce_scatter") or not e.in_sizes or not e.out_sizes:
+    cols = [trace.column(name) for name in ("group", "op", "in_sizes", "out_sizes")]
+    for i in summarize(trace).size_checks:  # each distinct (group, op, sizes) once
+        g, op, in_sizes, out_sizes = (c[i] for c in cols)
+        if g != group:
             continue
-        ins = sum(_numel(s) for s in e.in_sizes)
-        outs = sum(_numel(s) for s in e.out_sizes)
-        small, big = (ins, outs) if e.op == "all_gather" else (outs, ins)
-        if small and big % small == 0 and get_spec(e.op).out_numel(ins, big // small if e.op == "all_gather"
-                                                                    else big // small) == outs:
+        if not in_sizes or not out_sizes:
+            continue
+        ins = sum(_numel(s) for s in in_sizes)
+        outs = sum(_numel(s) for s in out_sizes)
+        small, big = (ins, outs) if op == "all_gather" else (outs, ins)
+        if small and big % small == 0 and get_spec(op).out_numel(ins, big // small) == outs:
             best = max(best, big // small)
     return best
 
@@ -326,11 +333,11 @@ def _infer_groups(ts: TraceSet) -> None:
                 given.setdefault(name, g.ranks)
             if g.desc and not descs.get(name):
                 descs[name] = g.desc
-        for name in {e.group for e in t.entries}:
+        for name in summarize(t).groups:
             issued.setdefault(name, set()).add(t.rank)
     world = list(range(ts.world_size or 0))
     for t in ts.ranks.values():
-        for name in set(t.groups) | {e.group for e in t.entries}:
+        for name in set(t.groups) | summarize(t).groups:
             if name == DEFAULT_GROUP:  # the default group is the world, however many ranks left a dump
                 stated = given.get(name)
                 t.groups[name] = GroupInfo(name, world, stated != world, descs.get(name, "default_pg"))

@@ -24,11 +24,16 @@ p2p. FR does not record broadcast/reduce roots, so `root` stays None.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import functools
 import io
 import json
+import operator
 import pickle
 import re
+from typing import Any
+
+import msgspec
+import numpy as np
 
 try:
     import resource
@@ -36,7 +41,7 @@ except ImportError:  # pragma: no cover - not on this platform (Windows): no add
     resource = None
 
 from distdoctor.collectives import canonical_op
-from distdoctor.trace.model import DEFAULT_GROUP, Entry, Frame, GroupInfo, RankTrace
+from distdoctor.trace.model import DEFAULT_GROUP, ENTRY_FIELDS, EntryColumns, Frame, GroupInfo, RankTrace
 
 def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
     """Protocol-2 pickles spell bytes as _codecs.encode(str, 'latin1'); nothing else is allowed through."""
@@ -127,7 +132,16 @@ def looks_like_fr(obj: object) -> bool:
 
 def _parse_ranks(raw: object) -> list[int]:
     if isinstance(raw, str):
-        raw = json.loads(raw) if raw.strip() else []
+        return list(_parse_rank_text(raw))  # every rank's dump repeats the same member lists
+    return _parse_rank_list(raw)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_rank_text(text: str) -> tuple[int, ...]:
+    return tuple(_parse_rank_list(json.loads(text) if text.strip() else []))
+
+
+def _parse_rank_list(raw: object) -> list[int]:
     if not isinstance(raw, (list, tuple)):
         raise ValueError(f"pg_config ranks is {type(raw).__name__}, not a list")
     return sorted(int(r) for r in raw)
@@ -136,10 +150,7 @@ def _parse_ranks(raw: object) -> list[int]:
 class _Interner:
     """Shares equal size/dtype lists between entries: a dump repeats a few shapes thousands of times."""
 
-    def __init__(self, rows: bool = False) -> None:
-        # rows: leave each entry as the tuple of its Entry field values (in field order) instead of building the
-        # object; the parallel loader's workers only ship values back, so the object would be thrown away.
-        self.rows = rows and _POSITIONAL
+    def __init__(self) -> None:
         self.sizes: dict[tuple, list] = {}
         self.strs: dict[tuple, list] = {}
         self.empty_frames: list[Frame] = []
@@ -182,22 +193,16 @@ class _Interner:
         return got
 
 
-def parse_fr_dump(obj: object, path: str, source: str, rank: int | None = None,
-                  interner: _Interner | None = None) -> RankTrace:
-    """Normalize one Flight Recorder dump dict. Raises ValueError(reason)."""
-    if not looks_like_fr(obj):
-        raise ValueError("not a Flight Recorder dump (no 'version' and 'entries')")
-    version = str(obj["version"])
+def _new_trace(version: object, rank: object, pg_config: object, path: str, source: str) -> RankTrace:
+    """The dump's header: version, rank (the dump's own, else the file name's), group configuration."""
+    version = str(version)
     if not version.startswith("2."):
         raise ValueError(f"unsupported Flight Recorder version {version!r} (2.x is supported)")
-    if rank is None:
-        rank = obj.get("rank") if isinstance(obj.get("rank"), int) else rank_from_filename(path)
+    rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else rank_from_filename(path)
     if rank is None:
         raise ValueError("cannot tell which rank this dump is from: name it with a rank suffix (e.g. rank_3)")
-    interner = interner or _Interner()
     trace = RankTrace(rank=rank, source=source, path=path, version=version)
-
-    pg_config = obj.get("pg_config") or {}
+    pg_config = pg_config or {}
     if not isinstance(pg_config, dict):
         raise ValueError(f"pg_config is {type(pg_config).__name__}, not a dict")
     for key, cfg in pg_config.items():
@@ -211,20 +216,28 @@ def parse_fr_dump(obj: object, path: str, source: str, rank: int | None = None,
         trace.groups[name] = GroupInfo(name=name, ranks=members, inferred=False, desc=str(cfg.get("desc", "")))
         if name == DEFAULT_GROUP and members:
             trace.world_size = len(members)
+    return trace
 
+
+def parse_fr_dump(obj: object, path: str, source: str, rank: int | None = None,
+                  interner: _Interner | None = None) -> RankTrace:
+    """Normalize one Flight Recorder dump dict. Raises ValueError(reason)."""
+    if not looks_like_fr(obj):
+        raise ValueError("not a Flight Recorder dump (no 'version' and 'entries')")
+    trace = _new_trace(obj["version"], obj.get("rank") if rank is None else rank, obj.get("pg_config"), path, source)
+    interner = interner or _Interner()
     entries = obj["entries"]
     if not isinstance(entries, list):
         raise ValueError(f"'entries' is {type(entries).__name__}, not a list")
+    rows = []
     local_peers: list[tuple[int, int]] = []
-    rows = interner.rows
-    append = trace.entries.append
     for i, raw in enumerate(entries):
         try:
             values, local_peer = _parse_entry(raw, i, interner)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
             what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
             raise ValueError(f"entry {i} is malformed ({what})") from None
-        append(values if rows else Entry(*values) if _POSITIONAL else Entry(**dict(zip(_ENTRY_FIELDS, values))))
+        rows.append(values)
         if local_peer is not None:
             local_peers.append((i, local_peer))
         group = values[1]
@@ -232,29 +245,30 @@ def parse_fr_dump(obj: object, path: str, source: str, rank: int | None = None,
             # Membership not given: the trace-set loader infers it from who issued on the group.
             pg = raw["process_group"]
             trace.groups[group] = GroupInfo(group, [], True, str(pg[1]) if len(pg) > 1 else "")
-    for i, local in local_peers:
-        entry = trace.entries[i]
-        group = entry[1] if rows else entry.group
-        members = trace.groups[group].ranks
-        if members and local < len(members):
-            peer = members[local]
-        elif group == DEFAULT_GROUP:
-            peer = local  # default group: local rank == global rank
-        else:
-            continue
-        if rows:
-            trace.entries[i] = entry[:_PEER] + (peer,) + entry[_PEER + 1:]
-        else:
-            entry.peer = peer
+    columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in _ENTRY_FIELDS]
+    _set_peers(trace, columns, local_peers)
+    trace.entries = EntryColumns(columns)
     return trace
 
 
+def _set_peers(trace: RankTrace, columns: list[list], local_peers: list[tuple[int, int]]) -> None:
+    """Profiling names give p2p peers as group-local ranks; the model keeps global ranks."""
+    groups, peers = columns[_GROUP], columns[_PEER]
+    for i, local in local_peers:
+        group = groups[i]
+        members = trace.groups[group].ranks
+        if members and local < len(members):
+            peers[i] = members[local]
+        elif group == DEFAULT_GROUP:
+            peers[i] = local  # default group: local rank == global rank
+
+
+# The Entry fields a Flight Recorder dump fills, in the model's field order (columns are built in this order).
 _ENTRY_FIELDS = ("index", "group", "op", "seq", "p2p_seq", "raw_op", "in_sizes", "out_sizes", "in_dtypes",
                  "out_dtypes", "root", "peer", "reduce_op", "state", "t_created", "t_started", "t_completed",
                  "async_op", "stream", "frames")
-# Positional construction is ~3x faster than keywords (a dump has millions of entries); only while the model's
-# field order starts with the one written here.
-_POSITIONAL = tuple(f.name for f in dataclasses.fields(Entry))[: len(_ENTRY_FIELDS)] == _ENTRY_FIELDS
+assert ENTRY_FIELDS[: len(_ENTRY_FIELDS)] == _ENTRY_FIELDS, "the trace model's field order changed"
+_GROUP = _ENTRY_FIELDS.index("group")
 _PEER = _ENTRY_FIELDS.index("peer")
 
 
@@ -274,8 +288,8 @@ def _op_of(profiling: str, interner: _Interner) -> tuple[str, bool, int | None, 
 
 def _parse_entry(raw: dict, i: int, interner: _Interner) -> tuple[tuple, int | None]:
     """The values of one Entry, in `_ENTRY_FIELDS` order, and its group-local p2p peer if it names one."""
-    # The hot loop of loading (millions of entries): helpers are inlined and every shared value (group and op
-    # names, size/dtype lists, thread names) is looked up in the interner's dicts before anything is built.
+    # The hot loop of loading a pickle (millions of entries): helpers are inlined and every shared value (group
+    # and op names, size/dtype lists, thread names) is looked up in the interner's dicts before anything is built.
     get = raw.get
     group = raw["process_group"][0]
     group = interner.groups.get(group) or interner.group(group)
@@ -322,10 +336,139 @@ def _parse_entry(raw: dict, i: int, interner: _Interner) -> tuple[tuple, int | N
 _STATES = {"completed": "completed", "started": "started", "scheduled": "issued"}
 
 
+# ---- fast path for JSON dumps ---------------------------------------------------------------------------------
+# A thousand-rank job leaves over a gigabyte of JSON. msgspec decodes it straight into these typed records,
+# skipping the fields distdoctor does not read (instead of building a dict per entry), and the columns are then
+# built field by field. The types are strict: any dump that does not fit them exactly (a null record_id, a float
+# time, a string sequence number...) goes through the general path above, which accepts what it can and names
+# what it cannot. So both paths give the same trace for every dump the fast one accepts.
+
+class _FrFrame(msgspec.Struct, gc=False):
+    name: str
+    filename: str
+    line: int
+
+
+class _FrEntry(msgspec.Struct, gc=False):
+    process_group: tuple[str, ...]  # (name, desc)
+    profiling_name: str
+    record_id: int | msgspec.UnsetType = msgspec.UNSET
+    collective_seq_id: int | None = None
+    p2p_seq_id: int | None = None
+    is_p2p: bool | None = None
+    # Tuples, not lists: hashable, so equal values are found in a table (see parse_fr_json_fast).
+    input_sizes: tuple[tuple[int, ...], ...] | None = None
+    output_sizes: tuple[tuple[int, ...], ...] | None = None
+    input_dtypes: tuple[str, ...] | None = None
+    output_dtypes: tuple[str, ...] | None = None
+    state: str | None = None
+    retired: bool | None = None
+    time_created_ns: int | None = None
+    time_discovered_started_ns: int | None = None
+    time_discovered_completed_ns: int | None = None
+    thread_name: str | None = None
+    frames: list[_FrFrame] | None = None
+
+
+class _FrDump(msgspec.Struct):
+    version: str
+    entries: list[_FrEntry]
+    pg_config: dict[str, dict[str, Any]] | None = None
+    rank: Any = None
+
+
+_FR_JSON = msgspec.json.Decoder(_FrDump)
+
+
+# Per entry, the fields that repeat (a dump holds a handful of distinct combinations of them) and the fields
+# that do not. Each distinct combination is interpreted once; the rest are plain columns.
+_read_shared = operator.attrgetter("process_group", "profiling_name", "input_sizes", "output_sizes",
+                                   "input_dtypes", "output_dtypes", "state", "retired", "thread_name", "is_p2p")
+_read_own = operator.attrgetter("record_id", "collective_seq_id", "p2p_seq_id", "time_created_ns",
+                                "time_discovered_started_ns", "time_discovered_completed_ns", "frames")
+
+
+def parse_fr_json_fast(data: bytes, path: str, interner: _Interner) -> RankTrace | None:
+    """A JSON dump decoded straight into columns; None when it does not fit the strict types (the caller then
+    takes the general path, which also words the error when there is one)."""
+    try:
+        dump = _FR_JSON.decode(data)
+    except (msgspec.DecodeError, RecursionError, MemoryError):
+        return None
+    recs = dump.entries
+    n = len(recs)
+    if not all(e.process_group for e in recs):
+        return None  # an empty process_group: the general path says which entry
+    trace = _new_trace(dump.version, dump.rank, dump.pg_config, path, "flight_recorder-json")
+    if n == 0:
+        trace.entries = EntryColumns([[] for _ in _ENTRY_FIELDS])
+        return trace
+    # C loops only, per entry: one tuple of each kind, a table lookup, transposed into columns.
+    keys = list(map(_read_shared, recs))
+    table = {key: _interpret(key, interner) for key in dict.fromkeys(keys)}  # first seen first
+    (group, op, raw_op, in_sizes, out_sizes, in_dtypes, out_dtypes, state, stream, p2p, local_peer) = \
+        map(list, zip(*map(table.__getitem__, keys)))
+    record_ids, seqs, p2p_seqs, created, started, completed, frames_raw = zip(*map(_read_own, recs))
+    if any(p2p):
+        seq = [None if p else s for p, s in zip(p2p, seqs)]
+        p2p_seq = [s if p else None for p, s in zip(p2p, p2p_seqs)]
+    else:
+        seq, p2p_seq = list(seqs), [None] * n
+    index = list(record_ids)
+    if msgspec.UNSET in index:
+        index = [i if x is msgspec.UNSET else x for i, x in enumerate(index)]
+    if any(frames_raw):
+        frames = [[Frame(f.name, f.filename, f.line) for f in reversed(fs)] if fs else interner.empty_frames
+                  for fs in frames_raw]
+    else:
+        frames = [interner.empty_frames] * n
+    nothing = [None] * n
+    columns = [index, group, op, seq, p2p_seq, raw_op, in_sizes, out_sizes, in_dtypes, out_dtypes,
+               nothing, list(nothing), nothing, state, _seconds(created), _seconds(started), _seconds(completed),
+               nothing, stream, frames]
+    for key in table:  # groups pg_config does not list: membership is inferred later; the desc is the entry's
+        pg = key[0]
+        name = interner.groups[pg[0]]
+        if name not in trace.groups:
+            trace.groups[name] = GroupInfo(name, [], True, pg[1] if len(pg) > 1 else "")
+    if any(x is not None for x in local_peer):
+        _set_peers(trace, columns, [(i, x) for i, x in enumerate(local_peer) if x is not None])
+    trace.entries = EntryColumns(columns)
+    return trace
+
+
+def _interpret(key: tuple, interner: _Interner) -> tuple:
+    """The model's values for one distinct combination of an entry's repeating fields."""
+    pg, profiling, in_sizes, out_sizes, in_dtypes, out_dtypes, state, retired, thread, is_p2p = key
+    op, p2p_name, local_peer, profiling = interner.names.get(profiling) or _op_of(profiling, interner)
+    return (interner.groups.get(pg[0]) or interner.group(pg[0]), op, profiling,
+            interner.size_list(in_sizes), interner.size_list(out_sizes),
+            interner.str_list(in_dtypes), interner.str_list(out_dtypes),
+            "completed" if retired else _STATES.get(state, "issued"), interner.text(thread),
+            p2p_name or bool(is_p2p), local_peer)
+
+
+def _seconds(ns: tuple) -> list:
+    """Nanoseconds since the epoch -> seconds; 0 and null mean unknown (None). Vectorized: numpy's int -> float
+    -> / 1e9 is the same IEEE arithmetic as Python's `t / 1e9`."""
+    if None not in ns:
+        try:
+            ints = np.array(ns, dtype=np.int64)
+        except OverflowError:  # beyond int64 (a corrupt time): Python's ints have no limit
+            pass
+        else:
+            out = (ints / 1e9).tolist()
+            for i in np.flatnonzero(ints == 0).tolist():
+                out[i] = None
+            return out
+    return [t / 1e9 if t else None for t in ns]
+
+
 def load_fr_pickle(data: bytes, path: str, interner: _Interner | None = None) -> RankTrace:
     obj = safe_unpickle(data)
     return parse_fr_dump(obj, path, "flight_recorder-pickle", interner=interner)
 
 
 def load_fr_json(obj: dict, path: str, interner: _Interner | None = None) -> RankTrace:
+    """A JSON dump already parsed into a dict (the general path; see parse_fr_json_fast)."""
     return parse_fr_dump(obj, path, "flight_recorder-json", interner=interner)
