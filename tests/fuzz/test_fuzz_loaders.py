@@ -7,6 +7,7 @@ without raising. A pickle that tries to run code never runs it.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import tempfile
@@ -90,14 +91,20 @@ def test_deep_nesting(depth, form):
         _check("dump_rank_0.json", '{"version": "2.10", "entries": ' + "[" * depth + "]" * depth + "}")
 
 
+# JSON too: the fast JSON path once raised OverflowError on a time of 10**400 (int -> float) instead of handing
+# the dump to the general path.
 @given(st.sampled_from([10**30, -10**30, 2**63, 2**64 + 1, -1, float("inf"), float("nan"), 10**400]),
        st.sampled_from(["collective_seq_id", "record_id", "time_created_ns", "input_sizes", "pg_id",
-                        "time_discovered_completed_ns", "timeout_ms"]))
-def test_huge_numbers_in_entries(num, key):
-    obj = pickle.loads(FR_PICKLE)
+                        "time_discovered_started_ns", "time_discovered_completed_ns", "timeout_ms"]),
+       st.sampled_from(["pickle", "json"]))
+def test_huge_numbers_in_entries(num, key, form):
+    obj = pickle.loads(FR_PICKLE) if form == "pickle" else json.loads(FR_JSON)
     for e in obj["entries"]:
         e[key] = [[num]] if key == "input_sizes" else num
-    _check("dump_rank_0", pickle.dumps(obj))
+    if form == "pickle":
+        _check("dump_rank_0", pickle.dumps(obj))
+    else:
+        _check("dump_rank_0.json", json.dumps(obj))
 
 
 @pytest.mark.parametrize("name", sorted(hostile_pickles(Path("/nonexistent"))))

@@ -422,10 +422,13 @@ def parse_fr_json_fast(data: bytes, path: str, interner: _Interner) -> RankTrace
                   for fs in frames_raw]
     else:
         frames = [interner.empty_frames] * n
+    try:
+        times = [_seconds(created), _seconds(started), _seconds(completed)]
+    except OverflowError:  # a time beyond any float (10**400): the general path names the entry
+        return None
     nothing = [None] * n
     columns = [index, group, op, seq, p2p_seq, raw_op, in_sizes, out_sizes, in_dtypes, out_dtypes,
-               nothing, list(nothing), nothing, state, _seconds(created), _seconds(started), _seconds(completed),
-               nothing, stream, frames]
+               nothing, list(nothing), nothing, state, *times, nothing, stream, frames]
     for key in table:  # groups pg_config does not list: membership is inferred later; the desc is the entry's
         pg = key[0]
         name = interner.groups[pg[0]]
