@@ -210,3 +210,79 @@ def test_a_stopped_rank_is_one_finding_not_one_per_group(tmp_path):
     assert "never reached all_reduce #2 on group '0'" in report.findings[0].detail
     assert {"kind": "missing_ranks", "group": "0", "seq": 2, "op": "all_reduce", "ranks": [3],
             "because": "the same ranks are already missing from an earlier collective"} in report.consequences
+
+
+def _fr_json_dumps(tmp_path, n_entries, tweak):
+    """Four ranks of Flight Recorder JSON: all_reduce / all_gather / all_reduce on the default group, every entry
+    completed but the last; `tweak(rank, i, entry)` plants a fault."""
+    for rank in range(4):
+        entries = []
+        for i in range(n_entries):
+            op = "all_gather" if i % 3 == 1 else "all_reduce"
+            e = {"record_id": i, "process_group": ["0", "default_pg"], "collective_seq_id": i + 1,
+                 "p2p_seq_id": 0, "profiling_name": f"nccl:{op}", "time_created_ns": 10**18 + i * 10**6 + rank,
+                 "input_sizes": [[16]], "output_sizes": [[64]] if op == "all_gather" else [[16]],
+                 "input_dtypes": ["Float"], "output_dtypes": ["Float"], "state": "completed",
+                 "retired": i < n_entries - 1, "time_discovered_started_ns": 0, "time_discovered_completed_ns": 0,
+                 "is_p2p": False, "thread_name": "pt_main_thread"}
+            if i == n_entries - 1:
+                e["state"] = "scheduled"
+            tweak(rank, i, e)
+            entries.append(e)
+        dump = {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}},
+                "entries": entries}
+        (tmp_path / f"rank_{rank}.json").write_text(json.dumps(dump))
+    return [(f.kind, f.ranks, f.seq, f.op) for f in analyze(load_traces([str(tmp_path)])).findings]
+
+
+def test_divergence_inside_a_long_agreed_run_is_found_where_it_is(tmp_path):
+    """The agreed prefix is proven from columns, not walked: a mismatch deep inside must still stop it there."""
+    def tweak(rank, i, e):
+        if rank == 2 and i == 700:
+            e["input_sizes"] = [[32]]
+            e["output_sizes"] = [[32]]
+    assert _fr_json_dumps(tmp_path, 1000, tweak) == [("size_mismatch", [2], 701, "all_gather")]
+
+
+def test_a_size_relation_every_rank_breaks_alike_is_still_found(tmp_path):
+    """all_gather over 4 ranks needs out = 4 x in; when all ranks pass the same wrong output, the columns agree,
+    yet the relation check inside the proof must stop at it."""
+    def tweak(rank, i, e):
+        if i == 400:  # an all_gather (i % 3 == 1)
+            e["output_sizes"] = [[48]]
+    assert _fr_json_dumps(tmp_path, 900, tweak) == [("size_mismatch", [0, 1, 2, 3], 401, "all_gather")]
+
+
+def test_a_long_healthy_run_with_one_rank_still_in_the_last_collective(tmp_path):
+    def tweak(rank, i, e):
+        if i == 899 and rank != 3:
+            e["retired"] = True
+    assert _fr_json_dumps(tmp_path, 900, tweak) == [("state_mismatch", [3], 900, "all_reduce")]
+
+
+def test_the_agreed_prefix_is_proven_up_to_the_first_difference(tmp_path):
+    from distdoctor.diagnose.match import agreed_prefix, build_views
+
+    def tweak(rank, i, e):
+        if rank == 1 and i == 600:
+            e["input_dtypes"] = ["Half"]
+    _fr_json_dumps(tmp_path, 800, tweak)
+    view = build_views(load_traces([str(tmp_path)]))["0"]
+    seqs = {r: sorted(m) for r, m in view.by_rank.items()}
+    assert agreed_prefix(view, 1, seqs) == 600  # seqs 1..600 agree; 601 is where rank 1 differs
+    assert agreed_prefix(view, 650, seqs) == 799 - 650 + 1  # through seq 799, the last every rank completed
+
+
+def test_text_report_of_a_big_world_lists_the_named_ranks_first():
+    from distdoctor.report.diagnose_text import render_text
+    from distdoctor.trace.model import TraceSet
+
+    world = 40
+    ts = TraceSet(world_size=world)
+    for r in range(world):
+        entries = [coll(0, 1)] + ([] if r == 37 else [coll(1, 2, state="started")])
+        ts.ranks[r] = trace(r, entries, world=world)
+    text = render_text(analyze(ts))
+    rank_lines = text.split("where each rank is:\n", 1)[1].splitlines()
+    assert rank_lines[0].startswith("  rank 37: 1 collectives completed") and "in no collective" in rank_lines[0]
+    assert rank_lines[1].startswith("  rank 0:") and "... 8 more ranks" in text

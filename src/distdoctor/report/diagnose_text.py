@@ -33,11 +33,15 @@ def render_text(report: Report) -> str:
                      f"(see --format json, 'consequences').")
     lines.append("")
     lines.append("where each rank is:")
-    for i, (rank, p) in enumerate(report.ranks.items()):
+    # In a big world the ranks the findings name come first: rank 0..31 are rarely the story.
+    named = {str(r) for f in report.findings for r in f.ranks[:MAX_RANK_LINES]}
+    order = sorted(report.ranks, key=lambda r: (r not in named, int(r))) if len(report.ranks) > MAX_RANK_LINES \
+        else list(report.ranks)
+    for i, rank in enumerate(order):
         if i == MAX_RANK_LINES:
             lines.append(f"  ... {len(report.ranks) - MAX_RANK_LINES} more ranks (see --format json)")
             break
-        lines.append("  " + _rank_line(rank, p))
+        lines.append("  " + _rank_line(rank, report.ranks[rank]))
     superseded = [e for e in ts.errors if "is preferred over flight_recorder" in e.reason]
     unusable = [e for e in ts.errors if e not in superseded]
     if unusable:

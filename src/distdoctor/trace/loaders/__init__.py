@@ -28,9 +28,9 @@ from collections import Counter
 from distdoctor.collectives import get_spec
 from distdoctor.trace.loaders.flight_recorder import _Interner, load_fr_json, load_fr_pickle, parse_fr_json_fast
 from distdoctor.trace.loaders.native import is_native, load_native
-from distdoctor.trace.summary import summarize
 from distdoctor.trace.model import (DEFAULT_GROUP, ENTRY_FIELDS, Entry, EntryColumns, GroupInfo, LoadError, RankTrace,
                                    TraceSet, entry_column)
+from distdoctor.trace.summary import summarize
 
 try:  # a declared dependency (about 2x faster on big dumps); the stdlib parser stays as the fallback
     import orjson as _fastjson
