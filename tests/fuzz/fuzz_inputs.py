@@ -25,6 +25,11 @@ FR_OBJ = pickle.loads(FR_PICKLE)
 FR_JSON_OBJ = json.loads(FR_JSON)
 
 VERSIONS = ["2.10", "2.0", "2.4", "1.0", "3.0", "99.99", "", "2.x", None, 2.1, -1, ["2.10"]]
+# A fresh copy per draw: `["2.10"]` put into a case as is would be the one list in VERSIONS, and a later
+# mutation of that case (delete/replace/wrap at its index) would change VERSIONS for every case after it. Then
+# the same choices no longer give the same places to pick from, and hypothesis stops the run with
+# FlakyStrategyDefinition. A strategy must only hand out objects that no other case can reach.
+versions = st.sampled_from(VERSIONS).map(copy.deepcopy)
 
 
 def deep(depth: int, leaf=0):
@@ -35,14 +40,19 @@ def deep(depth: int, leaf=0):
     return obj
 
 
-junk = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from([10**30, -10**30, 2**63, 2**64 + 1, -1, 10**400]),
-    st.text(max_size=30), st.just("<script>alert('x')</script>"), st.binary(max_size=10),
-    st.lists(st.integers(min_value=-(2**70), max_value=2**70), max_size=4),
-    st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
-    st.integers(min_value=1, max_value=3000).map(deep),
-)
+def junk_values(max_depth: int = 3000):
+    """Values of the wrong type; lists nested up to max_depth (past Python's recursion limit of 1000)."""
+    return st.one_of(
+        st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True),
+        st.sampled_from([10**30, -10**30, 2**63, 2**64 + 1, -1, 10**400]),
+        st.text(max_size=30), st.just("<script>alert('x')</script>"), st.binary(max_size=10),
+        st.lists(st.integers(min_value=-(2**70), max_value=2**70), max_size=4),
+        st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
+        st.integers(min_value=1, max_value=max_depth).map(deep),
+    )
+
+
+junk = junk_values()
 
 
 def _places(obj, out, depth=0):
@@ -62,14 +72,18 @@ def _places(obj, out, depth=0):
 
 
 @st.composite
-def mutated_structure(draw, seed, max_mutations: int = 4, allow_bytes: bool = True):
+def mutated_structure(draw, seed, max_mutations: int = 4, allow_bytes: bool = True, max_depth: int = 3000):
+    """`seed` with 1..max_mutations structural mutations. Every draw must be a function of the earlier draws
+    only, so the object mutated here must share nothing mutable with the seed, the constants or earlier cases
+    (hence the deep copy, and `versions` rather than VERSIONS); `junk` builds fresh containers on each draw."""
+    values = junk if max_depth == 3000 else junk_values(max_depth)
     obj = copy.deepcopy(seed)
     for _ in range(draw(st.integers(1, max_mutations))):
         action = draw(st.sampled_from(["delete", "replace", "replace", "wrap", "version", "top"]))
         if action == "top":
-            return draw(junk) if draw(st.booleans()) else obj
+            return draw(values) if draw(st.booleans()) else obj
         if action == "version" and isinstance(obj, dict):
-            obj["version"] = draw(st.sampled_from(VERSIONS))
+            obj["version"] = draw(versions)
             continue
         places = _places(obj, [])
         if not places:
@@ -83,7 +97,7 @@ def mutated_structure(draw, seed, max_mutations: int = 4, allow_bytes: bool = Tr
         elif action == "wrap":
             container[key] = [container[key]]
         else:
-            value = draw(junk)
+            value = draw(values)
             if not allow_bytes and isinstance(value, bytes):
                 value = value.hex()
             container[key] = value

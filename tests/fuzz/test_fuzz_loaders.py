@@ -7,6 +7,7 @@ without raising. A pickle that tries to run code never runs it.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import tempfile
@@ -19,8 +20,8 @@ from hypothesis import strategies as st
 from distdoctor.diagnose.analyze import analyze
 from distdoctor.trace.loaders import load_traces
 
-from fuzz_inputs import (FR_JSON, FR_JSON_OBJ, FR_OBJ, FR_PICKLE, VERSIONS, damaged_bytes, deep_pickle,
-                         hostile_pickles, json_text, mutated_structure, write)
+from fuzz_inputs import (FR_JSON, FR_JSON_OBJ, FR_OBJ, FR_PICKLE, damaged_bytes, deep_pickle,
+                         hostile_pickles, json_text, mutated_structure, versions, write)
 
 
 def _check(name: str, data: bytes | str) -> None:
@@ -31,7 +32,7 @@ def _check(name: str, data: bytes | str) -> None:
         # The good file always loads, whatever its neighbour holds (unless the fuzzed file claims rank 1 too).
         assert 1 in ts.ranks or any(t.path == path for t in ts.ranks.values()), ts.errors
         for err in ts.errors:
-            assert err.path in (path, good) and err.reason and "\n" not in err.reason, err
+            assert err.path in (path, good) and err.reason and err.reason.isprintable(), err  # one line, no control bytes
             assert "Traceback" not in err.reason
         if not any(t.path == path for t in ts.ranks.values()):
             assert any(e.path == path for e in ts.errors), "a file that did not load must be named in an error"
@@ -72,7 +73,7 @@ def test_damaged_fr_json(data):
     _check("dump_rank_0.json", data)
 
 
-@given(st.sampled_from(VERSIONS), st.sampled_from(["pickle", "json"]))
+@given(versions, st.sampled_from(["pickle", "json"]))
 def test_wrong_versions(version, form):
     obj = dict(FR_OBJ if form == "pickle" else FR_JSON_OBJ, version=version)
     data = pickle.dumps(obj) if form == "pickle" else json_text(obj)
@@ -90,14 +91,20 @@ def test_deep_nesting(depth, form):
         _check("dump_rank_0.json", '{"version": "2.10", "entries": ' + "[" * depth + "]" * depth + "}")
 
 
+# JSON too: the fast JSON path once raised OverflowError on a time of 10**400 (int -> float) instead of handing
+# the dump to the general path.
 @given(st.sampled_from([10**30, -10**30, 2**63, 2**64 + 1, -1, float("inf"), float("nan"), 10**400]),
        st.sampled_from(["collective_seq_id", "record_id", "time_created_ns", "input_sizes", "pg_id",
-                        "time_discovered_completed_ns", "timeout_ms"]))
-def test_huge_numbers_in_entries(num, key):
-    obj = pickle.loads(FR_PICKLE)
+                        "time_discovered_started_ns", "time_discovered_completed_ns", "timeout_ms"]),
+       st.sampled_from(["pickle", "json"]))
+def test_huge_numbers_in_entries(num, key, form):
+    obj = pickle.loads(FR_PICKLE) if form == "pickle" else json.loads(FR_JSON)
     for e in obj["entries"]:
         e[key] = [[num]] if key == "input_sizes" else num
-    _check("dump_rank_0", pickle.dumps(obj))
+    if form == "pickle":
+        _check("dump_rank_0", pickle.dumps(obj))
+    else:
+        _check("dump_rank_0.json", json.dumps(obj))
 
 
 @pytest.mark.parametrize("name", sorted(hostile_pickles(Path("/nonexistent"))))
@@ -110,6 +117,25 @@ def test_hostile_pickle_never_runs(name, tmp_path):
     err = ts.errors[0]
     assert err.path.endswith("dump_rank_0") and "\n" not in err.reason
     assert "refused" in err.reason or "corrupt" in err.reason or "pickle" in err.reason
+
+
+# Found by test_damaged_fr_pickle (a flipped byte in a LONG_BINPUT index): CPython's C unpickler allocates and
+# zeroes 16 bytes per memo slot up to the index it is told to PUT into, here 4 GiB and 64 GiB.
+@pytest.mark.parametrize("data", [b"\x80\x02]r" + (2**28).to_bytes(4, "little") + b".",
+                                  b"\x80\x02]r" + (2**32 - 1).to_bytes(4, "little") + b".",
+                                  b"(lp4000000000\n."], ids=["LONG_BINPUT 2**28", "LONG_BINPUT 2**32-1", "PUT"])
+def test_huge_memo_index_is_refused_without_allocating(data, tmp_path):
+    ts = load_traces([write(str(tmp_path), "dump_rank_0", data), write(str(tmp_path), "good_rank_1", FR_PICKLE)])
+    assert sorted(ts.ranks) == [1] and len(ts.errors) == 1, ts.errors
+    assert "memory" in ts.errors[0].reason and ts.errors[0].path.endswith("dump_rank_0"), ts.errors
+
+
+# Found by the long run: a byte of a real dump flipped into FLOAT ('F'), whose line (up to the next newline) the
+# unpickler quoted raw in its error: the reason spanned two lines and carried a control byte.
+@pytest.mark.parametrize("data", [b"\x80\x02]F}(h\x04X\n.", FR_PICKLE.replace(b"](}(", b"]F}(", 1)],
+                         ids=["minimal", "in a real dump"])
+def test_unpickler_error_quoting_the_file_stays_one_printable_line(data):
+    _check("dump_rank_0", data)
 
 
 @given(st.data())

@@ -9,10 +9,21 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from distdoctor.testing import netns
 
 MASTER_PORT = 29400  # each cluster has its own namespaces, so a fixed port never collides
+
+# name -> fn(cluster, tmp_path) -> outcome; run side by side by conftest's `scenarios` fixture.
+SCENARIOS: dict[str, Callable] = {}
+
+
+def scenario(fn: Callable) -> Callable:
+    """Register a multi-host scenario under its function name (without leading underscores). Register the
+    longest first: they start in registration order."""
+    SCENARIOS[fn.__name__.lstrip("_")] = fn
+    return fn
 
 
 @dataclass

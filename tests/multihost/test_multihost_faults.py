@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import time
+from types import SimpleNamespace
 
 import pytest
 
-from mh_helpers import Job, torchrun_argv, wait_for
+from mh_helpers import Job, scenario, torchrun_argv, wait_for
 
 TIMEOUT_S = 10
 # A few collectives with 1 MiB payloads: enough traffic to know the job is mid-validate when we strike.
@@ -42,16 +43,45 @@ def _report(res) -> dict:
     return json.loads(res.stdout)
 
 
-def test_node_killed_mid_validate(cluster):
+@scenario
+def link_cut(cluster, tmp_path, idle) -> SimpleNamespace:
+    job = _start(cluster)
+    t_fault = time.monotonic()
+    cluster.cut_link(1)
+    idle()
+    (host0,) = job.wait(STOP_BOUND_S + 60, hosts=[0])
+    stopped_after = job._t0 + host0.elapsed_s - t_fault
+    # The cut-off host's ranks cannot reach the rendezvous store on host0 either: with the link still down they
+    # must give up on the report within the bound, say why, and exit.
+    job.wait(STOP_BOUND_S + 90)
+    cluster.restore_link(1)
+    cleaned = wait_for(lambda: cluster.pids(0) == [] and cluster.pids(1) == [], 15)
+    return SimpleNamespace(job=job, host0=host0, host1=job.results[1], stopped_after=stopped_after,
+                           cleaned=cleaned, left=(cluster.pids(0), cluster.pids(1)))
+
+
+@scenario
+def node_killed(cluster, tmp_path, idle) -> SimpleNamespace:
     job = _start(cluster)
     t_fault = time.monotonic()
     killed = cluster.kill_host(1)
-    assert killed and cluster.pids(1) == []
+    left_on_killed = cluster.pids(1)
+    idle()
     (host0,) = job.wait(STOP_BOUND_S + 60, hosts=[0])
     stopped_after = job._t0 + host0.elapsed_s - t_fault
+    cleaned = wait_for(lambda: cluster.pids(0) == [] and cluster.pids(1) == [], 15)
+    return SimpleNamespace(job=job, host0=host0, killed=killed, left_on_killed=left_on_killed,
+                           stopped_after=stopped_after, cleaned=cleaned, left=(cluster.pids(0), cluster.pids(1)))
+
+
+@pytest.mark.scenario("node_killed")
+def test_node_killed_mid_validate(scenarios):
+    s = scenarios.result("node_killed")
+    job, host0 = s.job, s.host0
+    assert s.killed and s.left_on_killed == []
     assert not host0.timed_out, job.log()
     assert host0.returncode not in (0, None), job.log()
-    assert stopped_after <= STOP_BOUND_S, f"survivors took {stopped_after:.1f} s\n{job.log()}"
+    assert s.stopped_after <= STOP_BOUND_S, f"survivors took {s.stopped_after:.1f} s\n{job.log()}"
 
     report = _report(host0)
     assert report["passed"] is False
@@ -59,10 +89,11 @@ def test_node_killed_mid_validate(cluster):
     assert {2, 3} <= set(lost), report["lost"]
     for r in (2, 3):
         assert lost[r]["host"] == "host1"  # the node, by the name it has
-        assert lost[r]["in_op"] and any(op in lost[r]["in_op"] for op in ("all_reduce", "all_gather", "broadcast"))
+        assert lost[r]["in_op"] and any(op in lost[r]["in_op"] for op in ("all_reduce", "all_gather", "broadcast")), \
+            f"{lost[r]}\n{job.log()}"
     assert {2, 3} <= set(report["culprit_ranks"])
     assert not any(r["status"] == "fail" and "wrong" in (r.get("reason") or "") for r in report["results"])
-    assert wait_for(lambda: cluster.pids(0) == [] and cluster.pids(1) == [], 15), (cluster.pids(0), cluster.pids(1))
+    assert s.cleaned, s.left
     _no_survivor_blamed(lost)
 
 
@@ -73,14 +104,12 @@ def _no_survivor_blamed(lost: dict) -> None:
     assert not extra, f"a surviving rank is reported lost: {extra}"
 
 
-def test_link_cut_mid_collective(cluster):
-    job = _start(cluster)
-    t_fault = time.monotonic()
-    cluster.cut_link(1)
-    (host0,) = job.wait(STOP_BOUND_S + 60, hosts=[0])
-    stopped_after = job._t0 + host0.elapsed_s - t_fault
+@pytest.mark.scenario("link_cut")
+def test_link_cut_mid_collective(scenarios):
+    s = scenarios.result("link_cut")
+    job, host0, host1 = s.job, s.host0, s.host1
     assert not host0.timed_out and host0.returncode not in (0, None), job.log()
-    assert stopped_after <= STOP_BOUND_S, f"survivors took {stopped_after:.1f} s\n{job.log()}"
+    assert s.stopped_after <= STOP_BOUND_S, f"survivors took {s.stopped_after:.1f} s\n{job.log()}"
 
     report = _report(host0)
     lost = {x["rank"]: x for x in report["lost"]}
@@ -90,13 +119,9 @@ def test_link_cut_mid_collective(cluster):
         assert "unreachable" in lost[r]["reason"], lost[r]  # peers unreachable, not a wrong result
         assert lost[r]["in_op"]
     assert all(r["status"] != "fail" or "wrong" not in (r.get("reason") or "") for r in report["results"])
-    # The cut-off host's ranks cannot reach the rendezvous store on host0 either: with the link still down they
-    # give up on the report within the bound, say why, and exit. Nothing is left on either host.
-    job.wait(STOP_BOUND_S + 90)
-    host1 = job.results[1]
+    # The cut-off host gave up on the store (link still down), said why and exited; nothing is left anywhere.
     assert not host1.timed_out, "the cut-off host did not stop with its link down\n" + job.log()
     assert host1.returncode != 0
     assert "rendezvous store" in host1.text() and "unreachable" in host1.text(), host1.text()[-3000:]
-    cluster.restore_link(1)
-    assert wait_for(lambda: cluster.pids(0) == [] and cluster.pids(1) == [], 15), (cluster.pids(0), cluster.pids(1))
+    assert s.cleaned, s.left
     _no_survivor_blamed(lost)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
 from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace, dumps
+
+from mh_helpers import Job, scenario, wait_for
 
 EVIL = "<script>alert('x')</script>"
 
@@ -24,15 +27,12 @@ def _listening(netns_name: str) -> set[str]:
     return addrs
 
 
-@pytest.mark.slow
-@pytest.mark.netns
-def test_standalone_world_listens_on_loopback_only(cluster):
-    """Run a standalone validate alone in a host (its namespace has a loopback and a routable link) and look at
-    every listening socket there while the ranks are in their collectives: all are bound to 127.0.0.1."""
-    from mh_helpers import Job, wait_for
-
+@scenario
+def standalone_world(cluster, tmp_path, idle) -> SimpleNamespace:
+    """A standalone validate alone in a host (its namespace has a loopback and a routable link); every listening
+    socket there is sampled while the ranks are in their collectives."""
     argv = [sys.executable, "-m", "distdoctor", "validate", "--nproc", "2", "--ops", "all_reduce", "--dtypes",
-            "float32", "--sizes", "1", "--no-subgroups", "--inject", "delay:1:2", "--timeout", "20"]
+            "float32", "--sizes", "1", "--no-subgroups", "--inject", "delay:1:0.5", "--timeout", "20"]
     job = Job(cluster).start({0: argv})
     seen: set[str] = set()
 
@@ -42,10 +42,19 @@ def test_standalone_world_listens_on_loopback_only(cluster):
 
     wait_for(sample, 120, interval=0.2)
     (res,) = job.wait(120)
-    assert res.returncode == 1, res.text()  # the delay makes rank 1 a straggler: reported, non-zero
-    assert seen, "no listening socket was ever seen: the sampling missed the run"
+    return SimpleNamespace(res=res, seen=seen)
+
+
+@pytest.mark.slow
+@pytest.mark.netns
+@pytest.mark.scenario("standalone_world")
+def test_standalone_world_listens_on_loopback_only(scenarios):
+    s = scenarios.result("standalone_world")
+    assert s.res.returncode == 1, s.res.text()  # the delay makes rank 1 a straggler: reported, non-zero
+    assert "straggler" in s.res.text(), s.res.text()
+    assert s.seen, "no listening socket was ever seen: the sampling missed the run"
     loopback = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1 as /proc/net shows them
-    assert seen <= loopback, f"sockets listening beyond loopback: {seen - loopback}"
+    assert s.seen <= loopback, f"sockets listening beyond loopback: {s.seen - loopback}"
 
 
 def _evil_trace(rank: int) -> RankTrace:

@@ -23,6 +23,7 @@ p2p. FR does not record broadcast/reduce roots, so `root` stays None.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
@@ -33,6 +34,11 @@ from typing import Any
 
 import msgspec
 import numpy as np
+
+try:
+    import resource
+except ImportError:  # pragma: no cover - not on this platform (Windows): no address-space cap
+    resource = None
 
 from distdoctor.collectives import canonical_op
 from distdoctor.trace.model import DEFAULT_GROUP, ENTRY_FIELDS, EntryColumns, Frame, GroupInfo, RankTrace
@@ -65,12 +71,51 @@ class SafeUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("refused a persistent reference: not a Flight Recorder dump")
 
 
+# A corrupt or hostile pickle can PUT into memo slot 2**32 - 1: CPython's C unpickler then allocates and zeroes
+# 16 bytes per slot up to it (64 GiB) before reading on, which takes minutes or gets the process OOM-killed. While
+# a dump is unpickled the address space may grow only by what a real dump can need (its objects take a few dozen
+# times its size; its memo 16 bytes per opcode), so such a request fails at once with MemoryError.
+UNPICKLE_HEADROOM = 256 << 20  # bytes, plus UNPICKLE_PER_BYTE per byte of the dump
+UNPICKLE_PER_BYTE = 64
+
+
+@contextlib.contextmanager
+def _address_space_capped(extra: int):
+    """Lower RLIMIT_AS to the current address space + `extra` bytes for the duration (process-wide: only the
+    CLI's loaders run here). No cap where /proc or RLIMIT_AS is unavailable or a lower one is already set."""
+    limits = None
+    if resource is not None:
+        try:
+            with open("/proc/self/statm") as f:
+                size = int(f.read().split()[0]) * resource.getpagesize()
+            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+            cap = size + extra if hard == resource.RLIM_INFINITY else min(size + extra, hard)
+            if soft == resource.RLIM_INFINITY or soft > cap:
+                resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+                limits = (soft, hard)
+        except (OSError, ValueError):
+            limits = None
+    try:
+        yield
+    finally:
+        if limits is not None:
+            resource.setrlimit(resource.RLIMIT_AS, limits)
+
+
+def _printable(text: str) -> str:
+    """The unpickler quotes bytes of the file in its messages as they are (`invalid load key, '\n'`, a FLOAT
+    opcode's line): escape what is not printable, so a reason stays one line and puts no control byte on a
+    terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def safe_unpickle(data: bytes) -> object:
     """Unpickle untrusted bytes; raise ValueError with the reason on refusal or corruption."""
     try:
-        return SafeUnpickler(io.BytesIO(data)).load()
+        with _address_space_capped(UNPICKLE_HEADROOM + UNPICKLE_PER_BYTE * len(data)):
+            return SafeUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as exc:
-        msg = str(exc)
+        msg = _printable(str(exc))
         raise ValueError(msg if msg.startswith("refused") else f"corrupt or truncated pickle ({msg})") from None
     except (EOFError, IndexError):
         raise ValueError("truncated pickle (ends before its STOP opcode)") from None
@@ -79,7 +124,7 @@ def safe_unpickle(data: bytes) -> object:
     except MemoryError:
         raise ValueError("pickle asks for more memory than is available") from None
     except Exception as exc:  # corrupt opcodes raise a zoo of types (KeyError, ValueError, struct.error, ...)
-        raise ValueError(f"corrupt pickle ({type(exc).__name__}: {exc})") from None
+        raise ValueError(f"corrupt pickle ({type(exc).__name__}: {_printable(str(exc))})") from None
 
 
 def rank_from_filename(path: str) -> int | None:
@@ -385,10 +430,13 @@ def parse_fr_json_fast(data: bytes, path: str, interner: _Interner) -> RankTrace
                   for fs in frames_raw]
     else:
         frames = [interner.empty_frames] * n
+    try:
+        times = [_seconds(created), _seconds(started), _seconds(completed)]
+    except OverflowError:  # a time beyond any float (10**400): the general path names the entry
+        return None
     nothing = [None] * n
     columns = [index, group, op, seq, p2p_seq, raw_op, in_sizes, out_sizes, in_dtypes, out_dtypes,
-               nothing, list(nothing), nothing, state, _seconds(created), _seconds(started), _seconds(completed),
-               nothing, stream, frames]
+               nothing, list(nothing), nothing, state, *times, nothing, stream, frames]
     for key in table:  # groups pg_config does not list: membership is inferred later; the desc is the entry's
         pg = key[0]
         name = interner.groups[pg[0]]
