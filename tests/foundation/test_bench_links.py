@@ -60,7 +60,8 @@ def test_a_bad_cable_between_healthy_hosts_is_a_slow_link_not_a_slow_host():
 
 
 def test_noise_below_the_ratio_names_nothing():
-    rep = summarize_links(link_job({(0, 1): 0.6, (1, 2): 0.7}, 3), 1, 1)
+    # 0.45x was seen on a healthy link of a busy machine
+    rep = summarize_links(link_job({(0, 1): 0.45, (1, 2): 0.6}, 3), 1, 1)
     assert rep["slow_hosts"] == rep["slow_links"] == [] and link_failures(rep) == []
 
 
