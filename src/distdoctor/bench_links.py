@@ -105,18 +105,23 @@ class _Peer:
             torch.cuda.synchronize(self.ctx.device)
 
 
+def _exchange(link: _Peer, leading: bool, out, back) -> None:
+    """The leading side sends `out` and waits for `back`; the other side mirrors it."""
+    if leading:
+        link.send(out)
+        link.recv(back)
+    else:
+        link.recv(out)
+        link.send(back)
+    link.sync()
+
+
 def _one_way(link: _Peer, sending: bool, buf, ack, iters: int, budget_s: float) -> list[float]:
     """One direction: the seconds of each timed transfer, as the sender sees them (the receiver's are noise)."""
     import torch
 
     def transfer():
-        if sending:
-            link.send(buf)
-            link.recv(ack)
-        else:
-            link.recv(buf)
-            link.send(ack)
-        link.sync()
+        _exchange(link, sending, buf, ack)
 
     t0 = time.perf_counter()
     transfer()  # warmup; also tells the sender how long one transfer takes
@@ -140,13 +145,7 @@ def _one_way(link: _Peer, sending: bool, buf, ack, iters: int, budget_s: float) 
 def _ping_pong(link: _Peer, leading: bool, tiny, iters: int) -> float:
     """Half the median round trip of a one-element message, as the leading side sees it."""
     def trip():
-        if leading:
-            link.send(tiny)
-            link.recv(tiny)
-        else:
-            link.recv(tiny)
-            link.send(tiny)
-        link.sync()
+        _exchange(link, leading, tiny, tiny)
 
     trip()
     times = []
