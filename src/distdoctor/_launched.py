@@ -53,6 +53,23 @@ class _Heartbeat(threading.Thread):
                 return
 
 
+def _name_the_collective_missed(result: W.JobResult, victims: list[int], done_keys: list[str], store) -> None:
+    """A rank lost between two collectives published no phase; the collective it failed to join is the one the
+    survivors were left waiting in (their most common phase), so that is the one the report names for it."""
+    waiting: dict[str, int] = {}
+    for r in victims:
+        outcome = _get_json(store, done_keys[r]) or {}
+        phase = outcome.get("phase") or result.phases.get(r)
+        if phase:
+            waiting[phase] = waiting.get(phase, 0) + 1
+    if not waiting:
+        return
+    missed = max(waiting, key=waiting.get)
+    for lr in result.lost:
+        if lr.in_op is None and lr.rank not in victims and not lr.reason.startswith("unreachable: never joined"):
+            lr.in_op = missed
+
+
 def _get_json(store, key: str):
     try:
         if not store.check([key]):
@@ -260,6 +277,7 @@ def _gather(store, prefix, rank, world_size, backend, iface, timeout_s, terminat
             reason = result.errors[r] if result.errors[r].startswith("still running") else \
                 f"unreachable: {result.errors[r]}"
             result.lost.append(W.LostRank(r, "?", reason, result.phases.get(r)))
+    _name_the_collective_missed(result, victims, done_keys, store)
     result.ok = len(result.results) == world_size and not result.lost and not result.errors
     with contextlib.suppress(Exception):
         store.set(f"{prefix}/reported", "1")
