@@ -23,6 +23,7 @@ import socket
 import sys
 import threading
 import time
+from collections import Counter
 from typing import Callable
 
 from distdoctor import world as W
@@ -53,18 +54,14 @@ class _Heartbeat(threading.Thread):
                 return
 
 
-def _name_the_collective_missed(result: W.JobResult, victims: list[int], done_keys: list[str], store) -> None:
+def _name_the_collective_missed(result: W.JobResult, victims: dict[int, str | None]) -> None:
     """A rank lost between two collectives published no phase; the collective it failed to join is the one the
-    survivors were left waiting in (their most common phase), so that is the one the report names for it."""
-    waiting: dict[str, int] = {}
-    for r in victims:
-        outcome = _get_json(store, done_keys[r]) or {}
-        phase = outcome.get("phase") or result.phases.get(r)
-        if phase:
-            waiting[phase] = waiting.get(phase, 0) + 1
+    survivors were left waiting in (their most common phase), so that is the one the report names for it.
+    `victims`: survivor rank -> the phase it was in."""
+    waiting = Counter(phase for phase in victims.values() if phase)
     if not waiting:
         return
-    missed = max(waiting, key=waiting.get)
+    missed = waiting.most_common(1)[0][0]
     for lr in result.lost:
         if lr.in_op is None and lr.rank not in victims and not lr.reason.startswith("unreachable: never joined"):
             lr.in_op = missed
@@ -233,7 +230,7 @@ def _gather(store, prefix, rank, world_size, backend, iface, timeout_s, terminat
         result.ok = bool(outcome.get("ok"))
         return result
     now = time.time()
-    victims = []
+    victims: dict[int, str | None] = {}  # survivors left waiting -> the phase they were in
     for r in range(world_size):
         start = _get_json(store, f"{prefix}/start/{r}") or {}
         host = start.get("host", "?")
@@ -252,7 +249,7 @@ def _gather(store, prefix, rank, world_size, backend, iface, timeout_s, terminat
         if outcome is not None:
             result.errors[r] = outcome["error"]
             if W.is_comm_error(outcome["error"]) or "terminated by the launcher" in outcome["error"]:
-                victims.append(r)
+                victims[r] = in_op
             else:
                 result.lost.append(W.LostRank(r, host, f"raised {outcome['error']}", in_op))
             continue
@@ -267,7 +264,7 @@ def _gather(store, prefix, rank, world_size, backend, iface, timeout_s, terminat
                 # Alive and inside its current step for less than a timeout: most likely waiting in a collective
                 # for a rank that is gone. A victim, unless nothing else explains the failure.
                 result.errors[r] = f"still running {in_op or 'its job'} when the report was made"
-                victims.append(r)
+                victims[r] = in_op
         else:
             last = hb["t"] if hb else start.get("t", now)
             result.lost.append(W.LostRank(r, host, f"exited or unreachable: no heartbeat for {now - last:.0f} s",
@@ -277,7 +274,7 @@ def _gather(store, prefix, rank, world_size, backend, iface, timeout_s, terminat
             reason = result.errors[r] if result.errors[r].startswith("still running") else \
                 f"unreachable: {result.errors[r]}"
             result.lost.append(W.LostRank(r, "?", reason, result.phases.get(r)))
-    _name_the_collective_missed(result, victims, done_keys, store)
+    _name_the_collective_missed(result, victims)
     result.ok = len(result.results) == world_size and not result.lost and not result.errors
     with contextlib.suppress(Exception):
         store.set(f"{prefix}/reported", "1")

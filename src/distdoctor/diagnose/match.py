@@ -144,13 +144,19 @@ def _uniform(present: dict[int, Entry], n: int, relation_ok: dict) -> bool:
         if e.op != op or e.root != root or (e.in_sizes is not ins and e.in_sizes != ins) or \
                 (e.in_dtypes is not dts and e.in_dtypes != dts) or (e.out_sizes is not outs and e.out_sizes != outs):
             return False
-    if op in ("all_gather", "reduce_scatter") and ins and outs:
-        key = (op, id(ins), id(outs))  # the entries keep these lists alive for the whole analysis
-        ok = relation_ok.get(key)
-        if ok is None:
-            ok = relation_ok[key] = numel(outs) == get_spec(op).out_numel(numel(ins), n)
-        return ok
-    return True
+    return _relation_holds(op, ins, outs, n, relation_ok)
+
+
+def _relation_holds(op: str, ins: list, outs: list, n: int, relation_ok: dict) -> bool:
+    """all_gather / reduce_scatter: output numel = spec.out_numel(input numel, group size); cached per distinct
+    pair of (shared) size lists, which the entries keep alive for the whole analysis."""
+    if op not in ("all_gather", "reduce_scatter") or not ins or not outs:
+        return True
+    key = (op, id(ins), id(outs))
+    ok = relation_ok.get(key)
+    if ok is None:
+        ok = relation_ok[key] = numel(outs) == get_spec(op).out_numel(numel(ins), n)
+    return ok
 
 
 def _compare(view: GroupView, seq: int, present: dict[int, Entry]) -> list[Divergence]:
@@ -255,14 +261,9 @@ def agreed_prefix(view: GroupView, start: int, sorted_seqs: dict[int, list[int]]
     for op, i_id, o_id in set(zip(ops, map(id, ins), map(id, outs))):
         if op != "all_gather" and op != "reduce_scatter":
             continue
-        ok = view.relation_ok.get((op, i_id, o_id))
-        if ok is None:
-            at = next(i for i, (a, b, c) in enumerate(zip(ops, ins, outs)) if a == op and id(b) == i_id and id(c) == o_id)
-            ok = not ins[at] or not outs[at] or numel(outs[at]) == get_spec(op).out_numel(numel(ins[at]), n)
-            view.relation_ok[(op, i_id, o_id)] = ok
-        if not ok:
-            length = min(length, next(i for i, (a, b, c) in enumerate(zip(ops, ins, outs))
-                                      if a == op and id(b) == i_id and id(c) == o_id))
+        at = next(i for i, (a, b, c) in enumerate(zip(ops, ins, outs)) if a == op and id(b) == i_id and id(c) == o_id)
+        if not _relation_holds(op, ins[at], outs[at], n, view.relation_ok):
+            length = min(length, at)
     return length
 
 
