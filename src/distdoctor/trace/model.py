@@ -22,7 +22,7 @@ are the one implementation of it.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Literal
 
@@ -86,11 +86,24 @@ class EntryColumns(Sequence):
     completed part of every group from the columns and reads entries one by one only where ranks part ways.
     Read-only: columns and built entries describe the same dump and must not be changed."""
 
-    __slots__ = ("columns", "_built")
+    __slots__ = ("_columns", "_fields", "_built", "coded")
 
-    def __init__(self, columns: Sequence[list]) -> None:
-        self.columns = tuple(columns)
-        self._built: list[Entry | None] = [None] * (len(self.columns[0]) if self.columns else 0)
+    def __init__(self, columns: Sequence[list] | None, coded: Sized | None = None) -> None:
+        """`columns`, or None to expand them from `coded` when read (a compact form with `fields` and
+        `column(name)`, see trace/coded.py), each field on its own until an Entry is built: a load worker only
+        summarizes a trace and sends the compact form on, and the analysis reads most ranks' fields, not
+        entries."""
+        self._columns = None if columns is None else tuple(columns)
+        self._fields: dict[str, list] = {}  # columns expanded one by one (read alone, e.g. by a summary)
+        self.coded = coded
+        n = len(coded) if columns is None else len(self._columns[0]) if self._columns else 0
+        self._built: list[Entry | None] = [None] * n
+
+    @property
+    def columns(self) -> tuple[list, ...]:
+        if self._columns is None:
+            self._columns = tuple(self.column(name) for name in self.coded.fields)
+        return self._columns
 
     def __len__(self) -> int:
         return len(self._built)
@@ -100,7 +113,8 @@ class EntryColumns(Sequence):
             return [self[j] for j in range(*i.indices(len(self._built)))]
         e = self._built[i]
         if e is None:
-            e = self._built[i] = Entry(*[c[i] for c in self.columns])
+            values = self.coded.entry(i) if self._columns is None else [c[i] for c in self.columns]
+            e = self._built[i] = Entry(*values)
         return e
 
     def __iter__(self):
@@ -113,6 +127,11 @@ class EntryColumns(Sequence):
     __hash__ = None  # mutable-looking container: unhashable, like list
 
     def column(self, name: str) -> list:
+        if self._columns is None:
+            got = self._fields.get(name)
+            if got is None:
+                got = self._fields[name] = self.coded.column(name)
+            return got
         i = _FIELD_INDEX[name]
         if i < len(self.columns):
             return self.columns[i]

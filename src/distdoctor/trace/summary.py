@@ -36,6 +36,9 @@ def summarize(trace: RankTrace) -> TraceSummary:
 
 
 def _compute(trace: RankTrace) -> TraceSummary:
+    coded = getattr(trace.entries, "coded", None)
+    if coded is not None and isinstance(coded.seq, tuple):  # the scanner's arrays: no loop per entry
+        return _compute_coded(coded)
     s = TraceSummary()
     groups, seqs, ops, states = (trace.column(n) for n in ("group", "seq", "op", "state"))
     in_sizes, out_sizes = trace.column("in_sizes"), trace.column("out_sizes")
@@ -75,6 +78,79 @@ def _compute(trace: RankTrace) -> TraceSummary:
             s.last_completed[group] = max(done_seqs)
     s.steps = _steps(sigs, sum(completed.values()))
     return s
+
+
+def _compute_coded(c) -> TraceSummary:
+    """_compute on a CodedEntries with array sequence numbers (trace/coded.py), with numpy: the same summary
+    (tests/doctor compare the two)."""
+    import numpy as np
+
+    s = TraceSummary()
+    codes, rows = c.codes, c.rows
+    n = len(codes)
+    if n == 0:
+        return s
+    group_ids = {name: i for i, name in enumerate(dict.fromkeys(r[0] for r in rows))}
+    names = list(group_ids)
+    gid = np.array([group_ids[r[0]] for r in rows])[codes]
+    done = np.array([r[7] == "completed" for r in rows])[codes]
+    sendrecv = np.array([r[1] in ("send", "recv") for r in rows])[codes]
+    values, unknown = c.seq
+    has_seq = ~(unknown | np.array(c.p2p_rows)[codes])  # the model's seq is None for p2p-flagged entries
+    at = np.flatnonzero(done)
+    s.last_done = int(at[-1]) if len(at) else None
+    s.not_done = np.flatnonzero(~done).tolist()
+    at = np.flatnonzero(has_seq & done)
+    s.last_done_collective = int(at[-1]) if len(at) else None
+    counts = np.bincount(gid[at], minlength=len(names))
+    for g in _in_order_of_appearance(gid[at]):
+        s.completed[names[g]] = int(counts[g])
+    s.p2p = np.flatnonzero(sendrecv).tolist()
+    eligible = np.flatnonzero(has_seq & ~sendrecv)
+    egid = gid[eligible]
+    for g in _in_order_of_appearance(egid):
+        positions = eligible[egid == g]
+        got = s.by_group[names[g]] = dict(zip(values[positions].tolist(), positions.tolist()))
+        last = np.fromiter(got.values(), np.intp, len(got))  # a repeated seq keeps its last entry
+        finished = done[last]
+        if finished.any():
+            s.last_completed[names[g]] = int(np.fromiter(got, np.int64, len(got))[finished].max())
+    # The first all_gather/reduce_scatter of each (group, op, sizes): sizes are shared lists, ids stand for values.
+    size_keys: dict = {}
+    row_key = np.array([size_keys.setdefault((r[0], r[1], id(r[3]), id(r[4])), len(size_keys))
+                        if r[1] in ("all_gather", "reduce_scatter") else -1 for r in rows])[codes]
+    checked = eligible[row_key[eligible] >= 0]
+    _, first = np.unique(row_key[checked], return_index=True)
+    s.size_checks = np.sort(checked[first]).tolist()
+    s.groups = set(names)
+    sig_ids: dict = {}
+    sig = np.array([sig_ids.setdefault((r[0], r[1]), len(sig_ids)) for r in rows])[codes][has_seq]
+    s.steps = _periodic_steps(sig, len(at))
+    return s
+
+
+def _in_order_of_appearance(ids) -> list[int]:
+    import numpy as np
+
+    values, first = np.unique(ids, return_index=True)
+    return values[np.argsort(first)].tolist()
+
+
+def _periodic_steps(sig, done: int) -> tuple[int, int] | None:
+    """_steps on an array of (group, op) ids."""
+    import numpy as np
+
+    if len(sig) < 4:
+        return None
+    again = np.flatnonzero(sig[1:] == sig[0])
+    if not len(again):
+        return None
+    period = int(again[0]) + 1
+    if period < 2 or len(sig) < 2 * period:
+        return None
+    if not (sig == np.resize(sig[:period], len(sig))).all():
+        return None
+    return done // period, period
 
 
 def _steps(sigs: list[tuple[str, str]], done: int) -> tuple[int, int] | None:

@@ -26,7 +26,9 @@ import stat
 from collections import Counter
 
 from distdoctor.collectives import get_spec
+from distdoctor.trace.coded import CODED_FIELDS, CodedEntries
 from distdoctor.trace.loaders.flight_recorder import _Interner, load_fr_json, load_fr_pickle, parse_fr_json_fast
+from distdoctor.trace.loaders.fr_json_scan import kernels
 from distdoctor.trace.loaders.native import is_native, load_native
 from distdoctor.trace.model import (DEFAULT_GROUP, ENTRY_FIELDS, Entry, EntryColumns, GroupInfo, LoadError, RankTrace,
                                    TraceSet, entry_column)
@@ -80,8 +82,9 @@ def expand_paths(paths: list[str]) -> tuple[list[str], list[LoadError]]:
     return files, errors
 
 
-def load_file(path: str, interner: _Interner | None = None) -> RankTrace:
-    """Load one file; raise ValueError(reason) when it cannot be used."""
+def load_file(path: str, interner: _Interner | None = None, scan: bool = False) -> RankTrace:
+    """Load one file; raise ValueError(reason) when it cannot be used. `scan`: read Flight Recorder JSON with
+    the compiled scanner where it can (see fr_json_scan)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -101,7 +104,7 @@ def load_file(path: str, interner: _Interner | None = None) -> RankTrace:
         return load_native(data, path)
     start = _LEADING_SPACE.match(data).end()
     if data[start:start + 1] == b"{":
-        fast = parse_fr_json_fast(data, path, interner or _Interner())
+        fast = parse_fr_json_fast(data, path, interner or _Interner(), scan)
         if fast is not None:
             return fast
     if data[start:start + 1] in (b"{", b"["):
@@ -139,9 +142,9 @@ def gc_paused():
 PARALLEL_MIN_FILES = 64  # below this, starting worker processes costs more than it saves
 
 
-def _load_one(path: str, interner: _Interner) -> RankTrace | LoadError:
+def _load_one(path: str, interner: _Interner, scan: bool = False) -> RankTrace | LoadError:
     try:
-        return load_file(path, interner)
+        return load_file(path, interner, scan)
     except ValueError as exc:
         return LoadError(path, str(exc))
     except (MemoryError, RecursionError) as exc:
@@ -152,15 +155,19 @@ _SHARED_FIELDS = tuple(i for i, name in enumerate(ENTRY_FIELDS)
                        if name in ("in_sizes", "out_sizes", "in_dtypes", "out_dtypes"))
 
 
-def _load_compact(path: str):
+def _load_compact(path: str, scan: bool = False):
     """Worker side of the parallel load: a trace travels back as its columns (lists of plain values pickle fast;
     pickle's memo sends each shared size/dtype list once per trace), not as objects."""
     gc.disable()  # this worker only builds acyclic objects; see gc_paused
-    got = _load_one(path, _WORKER_INTERNER)
+    got = _load_one(path, _WORKER_INTERNER, scan)
     if isinstance(got, LoadError):
         return got
     summarize(got)  # here, in parallel, rather than in the parent
     entries = got.entries
+    coded = getattr(entries, "coded", None)
+    if coded is not None:  # a few arrays: the parent expands them into columns
+        got.entries = []
+        return got, coded, None
     columns = list(entries.columns) if isinstance(entries, EntryColumns) else \
         [entry_column(entries, name) for name in ENTRY_FIELDS]
     got.entries = []
@@ -178,6 +185,7 @@ def _load_compact(path: str):
 
 
 _WORKER_INTERNER = _Interner()
+_SHARED_ROW_FIELDS = {i for i, name in enumerate(CODED_FIELDS) if ENTRY_FIELDS.index(name) in _SHARED_FIELDS}
 
 
 def _share_key(value: list) -> tuple:
@@ -189,20 +197,29 @@ def _load_parallel(files: list[str], jobs: int) -> list[RankTrace | LoadError] |
     """Parse files in `jobs` forked workers; the parent keeps each trace's columns (entries are built when read)
     and re-shares equal size/dtype lists across ranks (the matcher's fast path compares them by identity). None
     when processes are unavailable."""
+    import functools
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
     if "fork" not in mp.get_all_start_methods():
         return None
+    # Many files: the compiled JSON scanner pays for its start-up. Made ready here, so the workers inherit it.
+    load = functools.partial(_load_compact, scan=kernels() is not None)
     shared: dict[tuple, list] = {}
     out: list[RankTrace | LoadError] = []
     try:
         with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
-            for got in pool.map(_load_compact, files, chunksize=8):
+            for got in pool.map(load, files, chunksize=8):
                 if isinstance(got, LoadError):
                     out.append(got)
                     continue
                 trace, columns, interned = got
+                if isinstance(columns, CodedEntries):
+                    columns.rows = [tuple(shared.setdefault(_share_key(v), v) if i in _SHARED_ROW_FIELDS and v
+                                          else v for i, v in enumerate(row)) for row in columns.rows]
+                    trace.entries = EntryColumns(None, columns)
+                    out.append(trace)
+                    continue
                 if columns and columns[0]:
                     table = [shared.setdefault(_share_key(v), v) for v in interned]
                     for i in _SHARED_FIELDS:
@@ -305,9 +322,9 @@ def _world_size(ts: TraceSet, given: int | None) -> int | None:
 def _implied_size(trace: RankTrace, group: str) -> int:
     """Group size implied by all_gather/reduce_scatter: out numel = n * in numel (resp. in = n * out)."""
     best = 0
-    cols = [trace.column(name) for name in ("group", "op", "in_sizes", "out_sizes")]
-    for i in summarize(trace).size_checks:  # each distinct (group, op, sizes) once
-        g, op, in_sizes, out_sizes = (c[i] for c in cols)
+    for i in summarize(trace).size_checks:  # each distinct (group, op, sizes) once; entries built only here
+        e = trace.entries[i]
+        g, op, in_sizes, out_sizes = e.group, e.op, e.in_sizes, e.out_sizes
         if g != group:
             continue
         if not in_sizes or not out_sizes:

@@ -41,6 +41,8 @@ except ImportError:  # pragma: no cover - not on this platform (Windows): no add
     resource = None
 
 from distdoctor.collectives import canonical_op
+from distdoctor.trace.loaders.fr_json_scan import ScannedDump, scan_fr_json
+from distdoctor.trace.coded import CodedEntries
 from distdoctor.trace.model import DEFAULT_GROUP, ENTRY_FIELDS, EntryColumns, Frame, GroupInfo, RankTrace
 
 def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
@@ -259,15 +261,9 @@ def parse_fr_dump(obj: object, path: str, source: str, rank: int | None = None,
 
 
 def _set_peers(trace: RankTrace, columns: list[list], local_peers: list[tuple[int, int]]) -> None:
-    """Profiling names give p2p peers as group-local ranks; the model keeps global ranks."""
     groups, peers = columns[_GROUP], columns[_PEER]
     for i, local in local_peers:
-        group = groups[i]
-        members = trace.groups[group].ranks
-        if members and local < len(members):
-            peers[i] = members[local]
-        elif group == DEFAULT_GROUP:
-            peers[i] = local  # default group: local rank == global rank
+        peers[i] = _global_peer(trace, groups[i], local)
 
 
 # The Entry fields a Flight Recorder dump fills, in the model's field order (columns are built in this order).
@@ -385,6 +381,7 @@ class _FrDump(msgspec.Struct):
 
 
 _FR_JSON = msgspec.json.Decoder(_FrDump)
+_FR_ENTRY = msgspec.json.Decoder(_FrEntry)
 
 
 # Per entry, the fields that repeat (a dump holds a handful of distinct combinations of them) and the fields
@@ -395,9 +392,40 @@ _read_own = operator.attrgetter("record_id", "collective_seq_id", "p2p_seq_id", 
                                 "time_discovered_started_ns", "time_discovered_completed_ns", "frames")
 
 
-def parse_fr_json_fast(data: bytes, path: str, interner: _Interner) -> RankTrace | None:
+def parse_fr_json_fast(data: bytes, path: str, interner: _Interner, scan: bool = False) -> RankTrace | None:
     """A JSON dump decoded straight into columns; None when it does not fit the strict types (the caller then
-    takes the general path, which also words the error when there is one)."""
+    takes the general path, which also words the error when there is one). With `scan` (worth it for many big
+    dumps: see fr_json_scan), read by the compiled scanner when it can, else entry by entry: both give the same
+    trace."""
+    scanned = scan_fr_json(data) if scan else None
+    if scanned is not None:
+        trace = _trace_from_scan(scanned, path, interner)
+        if trace is not None:
+            return trace
+    return _trace_from_entries(data, path, interner)
+
+
+def _trace_from_scan(scanned: ScannedDump, path: str, interner: _Interner) -> RankTrace | None:
+    try:
+        recs = [_FR_ENTRY.decode(text) for text in scanned.representatives]
+    except (msgspec.DecodeError, RecursionError, MemoryError):
+        return None
+    if any(rec.frames for rec in recs):
+        return None  # the per-entry reader builds the frames
+    ints = scanned.ints
+    if scanned.n == 0:
+        return _assemble(scanned.version, scanned.rank, scanned.pg_config, path, interner, [], np.zeros(0, np.intp),
+                         [], [], [], [[], [], []], None)
+    record_id, absent = ints["record_id"]  # null is refused by the scan: unknown means absent
+    index = np.where(absent, np.arange(scanned.n), record_id)  # absent: the entry's position, as per entry
+    times = [np.where(ints[name][1] | (ints[name][0] == 0), np.nan, ints[name][0] / 1e9)
+             for name in ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns")]
+    return _assemble(scanned.version, scanned.rank, scanned.pg_config, path, interner,
+                     [_read_shared(rec) for rec in recs], scanned.groups, index, ints["collective_seq_id"],
+                     ints["p2p_seq_id"], times, None)
+
+
+def _trace_from_entries(data: bytes, path: str, interner: _Interner) -> RankTrace | None:
     try:
         dump = _FR_JSON.decode(data)
     except (msgspec.DecodeError, RecursionError, MemoryError):
@@ -406,46 +434,53 @@ def parse_fr_json_fast(data: bytes, path: str, interner: _Interner) -> RankTrace
     n = len(recs)
     # C loops only, per entry: one tuple of each kind, a table lookup, transposed into columns.
     keys = list(map(_read_shared, recs))
-    distinct = dict.fromkeys(keys)  # first seen first
-    if not all(key[0] for key in distinct):
-        return None  # an empty process_group: the general path says which entry
-    trace = _new_trace(dump.version, dump.rank, dump.pg_config, path, "flight_recorder-json")
-    if n == 0:
-        trace.entries = EntryColumns([[] for _ in _ENTRY_FIELDS])
-        return trace
-    table = {key: _interpret(key, interner) for key in distinct}
-    (group, op, raw_op, in_sizes, out_sizes, in_dtypes, out_dtypes, state, stream, p2p, local_peer) = \
-        map(list, zip(*map(table.__getitem__, keys)))
+    position = {key: i for i, key in enumerate(dict.fromkeys(keys))}  # first seen first
+    codes = np.fromiter(map(position.__getitem__, keys), np.intp, n)
+    if not n:
+        return _assemble(dump.version, dump.rank, dump.pg_config, path, interner, [], codes, [], [], [],
+                         [[], [], []], None)
     record_ids, seqs, p2p_seqs, created, started, completed, frames_raw = zip(*map(_read_own, recs))
-    if any(p2p):
-        seq = [None if p else s for p, s in zip(p2p, seqs)]
-        p2p_seq = [s if p else None for p, s in zip(p2p, p2p_seqs)]
-    else:
-        seq, p2p_seq = list(seqs), [None] * n
     index = list(record_ids)
     if msgspec.UNSET in index:
         index = [i if x is msgspec.UNSET else x for i, x in enumerate(index)]
+    frames = None
     if any(frames_raw):
         frames = [[Frame(f.name, f.filename, f.line) for f in reversed(fs)] if fs else interner.empty_frames
                   for fs in frames_raw]
-    else:
-        frames = [interner.empty_frames] * n
     try:
-        times = [_seconds(created), _seconds(started), _seconds(completed)]
+        times = [_seconds_of(created), _seconds_of(started), _seconds_of(completed)]
     except OverflowError:  # a time beyond any float (10**400): the general path names the entry
         return None
-    nothing = [None] * n
-    columns = [index, group, op, seq, p2p_seq, raw_op, in_sizes, out_sizes, in_dtypes, out_dtypes,
-               nothing, list(nothing), nothing, state, *times, nothing, stream, frames]
-    for key in table:  # groups pg_config does not list: membership is inferred later; the desc is the entry's
+    return _assemble(dump.version, dump.rank, dump.pg_config, path, interner, list(position), codes, index,
+                     list(seqs), list(p2p_seqs), times, frames)
+
+
+def _assemble(version, rank, pg_config, path: str, interner: _Interner, keys: list[tuple], codes: np.ndarray,
+              index, seq, p2p_seq, times: list, frames: list | None) -> RankTrace | None:
+    """The trace from the distinct combinations of the entries' repeating fields (`keys`, each interpreted
+    once), which one each entry has (`codes`), and the entries' own values, in entry order."""
+    if not all(key[0] for key in keys):
+        return None  # an empty process_group: the general path says which entry
+    trace = _new_trace(version, rank, pg_config, path, "flight_recorder-json")
+    table = [_interpret(key, interner) for key in keys]
+    for key, row in zip(keys, table):  # groups pg_config does not list: membership is inferred later
         pg = key[0]
-        name = interner.groups[pg[0]]
-        if name not in trace.groups:
-            trace.groups[name] = GroupInfo(name, [], True, pg[1] if len(pg) > 1 else "")
-    if any(row[-1] is not None for row in table.values()):
-        _set_peers(trace, columns, [(i, x) for i, x in enumerate(local_peer) if x is not None])
-    trace.entries = EntryColumns(columns)
+        if row[0] not in trace.groups:
+            trace.groups[row[0]] = GroupInfo(row[0], [], True, pg[1] if len(pg) > 1 else "")
+    rows = [(*row[:9], _global_peer(trace, row[0], row[10])) for row in table]
+    coded = CodedEntries(rows, [row[9] for row in table], codes, index, seq, p2p_seq, times, frames)
+    trace.entries = EntryColumns(None, coded)
     return trace
+
+
+def _global_peer(trace: RankTrace, group: str, local: int | None) -> int | None:
+    """Profiling names give p2p peers as group-local ranks; the model keeps global ranks."""
+    if local is None:
+        return None
+    members = trace.groups[group].ranks
+    if members and local < len(members):
+        return members[local]
+    return local if group == DEFAULT_GROUP else None  # default group: local rank == global rank
 
 
 def _interpret(key: tuple, interner: _Interner) -> tuple:
@@ -459,19 +494,22 @@ def _interpret(key: tuple, interner: _Interner) -> tuple:
             p2p_name or bool(is_p2p), local_peer)
 
 
-def _seconds(ns: tuple) -> list:
-    """Nanoseconds since the epoch -> seconds; 0 and null mean unknown (None). Vectorized: numpy's int -> float
-    -> / 1e9 is the same IEEE arithmetic as Python's `t / 1e9`."""
+def _seconds(ns: np.ndarray) -> list:
+    """Nanoseconds since the epoch (int64) -> seconds; 0 means unknown (None). numpy's int -> float -> / 1e9 is
+    the same IEEE arithmetic as Python's `t / 1e9`."""
+    out = (ns / 1e9).tolist()
+    for i in np.flatnonzero(ns == 0).tolist():
+        out[i] = None
+    return out
+
+
+def _seconds_of(ns: tuple) -> list:
+    """_seconds of Python ints and None (beyond int64, a corrupt time: Python's ints have no limit)."""
     if None not in ns:
         try:
-            ints = np.array(ns, dtype=np.int64)
-        except OverflowError:  # beyond int64 (a corrupt time): Python's ints have no limit
+            return _seconds(np.array(ns, dtype=np.int64))
+        except OverflowError:
             pass
-        else:
-            out = (ints / 1e9).tolist()
-            for i in np.flatnonzero(ints == 0).tolist():
-                out[i] = None
-            return out
     return [t / 1e9 if t else None for t in ns]
 
 

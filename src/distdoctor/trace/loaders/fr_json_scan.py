@@ -1,0 +1,142 @@
+"""Flight Recorder JSON dumps read by a compiled scanner, with no Python object per entry.
+
+A thousand-rank job leaves two million entries. Decoding each into Python objects costs several microseconds,
+most of it on the fields that repeat (group, op name, sizes, dtypes, state, thread): a dump holds a handful of
+distinct combinations of them. Here one compiled pass (numba) walks the `entries` array, parses the fields that
+differ per entry (all integers: record id, sequence numbers, times) into arrays and notes where each repeating
+field's value lies; entries are then grouped by the exact bytes of those values, and one representative entry of
+each group is decoded with the same strict msgspec types as the per-entry reader (flight_recorder._FrEntry).
+Entries of a group differ from their representative only in the integers, so both readers give the same values.
+
+The same pass validates the whole file as JSON, as msgspec does when it skips a value. Anything this reader does
+not expect (a backslash in a string, a key twice, non-empty stack frames, an integer field holding a float, a
+negative or a string) makes it return None, and the per-entry reader takes the file. Without numba
+installed (the `fast` extra) it always returns None."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+
+# Fields whose values differ per entry: parsed here as integers (null allowed except for record_id, as in
+# _FrEntry). The other fields the per-entry reader reads are the repeating ones, taken from a representative.
+OWN_INT_FIELDS = ("record_id", "collective_seq_id", "p2p_seq_id", "time_created_ns",
+                  "time_discovered_started_ns", "time_discovered_completed_ns")
+SHARED_FIELDS = ("process_group", "profiling_name", "input_sizes", "output_sizes", "input_dtypes",
+                 "output_dtypes", "state", "retired", "thread_name", "is_p2p", "frames")
+_FIELDS = OWN_INT_FIELDS + SHARED_FIELDS
+_NAME_WIDTH = max(map(len, _FIELDS))
+_NAMES = np.zeros((len(_FIELDS), _NAME_WIDTH), np.uint8)
+_NAME_LEN = np.array([len(f) for f in _FIELDS], np.int64)
+for _k, _f in enumerate(_FIELDS):
+    _NAMES[_k, :len(_f)] = np.frombuffer(_f.encode(), np.uint8)
+
+_STACK = np.empty(256, np.uint8)  # the validator's open containers (MAX_DEPTH)
+FAIL_CAPACITY = -4
+
+
+class _FrHeader(msgspec.Struct):
+    version: str
+    entries: tuple[()]  # cut out: the scanner read them
+    pg_config: dict[str, dict[str, Any]] | None = None
+    rank: Any = None
+
+
+_HEADER = msgspec.json.Decoder(_FrHeader)
+
+
+@dataclass
+class ScannedDump:
+    version: str
+    rank: Any
+    pg_config: Any
+    n: int
+    groups: np.ndarray  # entry -> index into `representatives`
+    representatives: list[bytes]  # one entry's JSON text per group of equal repeating fields
+    ints: dict[str, tuple[np.ndarray, np.ndarray]]  # field -> (int64 values, unknown mask: null or absent)
+
+
+@functools.lru_cache(maxsize=1)
+def kernels():
+    """The compiled scanner, or None without numba. Compiled once and cached on disk (numba's cache), so a
+    process pays the compilation once per install; call before forking workers so they inherit it."""
+    try:
+        from distdoctor.trace.loaders import fr_json_kernels as k
+
+        if _scan_with(k.scan, _WARM_UP) is None:  # compiles (or loads from the cache) for these types
+            return None
+    except Exception:  # no numba, or it cannot compile here: the per-entry reader does the work
+        return None
+    return k.scan
+
+
+_WARM_UP = b'{"version": "2.10", "entries": [{"record_id": 0, "process_group": ["0", ""], "profiling_name": "x"}]}'
+
+
+
+def scan_fr_json(data: bytes) -> ScannedDump | None:
+    """The dump's header, its entries grouped by their repeating fields, and its per-entry integers; None when
+    the file is not laid out as this reader expects or numba is missing (see the module docstring)."""
+    scan = kernels()
+    return None if scan is None else _scan_with(scan, data)
+
+
+def _scan_with(scan, data: bytes) -> ScannedDump | None:
+    buf = np.frombuffer(data, np.uint8)
+    n_own, n_shared = len(OWN_INT_FIELDS), len(SHARED_FIELDS)
+    capacity = len(data) // 256 + 16  # Flight Recorder entries take 300 bytes or more; else counted below
+    for _ in range(2):
+        bounds = np.empty((capacity, 2), np.int64)
+        own = np.zeros((capacity, n_own), np.int64)
+        state = np.empty((capacity, n_own), np.uint8)  # 0 absent, 1 integer, 2 null
+        spans = np.empty((capacity, n_shared, 2), np.int64)
+        groups = np.empty(capacity, np.int64)
+        region = np.zeros(2, np.int64)
+        table = np.full(2 * MAX_GROUPS, -1, np.int64)
+        group_digest = np.empty(MAX_GROUPS, np.uint64)
+        first = np.empty(MAX_GROUPS, np.int64)
+        n_groups = np.zeros(1, np.int64)
+        n = scan(buf, _NAMES, _NAME_LEN, _SLOTS, _MIX, bounds, own, state, spans, _STACK, region, groups, table,
+                 group_digest, first, n_groups)
+        if n != FAIL_CAPACITY or n_groups[0] >= MAX_GROUPS:
+            break
+        capacity = int(np.count_nonzero(buf == ord("{"))) + 1
+    if n < 0:
+        return None  # including more than MAX_GROUPS distinct rows: the per-entry reader
+    start, end = region.tolist()
+    try:  # the rest of the document (small): version, pg_config, rank
+        head = _HEADER.decode(data[:start] + b"[]" + data[end:])
+    except (msgspec.DecodeError, RecursionError, MemoryError):
+        return None
+    got = ScannedDump(head.version, head.rank, head.pg_config, n, groups[:n], [], {})
+    got.representatives = [data[s:e] for s, e in bounds[first[:n_groups[0]]].tolist()]
+    for k, name in enumerate(OWN_INT_FIELDS):
+        got.ints[name] = (own[:n, k], state[:n, k] != 1)
+    if n and (state[:n, 0] == 2).any():
+        return None  # a null record_id: the per-entry reader refuses it, the general path says where
+    return got
+
+
+def _collision_free_slots(names: tuple[str, ...], size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """A table from (length * a + first byte * b + last byte) % size to the field, with no two names on one
+    slot (fr_json_kernels.field_of)."""
+    for a in range(1, size):
+        for b in range(1, size):
+            slots = np.full(size, -1, np.int64)
+            for k, name in enumerate(names):
+                raw = name.encode()
+                at = (len(raw) * a + raw[0] * b + raw[-1]) % size
+                if slots[at] >= 0:
+                    break
+                slots[at] = k
+            else:
+                return slots, np.array([a, b], np.int64)
+    raise AssertionError("no collision-free table for the field names")  # cannot happen for these names
+
+
+_SLOTS, _MIX = _collision_free_slots(_FIELDS)
+MAX_GROUPS = 4096  # distinct combinations of repeating fields in one dump; beyond, the per-entry reader
