@@ -413,9 +413,6 @@ def _trace_from_scan(scanned: ScannedDump, path: str, interner: _Interner) -> Ra
     if any(rec.frames for rec in recs):
         return None  # the per-entry reader builds the frames
     ints = scanned.ints
-    if scanned.n == 0:
-        return _assemble(scanned.version, scanned.rank, scanned.pg_config, path, interner, [], np.zeros(0, np.intp),
-                         [], [], [], [[], [], []], None)
     record_id, absent = ints["record_id"]  # null is refused by the scan: unknown means absent
     index = np.where(absent, np.arange(scanned.n), record_id)  # absent: the entry's position, as per entry
     times = [np.where(ints[name][1] | (ints[name][0] == 0), np.nan, ints[name][0] / 1e9)

@@ -1,0 +1,255 @@
+"""The compiled Flight Recorder JSON scanner reads every dump exactly as the per-entry reader does, or leaves
+it to that reader: same entries, groups, header and per-rank summary. Checked on real dumps (written by torch
+in the fixtures), on hand-made layouts the scanner must accept, on inputs it must hand over, and on random
+dumps with random damage."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from distdoctor.trace.loaders import load_traces
+from distdoctor.trace.loaders.flight_recorder import _Interner, parse_fr_json_fast, safe_unpickle
+from distdoctor.trace.loaders.fr_json_scan import kernels, scan_fr_json
+from distdoctor.trace.summary import _compute
+
+pytest.importorskip("numba")  # the `fast` extra (part of the test extras)
+sys.path.insert(0, str(Path(__file__).parents[1] / "fuzz"))
+from fuzz_inputs import FR_JSON, FR_JSON_OBJ, damaged_bytes, json_text, mutated_structure  # noqa: E402
+
+FIX = Path(__file__).parent / "fixtures"
+PATH = "dump_rank_0.json"
+
+
+def read(data: bytes, scan: bool):
+    try:
+        return parse_fr_json_fast(data, PATH, _Interner(), scan)
+    except ValueError as exc:  # a header the trace model refuses (version, rank): the same for both readers
+        return f"ValueError: {exc}"
+
+
+def same_reading(data: bytes) -> bool:
+    """Assert that both readers agree on `data`; True when the scanner itself read it."""
+    scanned, plain = read(data, True), read(data, False)
+    if not hasattr(plain, "entries"):
+        assert scanned == plain
+        return False
+    assert list(scanned.entries) == list(plain.entries)
+    assert (scanned.groups, scanned.rank, scanned.version, scanned.world_size) == \
+           (plain.groups, plain.rank, plain.version, plain.world_size)
+    assert list(scanned.groups) == list(plain.groups)  # in the same order, too
+    used = scanned.entries.coded is not None and isinstance(scanned.entries.coded.seq, tuple)
+    summary = _compute(scanned)
+    scanned.entries.columns  # noqa: B018 - expanded, for the list-based summary
+    scanned.entries.coded = None
+    assert summary == _compute(scanned)  # the numpy summary equals the per-entry one
+    return used
+
+
+def entry(i: int, group: str = "0", op: str = "nccl:all_reduce", **extra) -> dict:
+    e = {"record_id": i, "pg_id": 0, "process_group": [group, "default_pg" if group == "0" else group],
+         "collective_seq_id": i + 1, "p2p_seq_id": 0, "op_id": i + 1, "profiling_name": op,
+         "time_created_ns": 1_700_000_000_000_000_000 + i * 1000, "input_sizes": [[4096, 1024]],
+         "input_dtypes": ["Float"], "output_sizes": [[4096, 1024]], "output_dtypes": ["Float"],
+         "state": "completed", "time_discovered_started_ns": 1_700_000_000_000_000_500 + i * 1000,
+         "time_discovered_completed_ns": 1_700_000_000_000_000_900 + i * 1000, "retired": True,
+         "timeout_ms": 600000, "is_p2p": False, "thread_id": "140", "thread_name": "pt_main_thread"}
+    e.update(extra)
+    return e
+
+
+def dump(entries: list[dict], **header) -> dict:
+    d = {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"},
+                                           "tp": {"name": "tp", "desc": "tp", "ranks": "[0, 1]"}},
+         "pg_status": {}, "entries": entries}
+    d.update(header)
+    return d
+
+
+def mixed_entries(n: int = 12) -> list[dict]:
+    """Collectives on two groups, an all_gather, p2p both ways, a pending tail, a repeated seq, a zero time."""
+    out = []
+    for i in range(n):
+        kind = i % 4
+        if kind == 0:
+            out.append(entry(i))
+        elif kind == 1:
+            out.append(entry(i, "tp", "nccl:all_gather", input_sizes=[[8]], output_sizes=[[16]]))
+        elif kind == 2:
+            out.append(entry(i, "tp", "nccl:send 0->1", is_p2p=True, p2p_seq_id=i, collective_seq_id=0))
+        else:
+            out.append(entry(i, "tp", "nccl:recv 0<-1", is_p2p=True, p2p_seq_id=i, collective_seq_id=0))
+    out[-1].update(state="started", retired=False, time_discovered_completed_ns=None)
+    out[-2].update(state="scheduled", retired=False, time_discovered_started_ns=0)
+    out.append(entry(0))  # seq 1 again: the last one counts
+    return out
+
+
+def test_the_scanner_is_available_with_the_fast_extra():
+    assert kernels() is not None
+
+
+@pytest.mark.parametrize("layout", ["default", "indented", "compact", "keys_shuffled", "fields_missing",
+                                    "no_record_id", "unicode", "unknown_nested", "empty", "small_entries"])
+def test_layouts_the_scanner_reads(layout):
+    entries = mixed_entries()
+    kwargs: dict = {}
+    if layout == "indented":
+        kwargs = {"indent": 2}
+    elif layout == "compact":
+        kwargs = {"separators": (",", ":")}
+    elif layout == "keys_shuffled":
+        rng = random.Random(0)
+        entries = [dict(rng.sample(list(e.items()), len(e))) for e in entries]
+    elif layout == "fields_missing":
+        for i, e in enumerate(entries):
+            for key in ("thread_name", "time_discovered_started_ns", "output_dtypes", "is_p2p")[: i % 5]:
+                e.pop(key, None)
+    elif layout == "no_record_id":
+        for e in entries:
+            del e["record_id"]
+    elif layout == "unicode":
+        kwargs = {"ensure_ascii": False}  # UTF-8 as is, as torch writes it (an escape hands the file over)
+        for e in entries:
+            e["thread_name"] = "trainer-→-µ"
+    elif layout == "unknown_nested":
+        for i, e in enumerate(entries):
+            e["collective_stats"] = {"bytes": [i, {"x": None, "y": [True, False, -1.5e3]}], "s": "a:{b}"}
+            e["timeout_ms"] = float("1e300") if i % 2 else -0.5
+    elif layout == "empty":
+        entries = []
+    elif layout == "small_entries":  # more entries than the first guess at how many fit in the file
+        entries = [{"process_group": ["0", ""], "profiling_name": "x"} for _ in range(400)]
+    data = json.dumps(dump(entries), **kwargs).encode()
+    assert same_reading(data)
+
+
+@pytest.mark.parametrize("case", ["backslash", "key_twice", "float_seq", "negative_time", "string_seq",
+                                  "null_record_id", "beyond_int64", "frames", "trailing_comma", "control_char",
+                                  "not_an_object", "entries_twice", "leading_zero",
+                                  "garbage_after", "empty_process_group", "old_version"])
+def test_inputs_the_scanner_hands_over(case):
+    """Each makes the scanner give up (the per-entry reader, or the general path, then decides)."""
+    entries = mixed_entries()
+    text = None
+    if case == "backslash":
+        entries[3]["thread_name"] = 'a "quoted" name'
+    elif case == "float_seq":
+        entries[2]["collective_seq_id"] = 3.0
+    elif case == "negative_time":
+        entries[5]["time_created_ns"] = -5
+    elif case == "string_seq":
+        entries[1]["collective_seq_id"] = "7"
+    elif case == "null_record_id":
+        entries[4]["record_id"] = None
+    elif case == "beyond_int64":
+        entries[6]["time_created_ns"] = 2 ** 63
+    elif case == "frames":
+        entries[0]["frames"] = [{"name": "f", "filename": "a.py", "line": 3}]
+    elif case == "empty_process_group":
+        entries[2]["process_group"] = []
+    text = json.dumps(dump(entries, version="1.0" if case == "old_version" else "2.10"))
+    if case == "key_twice":
+        text = text.replace('"state": "completed"', '"state": "completed", "state": "started"', 1)
+    elif case == "trailing_comma":
+        text = text.replace('"Float"]', '"Float"],]', 1)
+    elif case == "control_char":
+        text = text.replace("pt_main_thread", "pt_main\x01thread", 1)
+    elif case == "not_an_object":
+        text = text.replace('"entries": [', '"entries": [1, ', 1)
+    elif case == "entries_twice":
+        text = text[:-1] + ', "entries": []}'
+    elif case == "leading_zero":
+        text = text.replace('"timeout_ms": 600000', '"timeout_ms": 0600000', 1)
+    elif case == "garbage_after":
+        text += " x"
+    data = text.encode()
+    assert scan_fr_json(data) is None or case in ("empty_process_group", "old_version", "frames")
+    assert not same_reading(data)
+
+
+def test_real_dumps_with_and_without_frames(tmp_path):
+    """torch's own dumps (frames and all) go to the per-entry reader; without frames the scanner reads them."""
+    for r in range(4):
+        obj = safe_unpickle((FIX / "nccl_style" / f"nccl_trace_rank_{r}").read_bytes())
+        for e in obj["entries"]:
+            e["process_group"] = list(e["process_group"])
+        assert not same_reading(json.dumps(obj).encode())
+        for e in obj["entries"]:
+            e.pop("frames", None)
+        assert same_reading(json.dumps(obj).encode())
+
+
+def test_a_big_set_loads_in_parallel_through_the_scanner(tmp_path):
+    """64 files: the parallel loader scans them, sends them coded, and gives the traces a serial load gives."""
+    for r in range(64):
+        entries = mixed_entries(8)
+        if r == 5:
+            entries = entries[:5]  # rank 5 stops early
+        (tmp_path / f"rank_{r}.json").write_text(json.dumps(dump(entries, rank=r)))
+    parallel = load_traces([str(tmp_path)], jobs=2)
+    serial = load_traces([str(tmp_path)], jobs=1)
+    assert sorted(parallel.ranks) == list(range(64)) and not parallel.errors
+    for r, trace in parallel.ranks.items():
+        assert trace.entries.coded is not None  # read by the scanner
+        assert list(trace.entries) == list(serial.ranks[r].entries)
+        assert trace.summary == _compute(serial.ranks[r])
+
+
+_values = st.one_of(st.none(), st.booleans(), st.integers(-3, 2 ** 64), st.floats(allow_nan=False),
+                    st.text(max_size=6), st.lists(st.integers(0, 9), max_size=3))
+
+
+@st.composite
+def random_dumps(draw) -> bytes:
+    """Dumps the scanner is meant for, with random values in random fields, random layout and random damage."""
+    entries = mixed_entries(draw(st.integers(2, 9)))[:draw(st.integers(0, 10))]
+    for e in entries:
+        for key in draw(st.lists(st.sampled_from(sorted(e)), max_size=2)):
+            if draw(st.booleans()):
+                e[key] = draw(_values)
+            else:
+                e.pop(key, None)
+    text = json.dumps(dump(entries), indent=draw(st.sampled_from([None, 1])),
+                      sort_keys=draw(st.booleans())).encode()
+    damage = draw(st.sampled_from(["none", "flip", "cut", "insert"]))
+    if damage != "none" and text:
+        at = draw(st.integers(0, len(text) - 1))
+        if damage == "flip":
+            text = text[:at] + bytes([draw(st.integers(0, 255))]) + text[at + 1:]
+        elif damage == "cut":
+            text = text[:at]
+        else:
+            text = text[:at] + draw(st.sampled_from([b",", b"]", b"{", b'"', b"\\", b" ", b"-", b"0"])) + text[at:]
+    return text
+
+
+@settings(max_examples=300)
+@given(random_dumps())
+def test_random_dumps_read_the_same(data):
+    same_reading(data)
+
+
+def test_entries_are_grouped_by_their_bytes_not_by_a_digest():
+    """The digest only finds candidates (group_of): entries join a group only when their bytes are equal."""
+    import numpy as np
+
+    from distdoctor.trace.loaders import fr_json_kernels as k
+
+    buf = np.frombuffer(b'["tp0"]["tp1"]["tp0"]', np.uint8)
+    spans = np.array([[[0, 7]], [[7, 14]], [[14, 21]]], np.int64)
+    assert not k.same_spans(buf, spans, 0, 1) and k.same_spans(buf, spans, 0, 2)
+
+
+@settings(max_examples=150)
+@given(st.one_of(mutated_structure(FR_JSON_OBJ, allow_bytes=False).map(json_text), damaged_bytes(FR_JSON.encode())))
+def test_mutated_real_json_dumps_read_the_same(text):
+    """The fuzz targets' mutations of a JSON dump written by torch (tests/fuzz)."""
+    if text is not None:
+        same_reading(text.encode() if isinstance(text, str) else text)
