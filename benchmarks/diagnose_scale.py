@@ -1,13 +1,16 @@
 """Analyzer at scale: 1024 ranks x 2000 Flight Recorder entries each, diagnosed from JSON dumps.
 
     python benchmarks/diagnose_scale.py [--ranks 1024] [--entries 2000] [--data DIR] [--skip-torchfrtrace]
+        [--rounds N] [--baseline OTHER_CHECKOUT]    # e.g. git worktree add /tmp/prev <older commit>
 
 Generates synthetic but realistic NCCL-style dumps (pg_config with members; a 3-D layout: tensor-parallel groups
 of 8, data-parallel groups across them, the default group; all_reduce / reduce_scatter / all_gather / broadcast
 with realistic sizes and timestamps; entries completed and retired) with one planted fault: rank 777 stops in
 its data loader, so its tensor-parallel peers hang in the next all_reduce. Writes each dump as JSON
 (`_dump_fr_trace_json` layout) and as pickle (for torchfrtrace), then times, each in a fresh child process:
-- `distdoctor diagnose DIR --format json` on the JSON dumps: wall seconds and peak RSS;
+- `distdoctor diagnose DIR --format json` on the JSON dumps: wall seconds and peak RSS (the median of --rounds
+  runs; with --baseline, another checkout's diagnose alternates with it on the same dumps, side by side, and the
+  two reports are compared byte for byte);
 - torchfrtrace (`python -m torch.distributed.flight_recorder.fr_trace DIR -p rank_`) on the pickle dumps, with a
   time limit: what happened, its wall seconds and peak RSS.
 Prints a JSON summary and the markdown rows for docs/benchmarks.md.
@@ -16,6 +19,7 @@ Prints a JSON summary and the markdown rows for docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import pickle
@@ -143,18 +147,41 @@ def main() -> None:
     ap.add_argument("--torchfrtrace-timeout", type=float, default=900)
     ap.add_argument("--skip-torchfrtrace", action="store_true")
     ap.add_argument("--skip-distdoctor", action="store_true", help="only torchfrtrace (e.g. to rerun it alone)")
+    ap.add_argument("--baseline", metavar="CHECKOUT", help="another distdoctor checkout (e.g. a git worktree of an "
+                    "older commit): run its diagnose on the same dumps, alternating with this one")
+    ap.add_argument("--rounds", type=int, default=1, help="runs of each (alternating with --baseline)")
     args = ap.parse_args()
     data = Path(args.data) / f"{args.ranks}x{args.entries}"
     t = time.perf_counter()
     generate(data, args.ranks, args.entries)
     print(f"dumps ready in {time.perf_counter() - t:.1f} s under {data}", file=sys.stderr)
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     report_path = str(data / "report.json")
-    ours = {"rc": None, "outcome": "skipped", "wall_s": float("nan"), "cpu_s": float("nan")} if args.skip_distdoctor \
-        else timed_child([sys.executable, "-m", "distdoctor", "diagnose", str(data / "json"), "--format", "json"],
-                       args.timeout, env, report_path)
+
+    def diagnose(checkout: Path, report: str) -> dict:
+        env = dict(os.environ, PYTHONPATH=str(checkout / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        return timed_child([sys.executable, "-m", "distdoctor", "diagnose", str(data / "json"), "--format", "json"],
+                           args.timeout, env, report)
+
+    runs, baseline_runs = [], []
+    for _ in range(0 if args.skip_distdoctor else args.rounds):
+        runs.append(diagnose(ROOT, report_path))
+        if args.baseline:
+            baseline_runs.append(diagnose(Path(args.baseline), str(data / "report.baseline.json")))
+    ours = {"rc": None, "outcome": "skipped", "wall_s": float("nan"), "cpu_s": float("nan")} if not runs else \
+        dict(sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2])  # the median run
     summary = {"ranks": args.ranks, "entries_per_rank": args.entries, "cpus": os.cpu_count(),
-               "json_bytes": sum(p.stat().st_size for p in (data / "json").iterdir()), "distdoctor": ours}
+               "json_bytes": sum(p.stat().st_size for p in (data / "json").iterdir()), "distdoctor": ours,
+               "fast_extra": importlib.util.find_spec("numba") is not None}
+    if len(runs) > 1:
+        summary["distdoctor_runs"] = [(r["wall_s"], r["cpu_s"], r.get("peak_rss_mb")) for r in runs]
+    if baseline_runs:
+        base = sorted(baseline_runs, key=lambda r: r["wall_s"])[len(baseline_runs) // 2]
+        summary["baseline"] = {"checkout": args.baseline, "median_wall_s": base["wall_s"],
+                               "median_cpu_s": base["cpu_s"], "peak_rss_mb": base.get("peak_rss_mb"),
+                               "runs": [(r["wall_s"], r["cpu_s"], r.get("peak_rss_mb")) for r in baseline_runs],
+                               "same_report": Path(report_path).read_bytes() ==
+                               Path(data / "report.baseline.json").read_bytes()}
+        summary["ratio_wall_baseline_over_distdoctor"] = round(base["wall_s"] / ours["wall_s"], 2)
     if ours.get("rc") in (0, 1):
         doc = json.loads(Path(report_path).read_text())
         summary["distdoctor"]["findings"] = [(f["kind"], f["ranks"], f["group"], f["seq"], f["op"])

@@ -16,6 +16,7 @@ installed (the `fast` extra) it always returns None."""
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,8 +63,11 @@ class ScannedDump:
 
 @functools.lru_cache(maxsize=1)
 def kernels():
-    """The compiled scanner, or None without numba. Compiled once and cached on disk (numba's cache), so a
-    process pays the compilation once per install; call before forking workers so they inherit it."""
+    """The compiled scanner, or None without numba (or with DISTDOCTOR_SCANNER=off in the environment).
+    Compiled once and cached on disk (numba's cache: the first use after an install takes several seconds more);
+    call before forking workers so they inherit it."""
+    if os.environ.get("DISTDOCTOR_SCANNER", "").lower() == "off":
+        return None
     try:
         from distdoctor.trace.loaders import fr_json_kernels as k
 
