@@ -408,7 +408,7 @@ def parse_fr_json_fast(data: bytes, path: str, interner: _Interner, scan: bool =
 def _trace_from_scan(scanned: ScannedDump, path: str, interner: _Interner) -> RankTrace | None:
     try:
         recs = [_FR_ENTRY.decode(text) for text in scanned.representatives]
-    except (msgspec.DecodeError, RecursionError, MemoryError):
+    except (msgspec.DecodeError, ValueError, RecursionError, MemoryError):  # ValueError: bad UTF-8
         return None
     if any(rec.frames for rec in recs):
         return None  # the per-entry reader builds the frames
@@ -425,7 +425,7 @@ def _trace_from_scan(scanned: ScannedDump, path: str, interner: _Interner) -> Ra
 def _trace_from_entries(data: bytes, path: str, interner: _Interner) -> RankTrace | None:
     try:
         dump = _FR_JSON.decode(data)
-    except (msgspec.DecodeError, RecursionError, MemoryError):
+    except (msgspec.DecodeError, ValueError, RecursionError, MemoryError):  # ValueError: bad UTF-8
         return None
     recs = dump.entries
     n = len(recs)

@@ -94,16 +94,35 @@ def literal_end(buf, i, word):
 @njit
 def key_then_colon(buf, i):
     """At a member's key (whitespace allowed before it): the position after its colon, or a failure."""
-    i = skip_space(buf, i)
+    key_end, start = member_start(buf, skip_space(buf, i))
+    return key_end if key_end < 0 else start
+
+
+@njit
+def member_start(buf, i):
+    """At an object member (its key's opening quote at i): (the position after the key, the position of its
+    value), or (a failure, i)."""
     if i >= len(buf) or buf[i] != 34:
-        return FAIL_INVALID
-    i = string_end(buf, i)
-    if i < 0:
-        return i
+        return FAIL_INVALID, i
+    key_end = string_end(buf, i)
+    if key_end < 0:
+        return key_end, i
+    j = skip_space(buf, key_end)
+    if j >= len(buf) or buf[j] != 58:
+        return FAIL_INVALID, i
+    return key_end, skip_space(buf, j + 1)
+
+
+@njit
+def next_member(buf, i):
+    """After an object member's value at i: (the next member's position, 1), (the position after the closing
+    brace, 0), or (i, FAIL_INVALID)."""
     i = skip_space(buf, i)
-    if i >= len(buf) or buf[i] != 58:
-        return FAIL_INVALID
-    return i + 1
+    if i < len(buf) and buf[i] == 44:
+        return skip_space(buf, i + 1), 1
+    if i < len(buf) and buf[i] == 125:
+        return i + 1, 0
+    return i, FAIL_INVALID
 
 
 @njit
@@ -338,16 +357,10 @@ def scan_entries(buf, i, names, name_len, slots, mix, bounds, own, state, spans,
             i += 1
         else:
             while True:
-                if i >= size or buf[i] != 34:
-                    return FAIL_INVALID, i
-                key_end = string_end(buf, i)
+                key_end, start = member_start(buf, i)
                 if key_end < 0:
                     return key_end, i
                 k = field_of(buf, i + 1, key_end - 1, names, name_len, slots, mix)
-                i = skip_space(buf, key_end)
-                if i >= size or buf[i] != 58:
-                    return FAIL_INVALID, i
-                start = skip_space(buf, i + 1)
                 if 0 <= k < n_own:  # a plain integer or null, read in place
                     if state[n, k] != 0:
                         return FAIL_TWICE, start
@@ -366,14 +379,11 @@ def scan_entries(buf, i, names, name_len, slots, mix, bounds, own, state, spans,
                         return FAIL_TWICE, start
                     spans[n, s, 0] = start
                     spans[n, s, 1] = i
-                i = skip_space(buf, i)
-                if i < size and buf[i] == 44:
-                    i = skip_space(buf, i + 1)
-                    continue
-                if i < size and buf[i] == 125:
-                    i += 1
+                i, more = next_member(buf, i)
+                if more < 0:
+                    return FAIL_INVALID, i
+                if more == 0:
                     break
-                return FAIL_INVALID, i
         bounds[n, 1] = i
         g = group_of(buf, spans, n, table, group_digest, first, n_groups)
         if g < 0:
@@ -404,9 +414,7 @@ def scan(buf, names, name_len, slots, mix, bounds, own, state, spans, stack, reg
         i += 1
     else:
         while True:
-            if i >= size or buf[i] != 34:
-                return FAIL_INVALID
-            key_end = string_end(buf, i)
+            key_end, start = member_start(buf, i)
             if key_end < 0:
                 return key_end
             is_entries = key_end - i - 2 == len(_ENTRIES)
@@ -415,10 +423,6 @@ def scan(buf, names, name_len, slots, mix, bounds, own, state, spans, stack, reg
                     if buf[i + 1 + t] != _ENTRIES[t]:
                         is_entries = False
                         break
-            i = skip_space(buf, key_end)
-            if i >= size or buf[i] != 58:
-                return FAIL_INVALID
-            start = skip_space(buf, i + 1)
             if is_entries:
                 if found != FAIL_LAYOUT:
                     return FAIL_TWICE
@@ -432,14 +436,11 @@ def scan(buf, names, name_len, slots, mix, bounds, own, state, spans, stack, reg
                 i = skip_value(buf, start, stack)
                 if i < 0:
                     return i
-            i = skip_space(buf, i)
-            if i < size and buf[i] == 44:
-                i = skip_space(buf, i + 1)
-                continue
-            if i < size and buf[i] == 125:
-                i += 1
+            i, more = next_member(buf, i)
+            if more < 0:
+                return FAIL_INVALID
+            if more == 0:
                 break
-            return FAIL_INVALID
     if skip_space(buf, i) != size:
         return FAIL_INVALID  # something after the object
     return found

@@ -114,7 +114,7 @@ def _scan_with(scan, data: bytes) -> ScannedDump | None:
     start, end = region.tolist()
     try:  # the rest of the document (small): version, pg_config, rank
         head = _HEADER.decode(data[:start] + b"[]" + data[end:])
-    except (msgspec.DecodeError, RecursionError, MemoryError):
+    except (msgspec.DecodeError, ValueError, RecursionError, MemoryError):  # ValueError: bad UTF-8
         return None
     got = ScannedDump(head.version, head.rank, head.pg_config, n, groups[:n], [], {})
     got.representatives = [data[s:e] for s, e in bounds[first[:n_groups[0]]].tolist()]
