@@ -254,3 +254,32 @@ def test_mutated_real_json_dumps_read_the_same(text):
     """The fuzz targets' mutations of a JSON dump written by torch (tests/fuzz)."""
     if text is not None:
         same_reading(text.encode() if isinstance(text, str) else text)
+
+
+def test_a_scanner_that_cannot_start_is_named_and_the_dumps_still_load(tmp_path, monkeypatch, capsys):
+    """numba installed but unable to compile: the per-entry reader loads the set and the CLI says why."""
+    import distdoctor.trace.loaders.fr_json_kernels as k
+    from distdoctor.trace.loaders import fr_json_scan
+
+    def broken(*args):
+        raise RuntimeError("no LLVM target for this machine")
+
+    monkeypatch.setattr(k, "scan", broken)
+    kernels.cache_clear()
+    try:
+        for r in range(64):
+            (tmp_path / f"rank_{r}.json").write_text(json.dumps(dump(mixed_entries(4), rank=r)))
+        assert kernels() is None and "no LLVM target" in fr_json_scan.FAILURE
+        assert sorted(load_traces([str(tmp_path)]).ranks) == list(range(64))
+        from distdoctor.cli import main
+
+        with pytest.raises(SystemExit):
+            main(["diagnose", str(tmp_path), "--format", "json"])
+        out, err = capsys.readouterr()
+        assert json.loads(out)["world_size"] == 64
+        assert "the compiled JSON scanner could not start (RuntimeError: no LLVM target" in err
+    finally:
+        monkeypatch.undo()
+        kernels.cache_clear()
+        fr_json_scan.FAILURE = None
+    assert kernels() is not None

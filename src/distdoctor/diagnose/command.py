@@ -55,6 +55,11 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
     for err in ts.errors:
         if not is_superseded(err):
             click.echo(f"distdoctor diagnose: warning: {err}", err=True)
+    from distdoctor.trace.loaders import fr_json_scan
+
+    if fr_json_scan.FAILURE:
+        click.echo(f"distdoctor diagnose: note: the compiled JSON scanner could not start ({fr_json_scan.FAILURE}); "
+                   f"dumps were read entry by entry, which is slower", err=True)
     if superseded:
         click.echo(f"distdoctor diagnose: note: {len(superseded)} Flight Recorder dump(s) not used: the distdoctor "
                    f"traces of the same ranks are preferred", err=True)

@@ -68,14 +68,21 @@ def kernels():
     call before forking workers so they inherit it."""
     if os.environ.get("DISTDOCTOR_SCANNER", "").lower() == "off":
         return None
+    global FAILURE
     try:
         from distdoctor.trace.loaders import fr_json_kernels as k
-
+    except ImportError:  # no numba (the `fast` extra): the per-entry reader does the work
+        return None
+    try:
         if _scan_with(k.scan, _WARM_UP) is None:  # compiles (or loads from the cache) for these types
-            return None
-    except Exception:  # no numba, or it cannot compile here: the per-entry reader does the work
+            raise RuntimeError("it misread a known dump")
+    except Exception as exc:  # numba cannot compile here: the per-entry reader does the work, and says so
+        FAILURE = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return None
     return k.scan
+
+
+FAILURE: str | None = None  # why numba is installed but the scanner could not start (for the CLI to say)
 
 
 _WARM_UP = b'{"version": "2.10", "entries": [{"record_id": 0, "process_group": ["0", ""], "profiling_name": "x"}]}'
