@@ -155,9 +155,18 @@ _SHARED_FIELDS = tuple(i for i, name in enumerate(ENTRY_FIELDS)
                        if name in ("in_sizes", "out_sizes", "in_dtypes", "out_dtypes"))
 
 
+def _starts_like_json(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(64).lstrip()[:1] == b"{"
+    except OSError:
+        return False
+
+
 def _load_compact(path: str, scan: bool = False):
-    """Worker side of the parallel load: a trace travels back as its columns (lists of plain values pickle fast;
-    pickle's memo sends each shared size/dtype list once per trace), not as objects."""
+    """Worker side of the parallel load: a trace travels back in compact form (a JSON dump's CodedEntries: a few
+    arrays), or as its columns (lists of plain values pickle fast; pickle's memo sends each shared size/dtype list
+    once per trace), not as objects."""
     gc.disable()  # this worker only builds acyclic objects; see gc_paused
     got = _load_one(path, _WORKER_INTERNER, scan)
     if isinstance(got, LoadError):
@@ -203,8 +212,9 @@ def _load_parallel(files: list[str], jobs: int) -> list[RankTrace | LoadError] |
 
     if "fork" not in mp.get_all_start_methods():
         return None
-    # Many files: the compiled JSON scanner pays for its start-up. Made ready here, so the workers inherit it.
-    load = functools.partial(_load_compact, scan=kernels() is not None)
+    # Many files: the compiled JSON scanner pays for its start-up (about a second) when some are JSON. Made ready
+    # here, so the workers inherit it.
+    load = functools.partial(_load_compact, scan=any(map(_starts_like_json, files)) and kernels() is not None)
     shared: dict[tuple, list] = {}
     out: list[RankTrace | LoadError] = []
     try:
