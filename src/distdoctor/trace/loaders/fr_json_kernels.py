@@ -114,6 +114,16 @@ def member_start(buf, i):
 
 
 @njit
+def open_object(buf, i):
+    """At an object's opening brace: (its first member's position, 1), or (the position after it, 0) when it is
+    empty."""
+    i = skip_space(buf, i + 1)
+    if i < len(buf) and buf[i] == 125:
+        return i + 1, 0
+    return i, 1
+
+
+@njit
 def next_member(buf, i):
     """After an object member's value at i: (the next member's position, 1), (the position after the closing
     brace, 0), or (i, FAIL_INVALID)."""
@@ -352,38 +362,33 @@ def scan_entries(buf, i, names, name_len, slots, mix, bounds, own, state, spans,
         for s in range(n_shared):
             spans[n, s, 0] = -1
             spans[n, s, 1] = -1
-        i = skip_space(buf, i + 1)
-        if i < size and buf[i] == 125:
-            i += 1
-        else:
-            while True:
-                key_end, start = member_start(buf, i)
-                if key_end < 0:
-                    return key_end, i
-                k = field_of(buf, i + 1, key_end - 1, names, name_len, slots, mix)
-                if 0 <= k < n_own:  # a plain integer or null, read in place
-                    if state[n, k] != 0:
-                        return FAIL_TWICE, start
-                    i = own_int_end(buf, start, own, state, n, k)
-                    if i < 0:
-                        return i, start
-                else:
-                    # A repeating field's bytes are validated where its group's first entry is decoded
-                    # (msgspec): here only where it ends. Other fields are validated here.
-                    i = value_extent(buf, start) if k >= 0 else skip_value(buf, start, stack)
-                    if i < 0:
-                        return i, start
-                if k >= n_own:
-                    s = k - n_own
-                    if spans[n, s, 0] >= 0:
-                        return FAIL_TWICE, start
-                    spans[n, s, 0] = start
-                    spans[n, s, 1] = i
-                i, more = next_member(buf, i)
-                if more < 0:
-                    return FAIL_INVALID, i
-                if more == 0:
-                    break
+        i, more = open_object(buf, i)
+        while more:
+            key_end, start = member_start(buf, i)
+            if key_end < 0:
+                return key_end, i
+            k = field_of(buf, i + 1, key_end - 1, names, name_len, slots, mix)
+            if 0 <= k < n_own:  # a plain integer or null, read in place
+                if state[n, k] != 0:
+                    return FAIL_TWICE, start
+                i = own_int_end(buf, start, own, state, n, k)
+                if i < 0:
+                    return i, start
+            else:
+                # A repeating field's bytes are validated where its group's first entry is decoded
+                # (msgspec): here only where it ends. Other fields are validated here.
+                i = value_extent(buf, start) if k >= 0 else skip_value(buf, start, stack)
+                if i < 0:
+                    return i, start
+            if k >= n_own:
+                s = k - n_own
+                if spans[n, s, 0] >= 0:
+                    return FAIL_TWICE, start
+                spans[n, s, 0] = start
+                spans[n, s, 1] = i
+            i, more = next_member(buf, i)
+            if more < 0:
+                return FAIL_INVALID, i
         bounds[n, 1] = i
         g = group_of(buf, spans, n, table, group_digest, first, n_groups)
         if g < 0:
@@ -409,38 +414,33 @@ def scan(buf, names, name_len, slots, mix, bounds, own, state, spans, stack, reg
     if i >= size or buf[i] != 123:
         return FAIL_LAYOUT
     found = FAIL_LAYOUT  # no entries key
-    i = skip_space(buf, i + 1)
-    if i < size and buf[i] == 125:
-        i += 1
-    else:
-        while True:
-            key_end, start = member_start(buf, i)
-            if key_end < 0:
-                return key_end
-            is_entries = key_end - i - 2 == len(_ENTRIES)
-            if is_entries:
-                for t in range(len(_ENTRIES)):
-                    if buf[i + 1 + t] != _ENTRIES[t]:
-                        is_entries = False
-                        break
-            if is_entries:
-                if found != FAIL_LAYOUT:
-                    return FAIL_TWICE
-                found, i = scan_entries(buf, start, names, name_len, slots, mix, bounds, own, state, spans, stack,
-                                        groups, table, group_digest, first, n_groups)
-                if found < 0:
-                    return found
-                region[0] = start
-                region[1] = i
-            else:
-                i = skip_value(buf, start, stack)
-                if i < 0:
-                    return i
-            i, more = next_member(buf, i)
-            if more < 0:
-                return FAIL_INVALID
-            if more == 0:
-                break
+    i, more = open_object(buf, i)
+    while more:
+        key_end, start = member_start(buf, i)
+        if key_end < 0:
+            return key_end
+        is_entries = key_end - i - 2 == len(_ENTRIES)
+        if is_entries:
+            for t in range(len(_ENTRIES)):
+                if buf[i + 1 + t] != _ENTRIES[t]:
+                    is_entries = False
+                    break
+        if is_entries:
+            if found != FAIL_LAYOUT:
+                return FAIL_TWICE
+            found, i = scan_entries(buf, start, names, name_len, slots, mix, bounds, own, state, spans, stack,
+                                    groups, table, group_digest, first, n_groups)
+            if found < 0:
+                return found
+            region[0] = start
+            region[1] = i
+        else:
+            i = skip_value(buf, start, stack)
+            if i < 0:
+                return i
+        i, more = next_member(buf, i)
+        if more < 0:
+            return FAIL_INVALID
     if skip_space(buf, i) != size:
         return FAIL_INVALID  # something after the object
     return found
