@@ -13,7 +13,12 @@ import numpy as np
 
 from distdoctor.trace.model import ENTRY_FIELDS
 
-DUMP_FIELDS = ENTRY_FIELDS[:ENTRY_FIELDS.index("frames") + 1]
+# The Entry fields a Flight Recorder dump fills, in the model's field order: the order rows are built in by the
+# readers (flight_recorder._parse_entry) and by CodedEntries.entry.
+DUMP_FIELDS = ("index", "group", "op", "seq", "p2p_seq", "raw_op", "in_sizes", "out_sizes", "in_dtypes",
+               "out_dtypes", "root", "peer", "reduce_op", "state", "t_created", "t_started", "t_completed",
+               "async_op", "stream", "frames")
+assert ENTRY_FIELDS[:len(DUMP_FIELDS)] == DUMP_FIELDS, "the trace model's field order changed"
 
 
 # The fields of a row: the values an entry takes from its distinct combination of repeating fields.

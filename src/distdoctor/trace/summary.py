@@ -125,7 +125,7 @@ def _compute_coded(c) -> TraceSummary:
     s.groups = set(names)
     sig_ids: dict = {}
     sig = np.array([sig_ids.setdefault((r[0], r[1]), len(sig_ids)) for r in rows])[codes][has_seq]
-    s.steps = _periodic_steps(sig, len(at))
+    s.steps = _steps(sig.tolist(), len(at))  # (group, op) ids stand for the pairs
     return s
 
 
@@ -136,24 +136,7 @@ def _in_order_of_appearance(ids) -> list[int]:
     return values[np.argsort(first)].tolist()
 
 
-def _periodic_steps(sig, done: int) -> tuple[int, int] | None:
-    """_steps on an array of (group, op) ids."""
-    import numpy as np
-
-    if len(sig) < 4:
-        return None
-    again = np.flatnonzero(sig[1:] == sig[0])
-    if not len(again):
-        return None
-    period = int(again[0]) + 1
-    if period < 2 or len(sig) < 2 * period:
-        return None
-    if not (sig == np.resize(sig[:period], len(sig))).all():
-        return None
-    return done // period, period
-
-
-def _steps(sigs: list[tuple[str, str]], done: int) -> tuple[int, int] | None:
+def _steps(sigs: list, done: int) -> tuple[int, int] | None:
     """Training steps when the collective sequence repeats with a period: the distance between repeats of the
     first (group, op), confirmed over the whole trace; steps = completed collectives // period."""
     if len(sigs) < 4:

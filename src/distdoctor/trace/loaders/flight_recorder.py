@@ -42,8 +42,8 @@ except ImportError:  # pragma: no cover - not on this platform (Windows): no add
 
 from distdoctor.collectives import canonical_op
 from distdoctor.trace.loaders.fr_json_scan import ScannedDump, scan_fr_json
-from distdoctor.trace.coded import CodedEntries
-from distdoctor.trace.model import DEFAULT_GROUP, ENTRY_FIELDS, EntryColumns, Frame, GroupInfo, RankTrace
+from distdoctor.trace.coded import DUMP_FIELDS, CodedEntries
+from distdoctor.trace.model import DEFAULT_GROUP, EntryColumns, Frame, GroupInfo, RankTrace
 
 def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
     """Protocol-2 pickles spell bytes as _codecs.encode(str, 'latin1'); nothing else is allowed through."""
@@ -266,11 +266,8 @@ def _set_peers(trace: RankTrace, columns: list[list], local_peers: list[tuple[in
         peers[i] = _global_peer(trace, groups[i], local)
 
 
-# The Entry fields a Flight Recorder dump fills, in the model's field order (columns are built in this order).
-_ENTRY_FIELDS = ("index", "group", "op", "seq", "p2p_seq", "raw_op", "in_sizes", "out_sizes", "in_dtypes",
-                 "out_dtypes", "root", "peer", "reduce_op", "state", "t_created", "t_started", "t_completed",
-                 "async_op", "stream", "frames")
-assert ENTRY_FIELDS[: len(_ENTRY_FIELDS)] == _ENTRY_FIELDS, "the trace model's field order changed"
+# The Entry fields a Flight Recorder dump fills, in the model's field order (rows and columns are built in it).
+_ENTRY_FIELDS = DUMP_FIELDS
 _GROUP = _ENTRY_FIELDS.index("group")
 _PEER = _ENTRY_FIELDS.index("peer")
 
