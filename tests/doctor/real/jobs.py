@@ -1,0 +1,307 @@
+"""Real 4-rank Gloo training jobs written with torch's own parallel libraries, with ordinary bugs planted.
+
+    python tests/doctor/real/jobs.py --list
+    python tests/doctor/real/jobs.py --out DIR --scenario NAME [--stall S] [--deadline S]
+    distdoctor run --dump-dir DIR/recorder --hang-timeout 4 --dump-on-exit -- \\
+        python tests/doctor/real/jobs.py --out DIR --scenario NAME
+
+Each scenario is a small training script in `train_*.py` beside this file (DDP, FSDP2 `fully_shard` 1-D and
+HSDP over a 2-D DeviceMesh, `torch.distributed.pipelining`, `torch.distributed.checkpoint`, object collectives,
+a hand-written p2p pipeline), a healthy control or one with a bug planted the way users cause them. The line
+where the ranks part is marked in its source with `# parted: <scenario>` (tests/doctor/real/test_real_jobs.py
+expects it in the finding).
+
+This file is the launcher, the part torchrun or `mp.spawn` plays for a user: it imports torch and the
+scenario's module once, then forks the 4 ranks (a fresh interpreter per rank would cost seconds of CPU each on a
+small machine). A rank ends as an interpreter would: an uncaught exception goes to `sys.excepthook` (the
+recorder dumps there), `atexit` handlers run, the exit status is 1. Unlike torchrun, the launcher does not
+SIGTERM the other ranks when one fails: a failed rank's peers see the failure through Gloo and end themselves,
+and each dump is then the rank's own account (torchrun's SIGTERM race is the recorder's tests' business).
+
+Every rank also does what a user does to get Flight Recorder dumps from a Gloo job (TORCH_FR_BUFFER_SIZE is set
+before torch is imported): a watchdog thread of its own writes `_dump_fr_trace` (pickle, with stack frames) and
+`_dump_fr_trace_json` to
+
+    DIR/fr/pickle/fr_rank_<r>.pkl      DIR/fr/json/fr_rank_<r>.json
+
+when no training step finished for `--stall` seconds, when the training function raises, and at the end
+(after the final barrier, once Gloo has retired every entry). Under `distdoctor run` the recorder writes
+`rank_<r>.jsonl` and `rank_<r>.fr.pkl` into its own `--dump-dir` at the same time, from the same processes.
+
+When every live rank has dumped for a stall (and, under `distdoctor run`, the recorder's
+`rank_<r>.jsonl` exists too), the launcher kills the ranks with SIGKILL, as a user ends a hung job, so no later
+dump replaces the hang's. At `--deadline` it kills everything. It prints one JSON line (also written to
+DIR/status.json): per-rank exit codes (-9: killed by the launcher), the reason of each rank's last Flight
+Recorder dump, whether it was killed because of a hang or the deadline, the seconds taken. Exit status: 0 when
+every rank exited 0; 1 otherwise (a failure, a hang); 124 at the deadline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import datetime
+import importlib
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORLD = 4
+PG_TIMEOUT_S = 60  # init_process_group's; subgroups are created with it explicitly (they do not inherit it)
+
+# scenario -> the module (train_<x>.py, beside this file) whose function of that name is the training script
+SCENARIOS = {
+    "ddp_ok": "train_ddp",
+    "ddp_crash": "train_ddp",
+    "ddp_metric_dtype": "train_ddp",
+    "ddp_straggler": "train_ddp",
+    "metrics_group_alone": "train_ddp",
+    "fsdp_ok": "train_fsdp",
+    "fsdp_loader_hang": "train_fsdp",
+    "fsdp_crash_midstep": "train_fsdp",
+    "hsdp_ok": "train_fsdp",
+    "hsdp_group_order": "train_fsdp",
+    "dcp_rank0_save": "train_fsdp",
+    "dcp_stuck_write": "train_fsdp",
+    "pp_ok": "train_pipeline",
+    "pp_microbatches": "train_pipeline",
+    "p2p_both_recv": "train_pipeline",
+    "object_root": "train_ddp",
+}
+
+
+class Ctx:
+    """What a training function gets: its rank, the world size, the output directory, and `step_done()`, the
+    heartbeat its Flight Recorder watchdog watches (a user's step-time watchdog)."""
+
+    def __init__(self, rank: int, world: int, out: str, watchdog: "FlightRecorderDumps"):
+        self.rank, self.world, self.out = rank, world, out
+        self.pg_timeout = datetime.timedelta(seconds=PG_TIMEOUT_S)
+        self._watchdog = watchdog
+
+    def step_done(self) -> None:
+        self._watchdog.beat()
+
+
+class FlightRecorderDumps:
+    """A rank's own Flight Recorder dumps, the way a Gloo user gets them (Gloo has no dump-on-timeout):
+    a thread dumps when no step finished for `stall` seconds; `final()` dumps at the end or on an error.
+    Each dump replaces the previous one atomically; DIR/fr/.state_<r> says why the last one was taken."""
+
+    def __init__(self, out: str, rank: int, stall: float):
+        self.out, self.rank, self.stall = out, rank, stall
+        self.lock = threading.Lock()
+        self.last_beat = time.monotonic()
+        self.stalled = False
+        self.closed = False
+        threading.Thread(target=self._watch, name="fr-dump-watchdog", daemon=True).start()
+
+    def beat(self) -> None:
+        self.last_beat = time.monotonic()
+        self.stalled = False
+
+    def _watch(self) -> None:
+        while not self.closed:
+            time.sleep(0.1)
+            idle = time.monotonic() - self.last_beat
+            if not self.stalled and idle > self.stall:
+                self.stalled = True
+                self.dump("stall", f"no training step finished for {idle:.1f} s")
+
+    def final(self, state: str, reason: str) -> None:
+        if state == "finished":
+            _settle()
+        self.dump(state, reason)
+        self.closed = True
+
+    def dump(self, state: str, reason: str) -> None:
+        from torch._C._distributed_c10d import _dump_fr_trace, _dump_fr_trace_json
+
+        with self.lock:
+            if self.closed:
+                return
+            base = os.path.join(self.out, "fr")
+            for form, ext, data in (("pickle", "pkl", _dump_fr_trace(True, True, False)),
+                                    ("json", "json", _dump_fr_trace_json(True, False))):
+                path = os.path.join(base, form, f"fr_rank_{self.rank}.{ext}")
+                _write_atomic(path, data if isinstance(data, bytes) else data.encode())
+            _write_atomic(os.path.join(base, f".state_{self.rank}"),
+                          json.dumps({"state": state, "reason": reason[:300]}).encode())
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _settle(limit_s: float = 5.0) -> None:
+    """Gloo marks a finished collective's Flight Recorder entry retired from a background thread a moment after
+    it returned: wait for that, so a finished rank's last dump never shows a returned call as pending."""
+    from torch._C._distributed_c10d import _dump_fr_trace_json
+
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        entries = json.loads(_dump_fr_trace_json(True, False)).get("entries") or []
+        if all(e.get("retired") for e in entries):
+            return
+        time.sleep(0.02)
+
+
+# ---- one rank ----------------------------------------------------------------------------------------------
+
+def _rank_main(train, rank: int, out: str, stall: float) -> None:
+    """What a user's train.py does around its training function."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=PG_TIMEOUT_S))  # env:// from the launcher
+    watchdog = FlightRecorderDumps(out, rank, stall)
+    try:
+        train(Ctx(rank, WORLD, out, watchdog))
+        dist.barrier()  # everyone is done before anyone tears down
+    except Exception as exc:
+        watchdog.final("error", f"{type(exc).__name__}: {exc}")
+        raise
+    watchdog.final("finished", "finished")
+    dist.destroy_process_group()
+
+
+def _rank_process(train, rank: int, port: int, out: str, stall: float) -> None:
+    """The body of a forked rank; never returns. Ends as an interpreter running train.py would."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(WORLD), LOCAL_WORLD_SIZE=str(WORLD))
+    code = 0
+    try:
+        _rank_main(train, rank, out, stall)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    try:
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+# ---- the launcher ------------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _fr_state(out: str, rank: int) -> dict | None:
+    try:
+        with open(os.path.join(out, "fr", f".state_{rank}")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _recorder_dir() -> str | None:
+    """The recorder's dump directory when this job runs under `distdoctor run` (or with DISTDOCTOR_TRACE)."""
+    if os.environ.get("DISTDOCTOR_TRACE") not in (None, "", "0"):
+        return os.environ.get("DISTDOCTOR_DUMP_DIR") or "distdoctor-dumps"
+    return None
+
+
+def launch(scenario: str, out: str, stall: float = 3.0, deadline: float = 60.0) -> dict:
+    """Run one scenario's 4 ranks to the end (or to their hang dumps); returns the status dict."""
+    os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")  # Flight Recorder records only if set before torch starts
+    import torch
+
+    torch.set_num_threads(1)  # 4 ranks on a small machine: no intra-op thread pools fighting for cores
+    train = getattr(importlib.import_module(SCENARIOS[scenario]), scenario)
+    # The first Flight Recorder dump with stack frames symbolizes torch's libraries (seconds): do it once here,
+    # so every forked rank inherits warm caches.
+    from torch._C._profiler import gather_traceback, symbolize_tracebacks
+
+    symbolize_tracebacks([gather_traceback(True, True, True)])
+    shutil.rmtree(os.path.join(out, "fr"), ignore_errors=True)  # a previous run's dumps must not count as ours
+    os.makedirs(out, exist_ok=True)
+    port = _free_port()
+    t0 = time.monotonic()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pids = {}
+    for rank in range(WORLD):
+        pid = os.fork()
+        if pid == 0:
+            _rank_process(train, rank, port, out, stall)
+        pids[rank] = pid
+    exits: dict[int, int | None] = {r: None for r in range(WORLD)}
+    recorder = _recorder_dir()
+    ended = "exited"
+    while any(code is None for code in exits.values()):
+        time.sleep(0.1)
+        for rank, pid in pids.items():
+            if exits[rank] is None:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    exits[rank] = os.waitstatus_to_exitcode(status)
+        live = [r for r, code in exits.items() if code is None]
+        if not live:
+            break
+        # a rank that raised ends by itself; a stalled one is killed once it has dumped (both kinds, when traced)
+        dumped = all((_fr_state(out, r) or {}).get("state") == "stall" and
+                     (recorder is None or os.path.exists(os.path.join(recorder, f"rank_{r}.jsonl")))
+                     for r in live)
+        timed_out = time.monotonic() - t0 > deadline
+        if dumped or timed_out:
+            ended = "deadline" if timed_out and not dumped else "hang"
+            for r in live:
+                try:
+                    os.kill(pids[r], signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            for r in live:
+                os.waitpid(pids[r], 0)
+                exits[r] = -signal.SIGKILL
+            break
+    status = {"scenario": scenario, "exitcodes": [exits[r] for r in range(WORLD)], "ended": ended,
+              "fr_dumps": {r: _fr_state(out, r) for r in range(WORLD)}, "recorder_dir": recorder,
+              "seconds": round(time.monotonic() - t0, 2)}
+    with open(os.path.join(out, "status.json"), "w") as f:
+        json.dump(status, f, indent=1)
+    return status
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="directory for the Flight Recorder dumps and status.json")
+    parser.add_argument("--scenario", help="one of --list")
+    parser.add_argument("--list", action="store_true", help="print the scenarios and exit")
+    parser.add_argument("--stall", type=float, default=3.0, help="seconds without a finished step before a rank "
+                                                                  "dumps Flight Recorder (default 3)")
+    parser.add_argument("--deadline", type=float, default=60.0, help="kill every rank after this many seconds")
+    args = parser.parse_args()
+    if args.list:
+        for name, module in SCENARIOS.items():
+            print(f"{name:24s} {module}.py")
+        return 0
+    if not args.out or not args.scenario:
+        parser.error("--out and --scenario are required (or --list)")
+    if args.scenario not in SCENARIOS:
+        parser.error(f"unknown scenario {args.scenario!r}; known: {', '.join(SCENARIOS)}")
+    sys.path.insert(0, HERE)
+    status = launch(args.scenario, os.path.abspath(args.out), args.stall, args.deadline)
+    print(json.dumps(status), flush=True)
+    if status["ended"] == "deadline":
+        return 124
+    return 0 if all(code == 0 for code in status["exitcodes"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
