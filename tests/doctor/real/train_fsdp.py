@@ -153,7 +153,8 @@ def dcp_rank0_save(ctx) -> None:
 
     def before_step(step):
         if step == 1 and ctx.rank == 0:
-            dcp.save({"model": model.state_dict()}, checkpoint_id=os.path.join(ctx.out, "ckpt"))  # parted: dcp_rank0_save
+            state = {"model": model.state_dict()}
+            dcp.save(state, checkpoint_id=os.path.join(ctx.out, "ckpt"))  # parted: dcp_rank0_save
 
     train(ctx, model, steps=3, before_step=before_step)
 
@@ -177,7 +178,7 @@ def dcp_stuck_write(ctx) -> None:
 
     def before_step(step):
         if step == 2:
-            path = os.path.join(ctx.out, "ckpt")
-            dcp.save({"model": model.state_dict()}, storage_writer=SlowMountWriter(path, ctx.rank))  # parted: dcp_stuck_write
+            writer = SlowMountWriter(os.path.join(ctx.out, "ckpt"), ctx.rank)
+            dcp.save({"model": model.state_dict()}, storage_writer=writer)  # parted: dcp_stuck_write
 
     train(ctx, model, steps=3, before_step=before_step)
