@@ -24,16 +24,19 @@ before torch is imported): a watchdog thread of its own writes `_dump_fr_trace` 
 
     DIR/fr/pickle/fr_rank_<r>.pkl      DIR/fr/json/fr_rank_<r>.json
 
-when no training step finished for `--stall` seconds, when the training function raises, and at the end
-(after the final barrier, once Gloo has retired every entry). Under `distdoctor run` the recorder writes
-`rank_<r>.jsonl` and `rank_<r>.fr.pkl` into its own `--dump-dir` at the same time, from the same processes.
+when no training step finished for `--stall` seconds (again if the entries change while stalled), when the
+training function raises, and at the end (after the final barrier); the last two wait until Gloo has retired
+every entry that returned (at most 2 and 5 s), so a rerun gives the same dumps. Under
+`distdoctor run` the recorder writes `rank_<r>.jsonl` and `rank_<r>.fr.pkl` into its own `--dump-dir` from the
+same processes.
 
-When every live rank has dumped for a stall (and, under `distdoctor run`, the recorder's
-`rank_<r>.jsonl` exists too), the launcher kills the ranks with SIGKILL, as a user ends a hung job, so no later
-dump replaces the hang's. At `--deadline` it kills everything. It prints one JSON line (also written to
-DIR/status.json): per-rank exit codes (-9: killed by the launcher), the reason of each rank's last Flight
-Recorder dump, whether it was killed because of a hang or the deadline, the seconds taken. Exit status: 0 when
-every rank exited 0; 1 otherwise (a failure, a hang); 124 at the deadline.
+When every live rank has dumped for a stall and that dump has not changed for a second (and, under `distdoctor
+run`, the recorder's `rank_<r>.jsonl` exists too), the launcher kills the ranks with SIGKILL, as a user ends a
+hung job, so no later dump replaces the hang's. At `--deadline` it kills everything. It prints one JSON line
+(also written to DIR/status.json): per-rank exit codes (-9: killed by the launcher), each rank's last Flight
+Recorder dump (state, reason, `at` and `last_step`: wall-clock times of the dump and of the rank's last finished
+step), whether the ranks ended by themselves, were killed after a hang or at the deadline, the seconds taken.
+Exit status: 0 when every rank exited 0; 1 otherwise (a failure, a hang); 124 at the deadline.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORLD = 4
 PG_TIMEOUT_S = 60  # init_process_group's; subgroups are created with it explicitly (they do not inherit it)
+STABLE_S = 1.0  # a stalled rank's last Flight Recorder dump must be this old before the launcher kills it
 
 # scenario -> the module (train_<x>.py, beside this file) whose function of that name is the training script
 SCENARIOS = {
@@ -90,33 +94,40 @@ class Ctx:
 
 
 class FlightRecorderDumps:
-    """A rank's own Flight Recorder dumps, the way a Gloo user gets them (Gloo has no dump-on-timeout):
-    a thread dumps when no step finished for `stall` seconds; `final()` dumps at the end or on an error.
-    Each dump replaces the previous one atomically; DIR/fr/.state_<r> says why the last one was taken."""
+    """A rank's own Flight Recorder dumps, the way a Gloo user gets them (Gloo has no dump-on-timeout): a thread
+    dumps when no step finished for `stall` seconds, and again whenever Flight Recorder's entries change while
+    the step is still stalled (a slow step can stall, then go on into the real hang); `final()` dumps at the end
+    or on an error. Each dump replaces the previous one atomically; DIR/fr/.state_<r> says when and why the last
+    one was taken, and when the rank last finished a step."""
 
     def __init__(self, out: str, rank: int, stall: float):
         self.out, self.rank, self.stall = out, rank, stall
         self.lock = threading.Lock()
         self.last_beat = time.monotonic()
-        self.stalled = False
+        self.dumped_at: tuple | None = None  # the entries' signature at the last stall dump
         self.closed = False
         threading.Thread(target=self._watch, name="fr-dump-watchdog", daemon=True).start()
 
     def beat(self) -> None:
         self.last_beat = time.monotonic()
-        self.stalled = False
+        self.dumped_at = None
 
     def _watch(self) -> None:
         while not self.closed:
-            time.sleep(0.1)
+            time.sleep(0.2)
             idle = time.monotonic() - self.last_beat
-            if not self.stalled and idle > self.stall:
-                self.stalled = True
-                self.dump("stall", f"no training step finished for {idle:.1f} s")
+            if idle > self.stall:
+                entries = _fr_entries()
+                signature = (len(entries), entries[-1].get("record_id") if entries else None,
+                             sum(1 for e in entries if e.get("retired")))
+                if signature != self.dumped_at:
+                    self.dumped_at = signature
+                    self.dump("stall", f"no training step finished for {idle:.1f} s")
 
     def final(self, state: str, reason: str) -> None:
-        if state == "finished":
-            _settle()
+        # Gloo retires entries late (see _settle): without waiting, the same crash dumps a returned call as
+        # pending in one run and not in the next, and the suite's views would differ from run to run.
+        _settle(5.0 if state == "finished" else 2.0)
         self.dump(state, reason)
         self.closed = True
 
@@ -131,8 +142,9 @@ class FlightRecorderDumps:
                                     ("json", "json", _dump_fr_trace_json(True, False))):
                 path = os.path.join(base, form, f"fr_rank_{self.rank}.{ext}")
                 _write_atomic(path, data if isinstance(data, bytes) else data.encode())
-            _write_atomic(os.path.join(base, f".state_{self.rank}"),
-                          json.dumps({"state": state, "reason": reason[:300]}).encode())
+            last_step = time.time() - (time.monotonic() - self.last_beat)
+            _write_atomic(os.path.join(base, f".state_{self.rank}"), json.dumps(
+                {"state": state, "reason": reason[:300], "at": time.time(), "last_step": last_step}).encode())
 
 
 def _write_atomic(path: str, data: bytes) -> None:
@@ -143,16 +155,17 @@ def _write_atomic(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _fr_entries() -> list[dict]:
+    from torch._C._distributed_c10d import _dump_fr_trace_json
+
+    return json.loads(_dump_fr_trace_json(True, False)).get("entries") or []
+
+
 def _settle(limit_s: float = 5.0) -> None:
     """Gloo marks a finished collective's Flight Recorder entry retired from a background thread a moment after
     it returned: wait for that, so a finished rank's last dump never shows a returned call as pending."""
-    from torch._C._distributed_c10d import _dump_fr_trace_json
-
     deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        entries = json.loads(_dump_fr_trace_json(True, False)).get("entries") or []
-        if all(e.get("retired") for e in entries):
-            return
+    while time.monotonic() < deadline and not all(e.get("retired") for e in _fr_entries()):
         time.sleep(0.02)
 
 
@@ -254,10 +267,12 @@ def launch(scenario: str, out: str, stall: float = 3.0, deadline: float = 60.0) 
         live = [r for r, code in exits.items() if code is None]
         if not live:
             break
-        # a rank that raised ends by itself; a stalled one is killed once it has dumped (both kinds, when traced)
-        dumped = all((_fr_state(out, r) or {}).get("state") == "stall" and
+        # A rank that raised ends by itself; a stalled one is killed once its stall dump has not changed for a
+        # second and, under the recorder, the recorder has dumped it too.
+        states = {r: _fr_state(out, r) or {} for r in live}
+        dumped = all(st.get("state") == "stall" and time.time() - st["at"] >= STABLE_S and
                      (recorder is None or os.path.exists(os.path.join(recorder, f"rank_{r}.jsonl")))
-                     for r in live)
+                     for r, st in states.items())
         timed_out = time.monotonic() - t0 > deadline
         if dumped or timed_out:
             ended = "deadline" if timed_out and not dumped else "hang"

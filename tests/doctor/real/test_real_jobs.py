@@ -121,8 +121,11 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {
     ("ddp_metric_dtype", "mixed"): NO_SITE + "; ranks 1, 3 ('recorder') have no dump",
     ("ddp_metric_dtype", "run"): NO_RUN_VERDICT,
     ("ddp_straggler", "recorder"): NO_EXIT_DUMP,
-    ("ddp_straggler", "pickle"): NO_SITE + " ('arrived last at 10 of 16 collectives')",
-    ("ddp_straggler", "mixed"): "missing_dump [3] at barrier #16: rank 3 ('recorder') has no dump",
+    ("ddp_straggler", "pickle"): "verdict ok: rank 3 is last at ~10 of 22 collectives (< 60 %); each step's loss "
+                                 "all_reduce finds it in step again",
+    ("ddp_straggler", "json"): "verdict ok: rank 3 is last at ~10 of 22 collectives (< 60 %); each step's loss "
+                               "all_reduce finds it in step again",
+    ("ddp_straggler", "mixed"): "missing_dump [3] at barrier #22: rank 3 ('recorder') has no dump",
     ("ddp_straggler", "run"): NO_RUN_VERDICT,
     ("metrics_group_alone", "recorder"): "missing_ranks [1, 2, 3] at all_reduce #1 on '1': blames the innocent "
                                          "majority ('recorded no collective at all': DDP's broadcast #5 is unseen)",
