@@ -17,6 +17,8 @@ small machine). A rank ends as an interpreter would: an uncaught exception goes 
 recorder dumps there), `atexit` handlers run, the exit status is 1. Unlike torchrun, the launcher does not
 SIGTERM the other ranks when one fails: a failed rank's peers see the failure through Gloo and end themselves,
 and each dump is then the rank's own account (torchrun's SIGTERM race is the recorder's tests' business).
+SIGTERM, SIGINT or SIGHUP to the launcher reach every rank as SIGTERM (then SIGKILL 5 s later), as torchrun
+stops its workers, and a rank dies with the launcher (PR_SET_PDEATHSIG).
 
 Every rank also does what a user does to get Flight Recorder dumps from a Gloo job (TORCH_FR_BUFFER_SIZE is set
 before torch is imported): a watchdog thread of its own writes `_dump_fr_trace` (pickle, with stack frames) and
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import datetime
 import importlib
 import json
@@ -189,6 +192,7 @@ def _rank_main(train, rank: int, out: str, stall: float) -> None:
 
 def _rank_process(train, rank: int, port: int, out: str, stall: float) -> None:
     """The body of a forked rank; never returns. Ends as an interpreter running train.py would."""
+    _die_with_parent()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(WORLD), LOCAL_WORLD_SIZE=str(WORLD))
     code = 0
@@ -207,7 +211,40 @@ def _rank_process(train, rank: int, port: int, out: str, stall: float) -> None:
         os._exit(code)
 
 
+def _die_with_parent() -> None:
+    """SIGKILL this rank if the launcher dies (as torch.multiprocessing does): no rank outlives its job."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the harness's process-group kill still covers it
+        pass
+    if os.getppid() == 1:  # the launcher died before prctl
+        os._exit(1)
+
+
 # ---- the launcher ------------------------------------------------------------------------------------------
+
+def _forward_termination(pids: dict[int, int]) -> None:
+    """SIGTERM/SIGINT/SIGHUP to the launcher (what `distdoctor run` forwards, or a user's Ctrl-C) reach every rank
+    as SIGTERM, as torchrun stops its workers; the ranks that have not ended 5 s later are killed."""
+    def stop(signum, _frame):
+        for pid in pids.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        alive = set(pids.values())
+        while alive and time.monotonic() < deadline:
+            alive = {pid for pid in alive if os.waitpid(pid, os.WNOHANG)[0] == 0}
+            time.sleep(0.05)
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        os._exit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, stop)
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -254,6 +291,7 @@ def launch(scenario: str, out: str, stall: float = 3.0, deadline: float = 60.0) 
         if pid == 0:
             _rank_process(train, rank, port, out, stall)
         pids[rank] = pid
+    _forward_termination(pids)
     exits: dict[int, int | None] = {r: None for r in range(WORLD)}
     recorder = _recorder_dir()
     ended = "exited"

@@ -7,9 +7,9 @@ For each scenario this runs, as a user would,
     python -m distdoctor run --dump-dir DIR/<scenario>/recorder --hang-timeout 4 --dump-on-exit -- \\
         python tests/doctor/real/jobs.py --out DIR/<scenario> --scenario <scenario> --stall 3
 
-(several scenarios at once, each in its own session, killed as a whole at its deadline) and then makes
+(several scenarios at once, each in its own session, killed as a whole at its deadline) and then reads
 
-    DIR/<scenario>/modes/recorder   the recorder's rank_<r>.jsonl + rank_<r>.fr.pkl (what `distdoctor run` wrote)
+    DIR/<scenario>/recorder         the recorder's rank_<r>.jsonl + rank_<r>.fr.pkl, as `distdoctor run` left them
     DIR/<scenario>/modes/pickle     the job's own Flight Recorder pickles (with stack frames)
     DIR/<scenario>/modes/json       the job's own Flight Recorder JSON dumps (no frames)
     DIR/<scenario>/modes/mixed      per rank, one of the three at random (seeded by --seed and the scenario)
@@ -125,19 +125,23 @@ def mixed_choice(seed: int, name: str) -> dict[int, str]:
 
 
 def _rank_files(d: str, mode: str, rank: int) -> list[str]:
+    """The files rank `rank` left for `mode`: everything the recorder wrote for it (rank_<r>.*), or the job's
+    own Flight Recorder dump of that form."""
     if mode == "recorder":
-        names = [os.path.join(d, "recorder", f"rank_{rank}.jsonl"), os.path.join(d, "recorder", f"rank_{rank}.fr.pkl")]
+        folder, prefix = os.path.join(d, "recorder"), f"rank_{rank}."
     else:
-        ext = "pkl" if mode == "pickle" else "json"
-        names = [os.path.join(d, "fr", mode, f"fr_rank_{rank}.{ext}")]
-    return [n for n in names if os.path.exists(n)]
+        folder, prefix = os.path.join(d, "fr", mode), f"fr_rank_{rank}."
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    return [os.path.join(folder, n) for n in names if n.startswith(prefix)]
 
 
 def build_modes(d: str, seed: int, name: str) -> dict[str, str]:
-    """DIR/<scenario>/modes/<mode>/ holding copies of each rank's files for that mode."""
+    """The directory diagnose reads for each mode: the recorder's own --dump-dir as `distdoctor run` left it,
+    and DIR/<scenario>/modes/<mode>/ holding copies of each rank's files for the others."""
     mix = mixed_choice(seed, name)
-    dirs = {}
-    for mode in MODES:
+    dirs = {"recorder": os.path.join(d, "recorder")}
+    os.makedirs(dirs["recorder"], exist_ok=True)  # a job that left no dump at all: an empty directory
+    for mode in MODES[1:]:
         target = os.path.join(d, "modes", mode)
         shutil.rmtree(target, ignore_errors=True)
         os.makedirs(target)

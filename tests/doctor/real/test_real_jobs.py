@@ -250,8 +250,8 @@ def test_job_ran_as_planned(real_jobs, scenario):
         assert set(states.values()) == {"finished"}
     elif plan == "hang":  # every rank dumped for the stall, then the launcher killed them
         assert (job["ended"], codes, set(states.values())) == ("hang", [-9] * WORLD, {"stall"})
-        assert sorted(os.listdir(result["modes"]["recorder"])) == sorted(
-            f"rank_{r}.{ext}" for r in range(WORLD) for ext in ("jsonl", "fr.pkl"))
+        assert {f"rank_{r}.{ext}" for r in range(WORLD) for ext in ("jsonl", "fr.pkl")} <= set(
+            os.listdir(result["modes"]["recorder"]))
     elif plan == "raised":  # one rank raised, the others failed in Gloo when it exited
         assert (job["ended"], codes, set(states.values())) == ("exited", [1] * WORLD, {"error"})
         culprit, exc = CRASH[scenario]
