@@ -20,13 +20,12 @@ from pathlib import Path
 import pytest
 
 from .suite import MODES as DUMP_MODES
-from .suite import SCENARIOS, WORLD, diagnose_json, mixed_choice
+from .suite import MIXED_SEED, SCENARIOS, WORLD, diagnose_json, mixed_choice
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent
 MODES = (*DUMP_MODES, "run")
-SEED = 1597  # the mixed mode's per-rank draw (suite.run_suite's default); every draw has one right answer
 
 # ---- the answers ------------------------------------------------------------------------------------------------
 
@@ -77,7 +76,7 @@ def expected(scenario: str, views: dict[int, str]) -> tuple[str, list[int]] | No
 
 def views_of(mode: str, scenario: str) -> dict[int, str]:
     if mode == "mixed":
-        return mixed_choice(SEED, scenario)
+        return mixed_choice(MIXED_SEED, scenario)
     return {r: ("recorder" if mode == "run" else mode) for r in range(WORLD)}
 
 
@@ -267,5 +266,5 @@ def test_job_ran_as_planned(real_jobs, scenario):
 
 def test_mixed_draws_have_one_right_answer():
     for scenario in SCENARIOS:
-        expected(scenario, mixed_choice(SEED, scenario))  # raises for an ambiguous draw
+        expected(scenario, mixed_choice(MIXED_SEED, scenario))  # raises for an ambiguous draw
     assert all(PARTED.get(s) for s in SCENARIOS if s not in HEALTHY), "a scenario has no `# parted:` line"
