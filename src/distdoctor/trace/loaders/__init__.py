@@ -27,7 +27,8 @@ from collections import Counter
 
 from distdoctor.collectives import get_spec
 from distdoctor.trace.coded import CODED_FIELDS, CodedEntries
-from distdoctor.trace.loaders.flight_recorder import _Interner, load_fr_json, load_fr_pickle, parse_fr_json_fast
+from distdoctor.trace.loaders.flight_recorder import (_Interner, load_fr_json, load_fr_pickle, looks_like_fr,
+                                                      parse_fr_json_fast)
 from distdoctor.trace.loaders.fr_json_scan import kernels
 from distdoctor.trace.loaders.native import is_native, load_native
 from distdoctor.trace.model import (DEFAULT_GROUP, ENTRY_FIELDS, Entry, EntryColumns, GroupInfo, LoadError, RankTrace,
@@ -114,7 +115,7 @@ def load_file(path: str, interner: _Interner | None = None, scan: bool = False) 
             raise ValueError("corrupt JSON (nested too deeply)") from None
         except ValueError as exc:
             raise ValueError(f"corrupt or truncated JSON ({str(exc).splitlines()[0]})") from None
-        if not isinstance(obj, dict) or "entries" not in obj or "version" not in obj:
+        if not looks_like_fr(obj):
             raise ValueError("JSON but not a trace: neither a Flight Recorder dump nor a distdoctor-trace file")
         return load_fr_json(obj, path, interner)
     if data[:2] in (b"(d", b"}q", b"(l", b"]q") or data[:1] == b"c":
