@@ -4,6 +4,7 @@ evidence, then where each rank is, then the files that could not be used."""
 from __future__ import annotations
 
 from distdoctor.diagnose.analyze import Report
+from distdoctor.diagnose.command import merged_note
 from distdoctor.diagnose.findings import fmt_group
 
 MAX_RANK_LINES = 32
@@ -13,7 +14,7 @@ def render_text(report: Report) -> str:
     ts = report.traces
     lines = []
     n_find = len(report.findings)
-    n_bad = sum(1 for e in ts.errors if "is preferred over flight_recorder" not in e.reason)
+    n_bad = len(ts.errors)
     head = "PROBLEM" if report.verdict == "problem" else "OK"
     lines.append(f"verdict: {head} - {n_find} finding{'s' if n_find != 1 else ''}; world size {report.world_size}, "
                  f"{len(ts.ranks)} trace{'s' if len(ts.ranks) != 1 else ''} loaded"
@@ -42,16 +43,14 @@ def render_text(report: Report) -> str:
             lines.append(f"  ... {len(report.ranks) - MAX_RANK_LINES} more ranks (see --format json)")
             break
         lines.append("  " + _rank_line(rank, report.ranks[rank]))
-    superseded = [e for e in ts.errors if "is preferred over flight_recorder" in e.reason]
-    unusable = [e for e in ts.errors if e not in superseded]
-    if unusable:
+    if ts.errors:
         lines.append("")
         lines.append("files not used:")
-        lines.extend(f"  {e.path}: {e.reason}" for e in unusable)
-    if superseded:
+        lines.extend(f"  {e.path}: {e.reason}" for e in ts.errors)
+    merged = [t for t in ts.ranks.values() if t.merged]
+    if merged:
         lines.append("")
-        lines.append(f"{len(superseded)} Flight Recorder dump(s) not used: the distdoctor traces of the same ranks "
-                     f"are preferred (they carry stacks and p2p).")
+        lines.append(merged_note(merged) + ".")
     return "\n".join(lines) + "\n"
 
 

@@ -167,6 +167,8 @@ class RankTrace:
     dump_time: float | None = None
     host: str | None = None
     pid: int | None = None
+    # When this view joins several dumps of the rank (loaders/merge.py): their paths and how they were aligned.
+    merged: dict | None = None
     # Facts about every entry, gathered once for the analysis (trace/summary.py); not part of the trace's value.
     summary: object | None = field(default=None, repr=False, compare=False)
 
