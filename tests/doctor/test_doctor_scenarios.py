@@ -62,8 +62,13 @@ def test_native_stacks_say_where_the_absent_rank_is(scenario_dumps):
     assert report.ranks["1"]["now"].startswith("load_batch (")
     _, report = _report(scenario_dumps, "p2p", "native")
     assert "rank 0 waits in recv from rank 1" in report.findings[0].detail
-    assert report.consequences == [{"kind": "missing_ranks", "group": "0", "seq": 2, "op": "all_reduce",
-                                    "ranks": [0, 1], "because": "those ranks are blocked in other collectives"}]
+    ref = {"finding": 0, "finding_ref": {"kind": "p2p_deadlock", "group": "0", "seq": 1}}
+    assert report.consequences == [
+        {"kind": "missing_ranks", "group": "0", "seq": 2, "op": "all_reduce", "ranks": [0, 1],
+         "because": "those ranks are blocked in other collectives", **ref},
+        # ranks 2 and 3 wait in the next all_reduce for the two ranks of the cycle
+        {"kind": "blocked", "group": "0", "seq": 2, "op": "all_reduce", "ranks": [2, 3],
+         "because": "waiting for ranks 0, 1", "waits_for": [0, 1], **ref}]
 
 
 def test_gloo_quirks_are_normalized(scenario_dumps):

@@ -58,17 +58,18 @@ def pair_disagreements(ts: TraceSet) -> list[Finding]:
 
 
 def unposted_peers(ts: TraceSet, waits, pending: dict, on_cycle: set[int]) -> list[Finding]:
-    """Ranks blocked in a send/recv whose peer never posted the other half and is in no communication at all
-    (stuck in compute, a data loader, a buffer it cannot get): the p2p form of `missing_ranks`, one finding per
-    group; `ranks` are the idle peers."""
+    """Ranks blocked in a send/recv whose peer never posted the other half and waits for nobody (stuck in
+    compute, a data loader, a buffer it cannot get): the p2p form of `missing_ranks`, one finding per group;
+    `ranks` are the idle peers."""
     from distdoctor.diagnose.progress import describe_rank
 
     by_group: dict[str, list] = {}
+    waiting = {w.rank for w in waits}
     for w in waits:
         e = w.entry
         if not e.is_p2p or e.peer is None or e.peer not in ts.ranks or w.rank in on_cycle:
             continue
-        if pending.get(e.peer):  # the peer is blocked in something else: that is where the story goes on
+        if e.peer in waiting:  # the peer waits for others in something else: that is where the story goes on
             continue
         by_group.setdefault(e.group, []).append(w)
     out = []
@@ -81,7 +82,8 @@ def unposted_peers(ts: TraceSet, waits, pending: dict, on_cycle: set[int]) -> li
                             f"{'to' if w.entry.op == 'send' else 'from'} rank {w.entry.peer}" for w in ws[:8])
         more = f" (and {len(ws) - 8} more)" if len(ws) > 8 else ""
         detail = (f"{waiting}{more} on group '{group}', but {fmt_ranks(idle)} never posted the matching "
-                  f"{other.get(first.op, 'half')}. " + "; ".join(describe_rank(r, ts.ranks.get(r), []) for r in idle[:8])
+                  f"{other.get(first.op, 'half')}. "
+                  + "; ".join(describe_rank(r, ts.ranks.get(r), pending.get(r, [])) for r in idle[:8])
                   + ".")
         out.append(Finding("missing_ranks", idle, group=group, seq=first.p2p_seq, op=first.op, t=first.t_created,
                            detail=detail, evidence={"waiting": [[w.rank, w.entry.peer] for w in ws]}))

@@ -8,6 +8,7 @@ from distdoctor.diagnose.command import merged_note
 from distdoctor.diagnose.findings import fmt_group
 
 MAX_RANK_LINES = 32
+MAX_CONSEQUENCE_LINES = 8
 
 
 def render_text(report: Report) -> str:
@@ -28,10 +29,14 @@ def render_text(report: Report) -> str:
         lines.append("")
         lines.append(f"{i}. {f.kind}: ranks {f.ranks}{where}")
         lines.append(f"   {f.detail}")
-    if report.consequences:
+    if report.consequences and report.findings:  # each points at a finding: never "of the above" with none above
         lines.append("")
-        lines.append(f"{len(report.consequences)} later divergence(s) are consequences of the above and not listed "
-                     f"(see --format json, 'consequences').")
+        lines.append(f"consequences of the findings above ({len(report.consequences)}; all in --format json, "
+                     f"'consequences'):")
+        for c in report.consequences[:MAX_CONSEQUENCE_LINES]:
+            lines.append("  " + _consequence_line(c))
+        if len(report.consequences) > MAX_CONSEQUENCE_LINES:
+            lines.append(f"  ... {len(report.consequences) - MAX_CONSEQUENCE_LINES} more")
     lines.append("")
     lines.append("where each rank is:")
     # In a big world the ranks the findings name come first: rank 0..31 are rarely the story.
@@ -54,6 +59,15 @@ def render_text(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _consequence_line(c: dict) -> str:
+    ranks = c["ranks"]
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks[:8])) + \
+        (f", ... ({len(ranks)} ranks)" if len(ranks) > 8 else "")
+    seq = f" #{c['seq']}" if c.get("seq") is not None else ""
+    what = "blocked in" if c["kind"] == "blocked" else f"{c['kind']} at"
+    return f"{who}: {what} {c['op']}{seq} on {fmt_group(c['group'])}, {c['because']} (finding {c['finding'] + 1})"
+
+
 def _rank_line(rank: str, p: dict) -> str:
     if p.get("missing"):
         return f"rank {rank}: no trace"
@@ -62,6 +76,8 @@ def _rank_line(rank: str, p: dict) -> str:
     s = f"rank {rank}: {done} collectives completed ({per})" if done else f"rank {rank}: no collective completed"
     if "steps" in p:
         s += f", {p['steps']} steps of {p['collectives_per_step']}"
+    if p.get("state") == "crashed":  # never "in no collective; now at ...": it is not running
+        return s + f"; {p['state_detail']}"
     if p["pending"]:
         e = p["pending"][0]
         s += f"; blocked in {e['op']} #{e['seq']} on '{e['group']}'"
@@ -73,4 +89,10 @@ def _rank_line(rank: str, p: dict) -> str:
         s += "; in no collective"
     if p.get("now"):
         s += f"; now at {p['now']}"
+    state = p.get("state")
+    if state in ("waiting_on_idle", "waiting_on_active", "waiting_on_lost", "outside_collectives",
+                 "stuck_in_collective"):
+        s += f" [{state}: {p['state_detail'].split(', ', 1)[-1] if state.startswith('waiting') else p['state_detail'].split('; ', 1)[-1]}]"
+    elif state:
+        s += f" [{state}]"
     return s

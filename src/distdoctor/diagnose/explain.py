@@ -1,0 +1,264 @@
+"""The verdict's guarantee: no rank blocked at dump time and no crashed rank goes unexplained.
+
+After every analysis has spoken, each rank blocked in a collective or p2p (it has a pending entry, see
+waitfor.py) and each rank that died of an exception must be accounted for: named in a finding's `ranks`, or a
+consequence of a finding - it waits, directly or through other waiting ranks, for a rank that a finding names
+(the finding first in the report wins: root cause first). Ranks nothing accounts for get a finding here,
+"suspected, because ...", from what the wait-for graph shows about them, never silence:
+- a wait chain that ends at ranks in no collective that no finding names: missing_ranks (they never issued the
+  call the chain's last rank waits in);
+- a chain that ends at a rank without a trace: missing_dump;
+- ranks blocked in a call nothing visible holds up (every other member issued it, or no other member is known):
+  stuck_collective;
+- a crashed rank: crashed.
+This runs until every such rank is accounted for (each round adds findings for the ranks left, which accounts
+for them). Then every consequence points at its finding by index (`finding`) and by kind, group and seq
+(`finding_ref`), and so does every rank's explanation (`explained_by`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from distdoctor.diagnose.crash import crash_findings
+from distdoctor.diagnose.findings import PRIORITY, Finding, fmt_group, fmt_ranks
+from distdoctor.diagnose.match import GroupView
+from distdoctor.diagnose.progress import describe_rank
+from distdoctor.diagnose.waitfor import Wait, completed_by_peers
+from distdoctor.trace.model import Entry, TraceSet
+
+
+# Findings that mark the first place a group's members parted ways: every later collective on the group follows.
+DIVERGENCE_KINDS = ("type_mismatch", "size_mismatch", "dtype_mismatch", "root_mismatch", "missing_ranks",
+                    "state_mismatch", "stuck_collective")
+P2P_OPS = ("send", "recv")
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (PRIORITY[f.kind], f.t if f.t is not None else float("inf"), f.ranks))
+
+
+def _seq(e: Entry):
+    return e.p2p_seq if e.is_p2p else e.seq
+
+
+class Explainer:
+    def __init__(self, ts: TraceSet, views: dict[str, GroupView], waits: list[Wait],
+                 pending: dict[int, list[Entry]], crashes: dict[int, dict]) -> None:
+        self.ts, self.views, self.pending, self.crashes = ts, views, pending, crashes
+        self.waits_of: dict[int, list[Wait]] = {}
+        for w in waits:
+            self.waits_of.setdefault(w.rank, []).append(w)
+
+    # ---- who explains whom --------------------------------------------------------------------------------
+    def subjects(self) -> list[int]:
+        """Ranks the verdict must account for: blocked at dump time, or crashed."""
+        return sorted({r for r, es in self.pending.items() if es} | set(self.crashes))
+
+    @staticmethod
+    def named(findings: list[Finding]) -> dict[int, Finding]:
+        out: dict[int, Finding] = {}
+        for f in findings:
+            for r in f.ranks:
+                out.setdefault(r, f)
+        return out
+
+    def reach(self, rank: int, named: dict[int, Finding], order: dict[int, int]) -> Finding | None:
+        """The first finding (in report order) naming a rank that `rank` waits for, directly or through others."""
+        best: Finding | None = None
+        seen = {rank}
+        todo = deque(b for w in self.waits_of.get(rank, []) for b in w.waits_for)
+        while todo:
+            q = todo.popleft()
+            if q in seen:
+                continue
+            seen.add(q)
+            f = named.get(q)
+            if f is not None and (best is None or order[id(f)] < order[id(best)]):
+                best = f
+            todo.extend(b for w in self.waits_of.get(q, []) for b in w.waits_for)
+        return best
+
+    @staticmethod
+    def divergences(findings: list[Finding]) -> dict[str, list[tuple[int, Finding]]]:
+        """group -> (seq, finding) of the findings that mark where the group's members parted ways."""
+        out: dict[str, list[tuple[int, Finding]]] = {}
+        for f in findings:
+            if f.kind in DIVERGENCE_KINDS and f.group is not None and f.seq is not None and f.op not in P2P_OPS:
+                out.setdefault(f.group, []).append((f.seq, f))
+        return out
+
+    def after_divergence(self, rank: int, diverged: dict) -> Finding | None:
+        """Once a group's members parted ways, every later collective on it is a consequence (match.py): the
+        finding at the group's first divergence, when the rank is blocked after it."""
+        for e in self.pending.get(rank, []):
+            if e.is_p2p or e.seq is None:
+                continue
+            before = [(seq, f) for seq, f in diverged.get(e.group, []) if seq <= e.seq]
+            if before:
+                return min(before, key=lambda x: x[0])[1]
+        return None
+
+    def explain_all(self, findings: list[Finding]) -> tuple[list[Finding], dict[int, Finding]]:
+        """Findings until every subject is accounted for; rank -> the finding that accounts for it."""
+        subjects = self.subjects()
+        for _ in range(len(subjects) + 1):  # each round accounts for at least one more rank
+            findings = sort_findings(findings)
+            named = self.named(findings)
+            order = {id(f): i for i, f in enumerate(findings)}
+            by: dict[int, Finding] = {}
+            left = []
+            diverged = self.divergences(findings)
+            for r in subjects:
+                f = named.get(r) or self.reach(r, named, order) or self.after_divergence(r, diverged)
+                if f is None:
+                    left.append(r)
+                else:
+                    by[r] = f
+            if not left:
+                return findings, by
+            findings = findings + self.suspected(left, named)
+        raise AssertionError("explain: ranks left unexplained")  # unreachable: every round names its ranks
+
+    # ---- findings for ranks nothing else explains ---------------------------------------------------------
+    def suspected(self, left: list[int], named: dict[int, Finding]) -> list[Finding]:
+        out: list[Finding] = []
+        crashed = [r for r in left if r in self.crashes and not self.waits_of.get(r)]
+        out.extend(crash_findings(self.ts, {r: self.crashes[r] for r in crashed}, set()))
+        idle_at: dict[tuple, dict] = {}  # (group, seq, op) -> waiters, idle ranks, entry
+        lost: set[int] = set()
+        stuck: dict[tuple, list[int]] = {}
+        for r in left:
+            if r in crashed:
+                continue
+            if not self.waits_of.get(r):
+                e = self.pending[r][0]
+                stuck.setdefault((e.group, _seq(e), e.op, e.is_p2p), []).append(r)
+                continue
+            for w, sinks in self._sinks(r):
+                for q in sinks:
+                    if q not in self.ts.ranks:
+                        lost.add(q)
+                    elif not self.pending.get(q) and q not in named:
+                        got = idle_at.setdefault((w.entry.group, _seq(w.entry), w.entry.op), {
+                            "waiters": set(), "idle": set(), "entry": w.entry})
+                        got["waiters"].add(w.rank)
+                        got["idle"].add(q)
+        if lost:
+            out.append(Finding("missing_dump", sorted(lost), detail=(
+                f"{fmt_ranks(lost)} left no trace (crashed, killed, or never dumped), and other ranks wait for "
+                f"{'it' if len(lost) == 1 else 'them'}."), evidence={"found_by": "wait-for graph"}))
+        for (group, seq, op), got in sorted(idle_at.items(), key=lambda kv: str(kv[0])):
+            e, idle = got["entry"], sorted(got["idle"])
+            out.append(Finding(
+                "missing_ranks", idle, group=group, seq=seq, op=op, t=e.t_created,
+                detail=(f"Suspected, because {fmt_ranks(got['waiters'])} wait in {op} #{seq} on "
+                        f"{fmt_group(group, self._desc(group))} for {fmt_ranks(idle)}, which "
+                        f"{'is' if len(idle) == 1 else 'are'} in no collective and never joined it. "
+                        + "; ".join(describe_rank(q, self.ts.ranks.get(q), []) for q in idle[:8]) + "."),
+                evidence={"waiting": sorted(got["waiters"]), "found_by": "wait-for graph"}))
+        for (group, seq, op, is_p2p), ranks in sorted(stuck.items(), key=lambda kv: str(kv[0])):
+            out.append(self._stuck(group, seq, op, is_p2p, ranks))
+        return out
+
+    def _sinks(self, rank: int):
+        """For each of the rank's waits, the ranks at the ends of its wait chains (they wait for nobody)."""
+        for w in self.waits_of.get(rank, []):
+            sinks, seen, todo = set(), {rank}, deque(w.waits_for)
+            while todo:
+                q = todo.popleft()
+                if q in seen:
+                    continue
+                seen.add(q)
+                nxt = [b for v in self.waits_of.get(q, []) for b in v.waits_for]
+                if nxt:
+                    todo.extend(nxt)
+                else:
+                    sinks.add(q)
+            yield w, sinks
+
+    def _desc(self, group: str) -> str:
+        view = self.views.get(group)
+        return view.desc if view is not None else ""
+
+    def _stuck(self, group: str, seq, op: str, is_p2p: bool, ranks: list[int]) -> Finding:
+        e = self.pending[ranks[0]][0]
+        where = f"{op} #{seq} on {fmt_group(group, self._desc(group))}"
+        who = f"{fmt_ranks(ranks)} {'is' if len(ranks) == 1 else 'are'} blocked in {where}"
+        detail = f"Suspected, because {who}, and " + self.alone_reason(ranks[0], e) + "."
+        return Finding("stuck_collective", ranks, group=group, seq=seq, op=op, t=e.t_created, detail=detail,
+                       evidence={"found_by": "wait-for graph", "members": self.views[group].members
+                                 if group in self.views else None})
+
+    def alone_reason(self, rank: int, e: Entry) -> str:
+        """Why a rank in call `e` waits for nobody, in words."""
+        if e.is_p2p:
+            if e.peer is None:
+                return "its peer is not known (a receive from any source)"
+            return (f"rank {e.peer} posted the matching {'recv' if e.op == 'send' else 'send'}: nothing in the "
+                    f"traces holds it up (the transport, or a dump taken while it ran)")
+        view = self.views.get(e.group)
+        others = [m for m in view.members if m != rank] if view is not None else []
+        if not others:
+            return (f"no other rank's trace shows group '{e.group}': its other members never called a collective "
+                    f"on it, or left no trace (Gloo's dumps do not list group members) - a collective only some "
+                    f"ranks call, such as one on a group made with new_group for metrics")
+        if view is not None and completed_by_peers(rank, e, view, self.ts):
+            return (f"{fmt_ranks(others)} completed it (the rank's own dump had not marked it completed yet: "
+                    f"Gloo marks completion late)")
+        return (f"every other member ({fmt_ranks(others)}) issued it too: nothing in the traces holds it up - the "
+                f"transport or a device hangs inside it, or the dump was taken while it ran")
+
+
+def consequences_of(ex: Explainer, findings: list[Finding], by: dict[int, Finding],
+                    earlier: list[dict]) -> list[dict]:
+    """The consequence records, each pointing at the finding that explains it: the ones the analyses filed
+    (resolved through "_ref", else through their ranks), then one per blocked or crashed rank that no finding
+    names, grouped by the call they wait in."""
+    index = {id(f): i for i, f in enumerate(findings)}
+    named = ex.named(findings)
+    out: list[dict] = []
+    for c in earlier:
+        ref = c.pop("_ref", None)
+        f = ref if ref is not None and id(ref) in index else None
+        if f is None:
+            f = min((by.get(r) or named.get(r) for r in c["ranks"] if by.get(r) or named.get(r)),
+                    key=lambda x: index[id(x)], default=None)
+        if f is None:  # nothing to point at: then it is no consequence, but a finding of its own
+            continue
+        out.append(_point(c, f, index))
+    grouped: dict[tuple, dict] = {}
+    for r in ex.subjects():
+        f = by[r]
+        if r in f.ranks:
+            continue
+        waits = ex.waits_of.get(r, [])
+        e = waits[0].entry if waits else ex.pending[r][0]
+        blockers = sorted({b for w in waits for b in w.waits_for})
+        key = (e.group, _seq(e), e.op, id(f))
+        got = grouped.get(key)
+        if got is None:
+            got = grouped[key] = {"kind": "blocked", "group": e.group, "seq": _seq(e), "op": e.op, "ranks": [],
+                                  "waits_for": set(), "crashed": []}
+        got["ranks"].append(r)
+        got["waits_for"].update(blockers)
+        if r in ex.crashes:
+            got["crashed"].append(r)
+        got["_f"] = f
+    for got in grouped.values():
+        f = got.pop("_f")
+        waits_for, crashed = sorted(got.pop("waits_for")), got.pop("crashed")
+        because = (f"waiting for {fmt_ranks(waits_for)}" if waits_for else
+                   f"blocked after group '{got['group']}' parted ways at {f.op} #{f.seq}")
+        if crashed:
+            because += f"; {fmt_ranks(crashed)} then failed inside it ({ex.crashes[crashed[0]]['text'][:120]})"
+        got["because"] = because
+        got["waits_for"] = waits_for
+        out.append(_point(got, f, index))
+    return out
+
+
+def _point(c: dict, f: Finding, index: dict[int, int]) -> dict:
+    c["finding"] = index[id(f)]
+    c["finding_ref"] = {"kind": f.kind, "group": f.group, "seq": f.seq}
+    return c
