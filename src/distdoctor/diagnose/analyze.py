@@ -32,6 +32,7 @@ from distdoctor.diagnose.waitfor import (Cycle, Wait, build_waits, describe_cycl
 from distdoctor.trace.model import Entry, TraceSet
 
 MISMATCHES = ("type_mismatch", "size_mismatch", "dtype_mismatch", "root_mismatch")
+ROOTED = ("broadcast", "reduce", "gather", "scatter")  # collectives with a root
 
 
 @dataclass
@@ -74,8 +75,10 @@ def analyze(ts: TraceSet) -> Report:
     findings: list[Finding] = []
     consequences: list[dict] = []
 
+    counted = p2p.count_disagreements(cycles, explainer.waits_of)
+    findings.extend(counted)
     for c in cycles:
-        if not c.p2p_only:
+        if not c.p2p_only and not any(f.ranks == c.ranks for f in counted):
             findings.append(_order_deadlock(c))
     findings.extend(p2p.cycle_findings(cycles))
     findings.extend(p2p.pair_disagreements(ts))
@@ -146,8 +149,7 @@ def _survivors_wait(f: Finding, d: Divergence, views: dict[str, GroupView]) -> N
     f.evidence["others_wait_in"] = {"group": d.group, "seq": d.seq, "op": d.op, "ranks": d.present}
     f.detail += (f" {fmt_ranks(d.present)} wait for {'it' if len(f.ranks) == 1 else 'them'} in {d.op} #{d.seq} on "
                  f"{fmt_group(d.group, views[d.group].desc)}.")
-    if f.group is None:
-        f.group, f.groups, f.seq, f.op = d.group, [d.group], d.seq, d.op
+    f.group, f.groups, f.seq, f.op = d.group, [d.group], d.seq, d.op  # where the crash stopped the others
 
 
 def _one_finding_per_absent_rank(findings: list[Finding], consequences: list[dict]) -> list[Finding]:
@@ -240,7 +242,8 @@ def _missing_ranks(d: Divergence, idle: list[int], explained: list[int], ts: Tra
                          f"it called from {site['rank_site']} where {fmt_ranks(site['others'])} called "
                          f"from {site['others_site']}.")
             f.evidence.setdefault("callsite_divergence", {})[str(r)] = site
-    if any(is_gloo_fr(ts.ranks.get(r)) for r in idle):
+    if any(ts.ranks.get(r) is not None and ts.ranks[r].source.startswith("flight_recorder") for r in idle) and \
+            any(is_gloo_fr(t) for t in ts.ranks.values()):
         f.detail += (" (Gloo's Flight Recorder does not record send/recv: a rank blocked in p2p looks idle "
                      "in these dumps; the distdoctor recorder's traces show it.)")
     if explained:
@@ -253,6 +256,14 @@ def _from_divergence(d: Divergence, views: dict[str, GroupView]) -> Finding:
     if d.kind == "state_mismatch":
         detail = (f"{d.op} #{d.seq} on {group} completed on {fmt_ranks(d.evidence['completed'])} "
                   f"but {fmt_ranks(d.ranks)} {'is' if len(d.ranks) == 1 else 'are'} still in it.")
+        later = d.evidence.get("then_absent_from")
+        if later:
+            detail += f" The others went on to {later['op']} #{later['seq']}, which {fmt_ranks(later['ranks'])} never reached."
+        if d.op in ROOTED and d.seq in views[d.group].by_rank.get(d.evidence["completed"][0], {}) and \
+                views[d.group].by_rank[d.evidence["completed"][0]][d.seq].root is None:
+            detail += (f" These traces record no {d.op} roots (Flight Recorder does not): a root that differs "
+                       f"between ranks (e.g. broadcast_object_list(src=...) from a per-rank config) completes a "
+                       f"{d.op} on some ranks only; the distdoctor recorder's traces show the roots.")
     else:
         what = d.kind.split("_")[0]
         verb = {"type": "issued a different collective", "size": "passed different sizes",

@@ -336,6 +336,12 @@ def first_divergence(view: GroupView) -> Divergence | None:
             return divs[0] if len(divs) == 1 else _merge(divs)
         ref = next(iter(present.values()))
         if absent:
+            if state_div is not None and set(absent) <= set(state_div.ranks) and not _late_mark(view, state_div):
+                # The ranks absent here are still inside an earlier collective the others completed: that is
+                # where the group parted ways (e.g. a broadcast whose root differs between ranks completes on
+                # some of them only).
+                state_div.evidence["then_absent_from"] = {"seq": seq, "op": ref.op, "ranks": sorted(absent)}
+                return state_div
             t = min((e.t_created for e in present.values() if e.t_created), default=None)
             return Divergence(view.name, seq, ref.op, "missing_ranks", sorted(absent), sorted(present), "",
                               {"issued_by": sorted(present)}, t)
@@ -349,6 +355,12 @@ def first_divergence(view: GroupView) -> Divergence | None:
                                        {"completed": sorted(done), "stuck": sorted(stuck),
                                         "states": {r: present[r].state for r in sorted(present)}}, t)
     return state_div
+
+
+def _late_mark(view: GroupView, d: Divergence) -> bool:
+    """One rank shown in a collective every other member (all with a trace) completed: it is out of it, its own
+    mark lags (Gloo retires an entry after the call returned) - where it stopped is the next collective."""
+    return len(d.ranks) == 1 and set(view.members) <= set(view.by_rank)
 
 
 def _merge(divs: list[Divergence]) -> Divergence:

@@ -32,6 +32,39 @@ def cycle_findings(cycles: list[Cycle]) -> list[Finding]:
     return out
 
 
+def count_disagreements(cycles: list[Cycle], waits_of: dict) -> list[Finding]:
+    """Cycles through a send or recv whose peer posted fewer matching calls and went on into a collective: the
+    two sides disagree on how many messages pass between them (pipeline stages configured with different
+    numbers of micro-batches, a rank-conditional send). Found before the cycle reads as an order deadlock."""
+    out = []
+    for c in cycles:
+        if c.p2p_only:
+            continue
+        for a, b, w in c.path:
+            e = w.entry
+            theirs = [v for v in waits_of.get(b, []) if not v.entry.is_p2p]
+            if not e.is_p2p or w.p2p is None or w.p2p[1] > w.p2p[0] or not theirs:
+                continue
+            nth, posted = w.p2p[0] + 1, w.p2p[1]
+            other = "recv" if e.op == "send" else "send"
+            moved = theirs[0].entry
+            out.append(Finding(
+                "p2p_deadlock", c.ranks, group=e.group, groups=c.groups, seq=e.p2p_seq, op=e.op, t=e.t_created,
+                detail=(f"rank {a} waits in {e.op} #{e.p2p_seq} {'to' if e.op == 'send' else 'from'} rank {b} on "
+                        f"group '{e.group}', its {_nth(nth)} {e.op} {'to' if e.op == 'send' else 'from'} rank {b}, "
+                        f"but rank {b} posted only {posted} matching {other}{'s' if posted != 1 else ''} and went on "
+                        f"to {moved.op} #{moved.seq} on group '{moved.group}': the two sides disagree on how many "
+                        f"messages pass between them (pipeline stages configured with different numbers of "
+                        f"micro-batches, a send or recv only some ranks make). Cycle: {describe_cycle(c)}."),
+                evidence={"cycle": [[x, y] for x, y, _ in c.path], "messages": {"expected": nth, "posted": posted}}))
+            break
+    return out
+
+
+def _nth(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 def pair_disagreements(ts: TraceSet) -> list[Finding]:
     sends: dict[tuple, list] = {}
     recvs: dict[tuple, list] = {}

@@ -35,6 +35,9 @@ class Wait:
     rank: int
     entry: Entry
     waits_for: list[int]
+    # p2p: (this call's position among the rank's calls of its kind to/from the peer, how many matching calls
+    # the peer posted); None for collectives
+    p2p: tuple[int, int] | None = None
 
 
 def pending_entries(ts: TraceSet, views: dict[str, GroupView],
@@ -124,7 +127,7 @@ def build_waits(ts: TraceSet, views: dict[str, GroupView]) -> tuple[list[Wait], 
                 theirs = p2p.get(other, []) if e.peer in ts.ranks else []
                 match = theirs[ordinal] if ordinal < len(theirs) else None
                 if match is None or not _reached(e.peer, match, first_pending):
-                    waits.append(Wait(rank, e, [e.peer]))
+                    waits.append(Wait(rank, e, [e.peer], (ordinal, len(theirs))))
                 continue
             view = views.get(e.group)
             if view is None or e.seq is None:
