@@ -79,7 +79,7 @@ def analyze(ts: TraceSet) -> Report:
     findings.extend(counted)
     for c in cycles:
         if not c.p2p_only and not any(f.ranks == c.ranks for f in counted):
-            findings.append(_order_deadlock(c))
+            findings.append(_order_deadlock(c, views))
     findings.extend(p2p.cycle_findings(cycles))
     findings.extend(p2p.pair_disagreements(ts))
     on_cycle = {r for c in cycles for r in c.ranks}
@@ -189,12 +189,20 @@ def _one_finding_per_absent_rank(findings: list[Finding], consequences: list[dic
     return kept
 
 
-def _order_deadlock(c: Cycle) -> Finding:
+def _order_deadlock(c: Cycle, views: dict[str, GroupView]) -> Finding:
     first = c.path[0][2].entry
+    detail = (f"{fmt_ranks(c.ranks)} wait for each other across groups {', '.join(repr(x) for x in c.groups)}: "
+              f"their collectives were issued in different orders. Cycle: {describe_cycle(c)}.")
+    for a, b, w in c.path:  # a wait for ranks that never used the group at all: maybe a call only some ranks make
+        view = views.get(w.entry.group)
+        never = [r for r in w.waits_for if view is not None and r in view.by_rank and not view.by_rank[r]]
+        if never and w.entry.seq == 1:
+            detail += (f" {fmt_ranks(never)} never issued any collective on {fmt_group(view.name, view.desc)}: rank "
+                       f"{a}'s {w.entry.op} #1 there may be a call only some ranks make (e.g. metrics on a group "
+                       f"made with new_group).")
+            break
     return Finding("order_deadlock", c.ranks, group=first.group, groups=c.groups, seq=first.seq, op=first.op,
-                   t=first.t_created,
-                   detail=f"{fmt_ranks(c.ranks)} wait for each other across groups {', '.join(repr(x) for x in c.groups)}: "
-                          f"their collectives were issued in different orders. Cycle: {describe_cycle(c)}.",
+                   t=first.t_created, detail=detail,
                    evidence={"cycle": [{"rank": a, "waits_for": b, "group": w.entry.group, "seq": w.entry.seq,
                                         "op": w.entry.op} for a, b, w in c.path]})
 
@@ -221,7 +229,7 @@ def _missing_dump(no_dump: list[int], waits: list[Wait], views: dict[str, GroupV
 
 def _missing_ranks(d: Divergence, idle: list[int], explained: list[int], ts: TraceSet,
                    pending: dict[int, list[Entry]], views: dict[str, GroupView], explainer: Explainer) -> Finding:
-    notes = {r: explainer.alone_reason(r, pending[r][0]) for r in idle if pending.get(r)}
+    notes = {r: explainer.alone_reason(r, pending[r][0]) if pending.get(r) else explainer.late_mark(r) for r in idle}
     detail = (f"{fmt_ranks(d.present)} issued {d.op} #{d.seq} on {fmt_group(d.group, views[d.group].desc)}; "
               f"{fmt_ranks(idle)} never did. " + "; ".join(
                   describe_rank(r, ts.ranks.get(r), pending.get(r, []), notes.get(r, "")) for r in idle) + ".")

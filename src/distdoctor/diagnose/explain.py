@@ -26,6 +26,7 @@ from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.progress import describe_rank
 from distdoctor.diagnose.waitfor import Wait, completed_by_peers
 from distdoctor.trace.model import Entry, TraceSet
+from distdoctor.trace.summary import summarize
 
 
 # Findings that mark the first place a group's members parted ways: every later collective on the group follows.
@@ -189,6 +190,20 @@ class Explainer:
         return Finding("stuck_collective", ranks, group=group, seq=seq, op=op, t=e.t_created, detail=detail,
                        evidence={"found_by": "wait-for graph", "members": self.views[group].members
                                  if group in self.views else None})
+
+    def late_mark(self, rank: int) -> str:
+        """A phrase when the rank's dump shows a collective in flight that every other member completed (the
+        rank returned from it; its own mark lags), else ''."""
+        trace = self.ts.ranks.get(rank)
+        if trace is None:
+            return ""
+        for i in reversed(summarize(trace).not_done[-8:]):
+            e = trace.entries[i]
+            view = self.views.get(e.group)
+            if e.seq is not None and not e.is_p2p and view is not None and completed_by_peers(rank, e, view, self.ts):
+                return (f"its dump still shows {e.op} #{e.seq} on group '{e.group}' in flight, which every other "
+                        f"member completed: it returned from it (Gloo marks completion late)")
+        return ""
 
     def alone_reason(self, rank: int, e: Entry) -> str:
         """Why a rank in call `e` waits for nobody, in words."""

@@ -55,9 +55,9 @@ class Watch:
             if time.monotonic() - self.last > STALL_S:
                 self.dump(f"no collective returned for {STALL_S:.0f} s")
 
-    def dump_flight_recorder(self) -> None:
+    def dump_flight_recorder(self, pickled: bytes | None = None) -> None:
         base = os.path.join(self.out, self.scenario)
-        for form, data in (("pickle", _dump_fr_trace(True, True, False)),
+        for form, data in (("pickle", pickled or _dump_fr_trace(True, True, False)),
                            ("json", _dump_fr_trace_json(True, False))):
             os.makedirs(os.path.join(base, form), exist_ok=True)
             ext = "pkl" if form == "pickle" else "json"
@@ -66,12 +66,12 @@ class Watch:
                 f.write(data if isinstance(data, bytes) else data.encode())
             os.replace(path + ".tmp", path)
 
-    def dump(self, reason: str) -> None:
+    def dump(self, reason: str, pickled: bytes | None = None) -> None:
         with self.lock:
             if self.dumped:
                 return
             base = os.path.join(self.out, self.scenario)
-            self.dump_flight_recorder()
+            self.dump_flight_recorder(pickled)
             _native_dump(reason)
             with open(os.path.join(base, f"done_{self.rank}"), "w") as f:
                 f.write(reason)
@@ -222,6 +222,23 @@ def s_async_left(rank: int, w: Watch) -> None:
             dist.all_reduce(torch.ones(4), async_op=True)
             stuck_loader()
         ar(w, torch.ones(4))
+
+
+def s_late(rank: int, w: Watch) -> None:
+    """Gloo marks a collective completed from a background thread a moment after the call returned. Rank 3
+    stops (a stuck data loader) right after an all_reduce returned, and dumps at once: as soon as a dump shows
+    that all_reduce still in flight (one try in ten or so), though every rank completed it. Ranks 0-2 wait in
+    the next all_reduce. The harness reports whether the dump caught it ("late": true)."""
+    import pickle
+
+    for i in range(400):
+        ar(w, torch.ones(1000))
+        if rank == 3:
+            data = _dump_fr_trace(True, False, False)
+            late = not pickle.loads(data)["entries"][-1].get("retired")
+            if late or i == 399:
+                w.dump(f"stopped after all_reduce #{i + 1}; late: {str(late).lower()}", pickled=data)
+                stuck_loader()
 
 
 def s_lone(rank: int, w: Watch) -> None:
