@@ -24,7 +24,8 @@ from distdoctor.diagnose.crash import crash_findings, crashed_ranks
 from distdoctor.diagnose.explain import Explainer, consequences_of, sort_findings
 from distdoctor.diagnose.findings import Finding, fmt_group, fmt_ranks, group_desc
 from distdoctor.diagnose.match import Divergence, GroupView, build_views, callsite_divergence, divergences
-from distdoctor.diagnose.progress import describe_rank, is_gloo_fr, last_completed, rank_progress, where_now
+from distdoctor.diagnose.progress import (describe_rank, is_gloo_fr, last_completed, probably_inside,
+                                         rank_progress, where_now)
 from distdoctor.diagnose.rankstate import rank_states
 from distdoctor.diagnose.straggler import find_stragglers
 from distdoctor.diagnose.waitfor import (Cycle, Wait, build_waits, describe_cycle, find_cycles, graph,
@@ -104,8 +105,14 @@ def analyze(ts: TraceSet) -> Report:
             # in a call that waits for nobody (alone on its group, or shown in a call its peers completed) is not.
             idle = [r for r in d.ranks if r not in waiting and r not in on_cycle]
             crashed = [r for r in idle if r in crash_finding]
-            idle = [r for r in idle if r not in crash_finding]
-            explained = [r for r in d.ranks if r not in idle and r not in crashed]
+            call = views[d.group].by_rank[d.present[0]][d.seq]
+            unseen = [r for r in idle if r not in crash_finding and probably_inside(ts.ranks.get(r), call)]
+            idle = [r for r in idle if r not in crash_finding and r not in unseen]
+            explained = [r for r in d.ranks if r not in idle and r not in crashed and r not in unseen]
+            if unseen:
+                consequences.append({"kind": d.kind, "group": d.group, "seq": d.seq, "op": d.op, "ranks": unseen,
+                                     "because": "only a recorder trace, which cannot show this call (issued from "
+                                                "C++), and the main thread is inside torch: probably in it"})
             for r in crashed:
                 _survivors_wait(crash_finding[r], d, views)
             if crashed:
@@ -113,7 +120,7 @@ def analyze(ts: TraceSet) -> Report:
                                      "because": "those ranks crashed", "_ref": crash_finding[crashed[0]]})
             if idle:
                 findings.append(_missing_ranks(d, idle, explained, ts, pending, views, explainer))
-            elif explained and not crashed:
+            elif explained and not crashed and not unseen:
                 consequences.append({"kind": d.kind, "group": d.group, "seq": d.seq, "op": d.op, "ranks": d.ranks,
                                      "because": "those ranks are blocked in other collectives"})
         elif d.kind == "state_mismatch":

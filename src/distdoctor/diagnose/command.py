@@ -10,14 +10,24 @@ import click
 from distdoctor.errors import CheckFailed, InputError
 
 
-def merged_note(merged: list) -> str:
-    """One line on the ranks whose recorder trace and Flight Recorder dump were merged."""
+def merged_note(traces: list) -> str:
+    """One line on the ranks whose recorder trace and Flight Recorder dump were merged (and on ranks with only a
+    recorder trace whose sequence numbers were translated through a merged rank's)."""
     from distdoctor.diagnose.findings import fmt_ranks
 
-    only_fr = sum(t.merged["flight_recorder_only"] for t in merged)
-    return (f"{fmt_ranks([t.rank for t in merged])}: the recorder's trace and Flight Recorder's dump merged into one "
-            f"view" + (f" ({only_fr} call(s) only Flight Recorder saw: issued from C++, e.g. DDP's gradient buckets)"
-                       if only_fr else ""))
+    merged = [t for t in traces if "flight_recorder_only" in t.merged]
+    renumbered = [t for t in traces if "renumbered_through" in t.merged]
+    parts = []
+    if merged:
+        only_fr = sum(t.merged["flight_recorder_only"] for t in merged)
+        parts.append(f"{fmt_ranks([t.rank for t in merged])}: the recorder's trace and Flight Recorder's dump merged "
+                     f"into one view" + (f" ({only_fr} call(s) only Flight Recorder saw: issued from C++, e.g. DDP's "
+                                         f"gradient buckets)" if only_fr else ""))
+    if renumbered:
+        via = sorted({r for t in renumbered for r in t.merged["renumbered_through"].values()})
+        parts.append(f"{fmt_ranks([t.rank for t in renumbered])} left no Flight Recorder dump: sequence numbers "
+                     f"translated through {fmt_ranks(via)}'s; the calls C++ issued are missing from their view")
+    return "; ".join(parts)
 
 
 @click.command("diagnose")

@@ -92,6 +92,19 @@ def crash_phrase(crash: dict) -> str:
     return f"crashed: {text}{inside}{where}"
 
 
+def probably_inside(trace: RankTrace | None, e: Entry) -> bool:
+    """A rank that left only its recorder trace (which cannot see calls issued from C++, such as DDP's gradient
+    all_reduces), whose main thread is inside torch at dump time while its trace shows it in no call, for a call
+    only Flight Recorder saw (its name keeps the backend: `gloo:all_reduce`): it is probably in that call.
+    Blaming it for never issuing it would blame the innocent."""
+    if trace is None or trace.source != "native" or not e.raw_op or ":" not in e.raw_op:
+        return False
+    if summarize(trace).not_done:
+        return False  # the trace shows a call it is in (or left open): that is where it is
+    got = main_stack(trace)
+    return bool(got and got[1]) and any(m in got[1][-1].filename for m in ("/torch/", "/site-packages/torch"))
+
+
 def last_completed(trace: RankTrace) -> Entry | None:
     """The rank's last entry marked completed (found from the state column, from the end)."""
     i = summarize(trace).last_done

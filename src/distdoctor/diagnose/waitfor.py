@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from distdoctor.diagnose.match import GroupView
+from distdoctor.diagnose.progress import probably_inside
 from distdoctor.trace.model import Entry, RankTrace, TraceSet
 from distdoctor.trace.summary import summarize
 
@@ -140,6 +141,8 @@ def build_waits(ts: TraceSet, views: dict[str, GroupView]) -> tuple[list[Wait], 
                     blockers.append(m)
                     continue
                 theirs = view.by_rank.get(m, {}).get(e.seq)
+                if theirs is None and probably_inside(ts.ranks[m], e):
+                    continue  # its trace cannot show this call (issued from C++), and it is inside torch
                 if theirs is None or not _reached(m, theirs, first_pending):
                     blockers.append(m)
             if blockers:

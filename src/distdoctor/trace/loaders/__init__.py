@@ -31,7 +31,7 @@ from distdoctor.trace.coded import CODED_FIELDS, CodedEntries
 from distdoctor.trace.loaders.flight_recorder import (_Interner, load_fr_json, load_fr_pickle, looks_like_fr,
                                                       parse_fr_json_fast)
 from distdoctor.trace.loaders.fr_json_scan import kernels
-from distdoctor.trace.loaders.merge import merge_rank
+from distdoctor.trace.loaders.merge import merge_rank, renumber_recorder_only
 from distdoctor.trace.loaders.native import is_native, load_native
 from distdoctor.trace.model import (DEFAULT_GROUP, ENTRY_FIELDS, Entry, EntryColumns, GroupInfo, LoadError, RankTrace,
                                    TraceSet, entry_column)
@@ -297,6 +297,7 @@ def load_traces(paths: list[str], world_size: int | None = None, jobs: int | Non
         own = ts.ranks[rank]
         if own is not fr:
             ts.ranks[rank] = merge_rank(own, fr)
+    renumber_recorder_only(ts.ranks)
     ts.ranks = dict(sorted(ts.ranks.items()))
     ts.world_size = _world_size(ts, world_size)
     _infer_groups(ts)

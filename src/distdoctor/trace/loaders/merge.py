@@ -43,18 +43,20 @@ def _numel(sizes: list[list[int]]) -> int:
     return total
 
 
-def _compatible(rec: Entry, fr: Entry) -> bool:
-    """Can Flight Recorder's `fr` be the call the recorder saw as `rec`?"""
+def _compatible(rec: Entry, fr: Entry, timed: bool = True, sizes: bool = True) -> bool:
+    """Can Flight Recorder's `fr` be the call the recorder saw as `rec`? (`timed`: both are of one process, so
+    Flight Recorder's entry cannot predate the call; `sizes`: both are of one process, so the sizes agree.)"""
     if not same_collective(rec.op, rec.raw_op, fr.op, fr.raw_op):
         return False
-    if rec.op == fr.op and rec.in_sizes and fr.in_sizes and _numel(rec.in_sizes) != _numel(fr.in_sizes):
+    if sizes and rec.op == fr.op and rec.in_sizes and fr.in_sizes and _numel(rec.in_sizes) != _numel(fr.in_sizes):
         return False  # sizes differ in layout between the two ([[8]] vs [[2, 4]]), never in element count
-    if rec.t_created is not None and fr.t_created is not None and fr.t_created < rec.t_created - CLOCK_SLACK_S:
+    if timed and rec.t_created is not None and fr.t_created is not None and \
+            fr.t_created < rec.t_created - CLOCK_SLACK_S:
         return False
     return True
 
 
-def _by_seq(recs: list[Entry], frs: list[Entry]) -> dict[int, int] | None:
+def _by_seq(recs: list[Entry], frs: list[Entry], timed: bool = True, sizes: bool = True) -> dict[int, int] | None:
     """Pairs (recorder position -> Flight Recorder position) by sequence number, when every recorder entry the
     Flight Recorder window covers has its same-numbered, compatible partner; else None."""
     at = {e.seq: i for i, e in enumerate(frs)}  # a coalesced block repeats a seq: its marker (the last) wins
@@ -66,18 +68,18 @@ def _by_seq(recs: list[Entry], frs: list[Entry]) -> dict[int, int] | None:
             if r.seq < lo or r.seq > hi:
                 continue  # older than Flight Recorder's ring buffer holds, or never reached its process group
             return None
-        if not _compatible(r, frs[j]):
+        if not _compatible(r, frs[j], timed, sizes):
             return None
         pairs[i] = j
     return pairs
 
 
-def _in_order(recs: list[Entry], frs: list[Entry]) -> dict[int, int]:
+def _in_order(recs: list[Entry], frs: list[Entry], timed: bool = True) -> dict[int, int]:
     pairs: dict[int, int] = {}
     j = 0
     for i, r in enumerate(recs):
         k = j
-        while k < len(frs) and not _compatible(r, frs[k]):
+        while k < len(frs) and not _compatible(r, frs[k], timed):
             k += 1
         if k < len(frs):
             pairs[i] = k
@@ -112,6 +114,7 @@ def merge_rank(rec: RankTrace, fr: RankTrace) -> RankTrace:
     pairs: dict[int, tuple[int, int | None]] = {}  # recorder position -> (FR position, seq)
     unnumbered: set[int] = set()  # recorder collectives kept without a sequence number
     aligned_by: dict[str, str] = {}
+    seq_map: dict[str, list[list[int]]] = {}  # group -> [recorder seq, Flight Recorder seq] where they differ
     rec_by_group, fr_by_group = _collectives_by_group(recs), _collectives_by_group(frs)
     for group, r_pos in sorted(rec_by_group.items()):
         f_pos = fr_by_group.get(group)
@@ -127,6 +130,8 @@ def merge_rank(rec: RankTrace, fr: RankTrace) -> RankTrace:
                     unnumbered.add(r_pos[k])  # its number counts other calls than Flight Recorder's
         for k, m in got.items():
             pairs[r_pos[k]] = (f_pos[m], f_ent[m].seq)
+        if aligned_by[group] == "order":
+            seq_map[group] = [[r_ent[k].seq, f_ent[m].seq] for k, m in sorted(got.items())]
     fr_paired = {j for j, _ in pairs.values()}
     threads = Counter((frs[j].stream, recs[i].stream) for i, (j, _) in pairs.items())
     thread_of = {}
@@ -169,4 +174,54 @@ def merge_rank(rec: RankTrace, fr: RankTrace) -> RankTrace:
         rec, source=f"{rec.source}+{fr.source}", groups=groups, entries=merged, summary=None,
         world_size=rec.world_size or fr.world_size,
         merged={"paths": [rec.path, fr.path], "paired": len(pairs), "flight_recorder_only": fr_only,
-                "recorder_only": len(recs) - len(pairs), "aligned_by": aligned_by})
+                "recorder_only": len(recs) - len(pairs), "aligned_by": aligned_by, "seq_map": seq_map})
+
+
+def renumber_recorder_only(ranks: dict[int, RankTrace]) -> None:
+    """A rank that left only its recorder trace, in a job where C++ issued collectives the recorder does not see
+    (DDP): its sequence numbers count fewer calls than its peers' communicators did. Translate them: the same
+    program makes the same Python calls in the same order, so the k-th Python collective on a group gets the
+    number a merged rank's k-th one got (its own alignment), else the number it aligns with, in order, among a
+    Flight Recorder dump of another rank (same collective, same element count); beyond the aligned range the
+    last offset holds. Calls only C++ issued stay unknown for that rank (neither present nor absent)."""
+    maps: dict[str, tuple[int, dict[int, int], list[int]]] = {}
+    for rank, t in sorted(ranks.items()):
+        for group, pairs in ((t.merged or {}).get("seq_map") or {}).items():
+            if group not in maps and pairs:
+                maps[group] = (rank, {a: b for a, b in pairs}, pairs[-1])
+    fr_only = [t for _, t in sorted(ranks.items()) if t.source.startswith("flight_recorder")]
+    for rank, t in ranks.items():
+        if t.merged or t.source != "native":
+            continue
+        by_group = _collectives_by_group(list(t.entries))
+        done = {}
+        for group, positions in by_group.items():
+            got = maps.get(group) or _map_against(ranks, [t.entries[i] for i in positions], group, fr_only)
+            if got is None:
+                continue
+            via, table, (last_rec, last_fr) = got
+            for i in positions:
+                e = t.entries[i]
+                e.seq = table.get(e.seq, last_fr + e.seq - last_rec if e.seq > last_rec else None)
+            done[group] = via
+        if done:
+            t.summary = None
+            t.merged = {"paths": [t.path], "renumbered_through": done}
+
+
+def _map_against(ranks: dict[int, RankTrace], recs: list[Entry], group: str, fr_only: list[RankTrace]):
+    """(rank, recorder seq -> its seq, last pair) from the first Flight Recorder dump with entries on the group,
+    when the numbers differ; None when they agree or nothing aligns."""
+    for other in fr_only:
+        frs = [e for e in other.entries if e.group == group and e.seq is not None and not e.is_p2p]
+        if not frs:
+            continue
+        if _by_seq(recs, frs, timed=False, sizes=False) is not None:
+            return None  # the numbers agree (sizes may differ between ranks: that is for the analysis to say)
+        pairs = _in_order(recs, frs, timed=False)
+        if not pairs:
+            return None
+        table = {recs[k].seq: frs[m].seq for k, m in pairs.items()}
+        last = max(pairs)
+        return other.rank, table, [recs[last].seq, frs[pairs[last]].seq]
+    return None
