@@ -214,6 +214,9 @@ class Explainer:
                     f"traces holds it up (the transport, or a dump taken while it ran)")
         view = self.views.get(e.group)
         others = [m for m in view.members if m != rank] if view is not None else []
+        if not others and view is not None and not view.inferred:
+            return (f"group '{e.group}' has no other member: nothing can hold it up (its completion mark lags, as "
+                    f"Gloo's does, or the dump caught it in flight)")
         if not others:
             return (f"no other rank's trace shows group '{e.group}': its other members never called a collective "
                     f"on it, or left no trace (Gloo's dumps do not list group members) - a collective only some "

@@ -179,24 +179,25 @@ def merge_rank(rec: RankTrace, fr: RankTrace) -> RankTrace:
 
 def renumber_recorder_only(ranks: dict[int, RankTrace]) -> None:
     """A rank that left only its recorder trace, in a job where C++ issued collectives the recorder does not see
-    (DDP): its sequence numbers count fewer calls than its peers' communicators did. Translate them: the same
-    program makes the same Python calls in the same order, so the k-th Python collective on a group gets the
-    number a merged rank's k-th one got (its own alignment), else the number it aligns with, in order, among a
-    Flight Recorder dump of another rank (same collective, same element count); beyond the aligned range the
-    last offset holds. Calls only C++ issued stay unknown for that rank (neither present nor absent)."""
+    (DDP): its sequence numbers count fewer calls than its peers' communicators did. Translate them through a
+    merged rank's own alignment (the same program makes the same Python calls in the same order): the k-th
+    Python collective on a group gets the number the merged rank's k-th one got; beyond the aligned range, the
+    last offset holds. Calls only C++ issued stay unknown for that rank (neither present nor absent). Without a
+    merged rank nothing is translated: a rank's recorder trace against another rank's Flight Recorder dump
+    cannot tell calls issued from C++ from a call one rank skipped."""
     maps: dict[str, tuple[int, dict[int, int], list[int]]] = {}
     for rank, t in sorted(ranks.items()):
         for group, pairs in ((t.merged or {}).get("seq_map") or {}).items():
             if group not in maps and pairs:
                 maps[group] = (rank, {a: b for a, b in pairs}, pairs[-1])
-    fr_only = [t for _, t in sorted(ranks.items()) if t.source.startswith("flight_recorder")]
+    if not maps:
+        return
     for rank, t in ranks.items():
         if t.merged or t.source != "native":
             continue
-        by_group = _collectives_by_group(list(t.entries))
         done = {}
-        for group, positions in by_group.items():
-            got = maps.get(group) or _map_against(ranks, [t.entries[i] for i in positions], group, fr_only)
+        for group, positions in _collectives_by_group(list(t.entries)).items():
+            got = maps.get(group)
             if got is None:
                 continue
             via, table, (last_rec, last_fr) = got
@@ -207,21 +208,3 @@ def renumber_recorder_only(ranks: dict[int, RankTrace]) -> None:
         if done:
             t.summary = None
             t.merged = {"paths": [t.path], "renumbered_through": done}
-
-
-def _map_against(ranks: dict[int, RankTrace], recs: list[Entry], group: str, fr_only: list[RankTrace]):
-    """(rank, recorder seq -> its seq, last pair) from the first Flight Recorder dump with entries on the group,
-    when the numbers differ; None when they agree or nothing aligns."""
-    for other in fr_only:
-        frs = [e for e in other.entries if e.group == group and e.seq is not None and not e.is_p2p]
-        if not frs:
-            continue
-        if _by_seq(recs, frs, timed=False, sizes=False) is not None:
-            return None  # the numbers agree (sizes may differ between ranks: that is for the analysis to say)
-        pairs = _in_order(recs, frs, timed=False)
-        if not pairs:
-            return None
-        table = {recs[k].seq: frs[m].seq for k, m in pairs.items()}
-        last = max(pairs)
-        return other.rank, table, [recs[last].seq, frs[pairs[last]].seq]
-    return None
