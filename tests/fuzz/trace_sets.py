@@ -52,10 +52,13 @@ class Job:
     faults: dict[int, tuple[str, int]]  # rank -> (fault, step index)
     eager_sends: bool = False
     late: set[int] = field(default_factory=set)  # ranks whose last completed call is shown in flight (Gloo)
+    flips: set[tuple[int, int]] = field(default_factory=set)  # (rank, call): the dump shows the other state
 
 
 @st.composite
-def jobs(draw, max_world: int = 8, faults=FAULTS, max_faults: int = 3, late: bool = True) -> Job:
+def jobs(draw, max_world: int = 8, faults=FAULTS, max_faults: int = 3, late: bool = True,
+         noise: bool = False) -> Job:
+    """`noise`: the dumps also show a few calls in the wrong state (evidence that agrees with no execution)."""
     world = draw(st.integers(1, max_world))
     groups = {"0": list(range(world))}
     descs = {"0": "default_pg"}
@@ -78,7 +81,9 @@ def jobs(draw, max_world: int = 8, faults=FAULTS, max_faults: int = 3, late: boo
     chosen = draw(st.lists(st.integers(0, world - 1), min_size=n_faults, max_size=n_faults, unique=True))
     fault_map = {r: (draw(st.sampled_from(faults)), draw(st.integers(0, len(steps) - 1))) for r in chosen}
     late_ranks = set(draw(st.sets(st.integers(0, world - 1), max_size=2))) if late else set()
-    return Job(world, groups, descs, steps, fault_map, draw(st.booleans()), late_ranks)
+    flips = set(draw(st.sets(st.tuples(st.integers(0, world - 1), st.integers(0, len(steps))), max_size=3))) \
+        if noise else set()
+    return Job(world, groups, descs, steps, fault_map, draw(st.booleans()), late_ranks, flips)
 
 
 # ---- running the program -----------------------------------------------------------------------------------
@@ -220,6 +225,8 @@ def traces(job: Job, ran: dict) -> dict[int, RankTrace]:
             state = "completed" if c.done else "started"
             if r in job.late and c.done and i == issued - 1 and c.op not in ("send", "recv"):
                 state = "started"  # Gloo marks it completed a moment after the call returned
+            if (r, i) in job.flips:
+                state = "started" if state == "completed" else "completed"
             frames = [Frame("<module>", USER, 1), Frame("step", USER, c.line)]
             if c.op in ("send", "recv"):
                 key = (c.group, c.op, c.peer)
