@@ -175,3 +175,17 @@ def test_the_wave_of_waiting_starts_where_the_idle_rank_is():
     waits = {(c["group"], tuple(c["ranks"])) for c in report.consequences if c["kind"] == "blocked"}
     assert ("dp0", (0,)) in waits and all(c["finding"] == 0 for c in report.consequences)
     assert blocked(report) <= accounted(report)
+
+
+def test_groups_are_named_as_the_user_named_them(tmp_path):
+    """DeviceMesh dimensions and group_desc reach the report beside the group's id, in text and JSON."""
+    groups = {"0": WORLD, "3": [0, 1], "4": [2, 3]}
+    traces = [trace(r, [coll(0, 1, group="3" if r < 2 else "4"),
+                        coll(1, 2, group="3" if r < 2 else "4", state="completed" if r != 1 else "started")]
+                    + ([] if r == 0 else [coll(2, 3, group="3" if r < 2 else "4", state="started")]),
+                    groups=groups) for r in WORLD]
+    for t in traces:
+        t.groups["3"].desc, t.groups["4"].desc = "mesh_dp", "mesh_dp"
+    report = load(tmp_path, traces)
+    assert report.to_json()["groups"]["3"]["desc"] == "mesh_dp"
+    assert "group '3' (mesh_dp)" in report.findings[0].detail

@@ -64,21 +64,25 @@ class Explainer:
                 out.setdefault(r, f)
         return out
 
-    def reach(self, rank: int, named: dict[int, Finding], order: dict[int, int]) -> Finding | None:
-        """The first finding (in report order) naming a rank that `rank` waits for, directly or through others."""
-        best: Finding | None = None
-        seen = {rank}
-        todo = deque(b for w in self.waits_of.get(rank, []) for b in w.waits_for)
-        while todo:
-            q = todo.popleft()
-            if q in seen:
-                continue
-            seen.add(q)
-            f = named.get(q)
-            if f is not None and (best is None or order[id(f)] < order[id(best)]):
-                best = f
-            todo.extend(b for w in self.waits_of.get(q, []) for b in w.waits_for)
-        return best
+    def reaches(self, findings: list[Finding]) -> dict[int, Finding]:
+        """rank -> the first finding (in report order) naming a rank it waits for, directly or through others.
+        One walk of the reversed wait-for graph per finding, in order, never past a rank an earlier finding
+        already reached (whoever waits for that rank reaches the earlier finding too): linear in the graph."""
+        waiters: dict[int, list[int]] = {}
+        for r, ws in self.waits_of.items():
+            for w in ws:
+                for b in w.waits_for:
+                    waiters.setdefault(b, []).append(r)
+        out: dict[int, Finding] = {}
+        for f in findings:
+            todo = deque(r for q in f.ranks for r in waiters.get(q, ()))
+            while todo:
+                r = todo.popleft()
+                if r in out:
+                    continue
+                out[r] = f
+                todo.extend(waiters.get(r, ()))
+        return out
 
     @staticmethod
     def divergences(findings: list[Finding]) -> dict[str, list[tuple[int, Finding]]]:
@@ -106,12 +110,12 @@ class Explainer:
         for _ in range(len(subjects) + 1):  # each round accounts for at least one more rank
             findings = sort_findings(findings)
             named = self.named(findings)
-            order = {id(f): i for i, f in enumerate(findings)}
+            reached = self.reaches(findings)
             by: dict[int, Finding] = {}
             left = []
             diverged = self.divergences(findings)
             for r in subjects:
-                f = named.get(r) or self.reach(r, named, order) or self.after_divergence(r, diverged)
+                f = named.get(r) or reached.get(r) or self.after_divergence(r, diverged)
                 if f is None:
                     left.append(r)
                 else:
@@ -158,9 +162,36 @@ class Explainer:
                         f"{'is' if len(idle) == 1 else 'are'} in no collective and never joined it. "
                         + "; ".join(describe_rank(q, self.ts.ranks.get(q), []) for q in idle[:8]) + "."),
                 evidence={"waiting": sorted(got["waiters"]), "found_by": "wait-for graph"}))
+        in_flight = []  # calls every member issued: one finding for all of them (a big job has one per group)
         for (group, seq, op, is_p2p), ranks in sorted(stuck.items(), key=lambda kv: str(kv[0])):
-            out.append(self._stuck(group, seq, op, is_p2p, ranks))
+            e = self.pending[ranks[0]][0]
+            if not is_p2p and self._all_issued(ranks[0], e):
+                in_flight.append((group, seq, op, ranks, e))
+            else:
+                out.append(self._stuck(group, seq, op, is_p2p, ranks))
+        if in_flight:
+            out.append(self._in_flight(in_flight))
         return out
+
+    def _all_issued(self, rank: int, e: Entry) -> bool:
+        view = self.views.get(e.group)
+        others = [m for m in view.members if m != rank] if view is not None else []
+        return bool(others) and not completed_by_peers(rank, e, view, self.ts)
+
+    def _in_flight(self, calls: list[tuple]) -> Finding:
+        """Ranks in collectives every member issued, which none completed: one finding, each call in evidence."""
+        calls.sort(key=lambda c: (c[4].t_created if c[4].t_created is not None else float("inf"), c[0]))
+        ranks = sorted({r for *_, rs, _ in calls for r in rs})
+        group, seq, op, _, e = calls[0]
+        where = "; ".join(f"{fmt_ranks(rs)} in {o} #{q} on {fmt_group(g, self._desc(g))}" for g, q, o, rs, _ in
+                          calls[:3]) + (f"; and {len(calls) - 3} more groups" if len(calls) > 3 else "")
+        detail = (f"Suspected, because {where}: every member issued {'it' if len(calls) == 1 else 'each'}, none "
+                  f"completed it, and nothing in the traces holds {'it' if len(calls) == 1 else 'them'} up - the "
+                  f"transport or a device hangs inside, or the dump was taken while they ran.")
+        return Finding("stuck_collective", ranks, group=group, groups=sorted({c[0] for c in calls}), seq=seq, op=op,
+                       t=e.t_created, detail=detail,
+                       evidence={"found_by": "wait-for graph",
+                                 "calls": [{"group": g, "seq": q, "op": o, "ranks": rs} for g, q, o, rs, _ in calls]})
 
     def _sinks(self, rank: int):
         """For each of the rank's waits, the ranks at the ends of its wait chains (they wait for nobody)."""

@@ -71,10 +71,22 @@ class GroupView:
     last_completed: dict[int, int] = field(default_factory=dict)  # rank -> highest completed seq
     relation_ok: dict = field(default_factory=dict)  # cache of size-relation checks by (op, sizes identity)
     desc: str = ""  # what the user called the group (DeviceMesh dimension, group_desc), when a trace says
+    _lowest: tuple | None = field(default=None, repr=False, compare=False)  # see least_completed_by_others
 
     def hi(self, rank: int) -> int:
         seqs = self.by_rank.get(rank)
         return max(seqs) if seqs else -1
+
+    def least_completed_by_others(self, rank: int) -> int | None:
+        """The highest seq every member but `rank` completed (-2 when one left no trace); None without others.
+        From the two members that completed least, found once per group."""
+        if self._lowest is None:
+            done = sorted((self.last_completed.get(m, -1) if m in self.by_rank else -2, m) for m in self.members)
+            self._lowest = (done[:2], len(done))
+        lowest, n = self._lowest
+        if n - (rank in self.members) < 1:
+            return None
+        return lowest[1][0] if lowest[0][1] == rank else lowest[0][0]
 
     def is_done(self, rank: int, entry: Entry) -> bool:
         return entry.state == "completed" or (entry.seq is not None and self.last_completed.get(rank, -1) > entry.seq)

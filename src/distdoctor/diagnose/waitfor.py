@@ -73,8 +73,8 @@ def _incomplete(rank: int, e: Entry, views: dict[str, GroupView], ts: TraceSet) 
 def completed_by_peers(rank: int, e: Entry, view: GroupView, ts: TraceSet) -> bool:
     """Every other member (all of them with a trace) completed collective `e`: its communication is over, whatever
     the rank's own dump says (Gloo retires an entry a moment after the call returned)."""
-    others = [m for m in view.members if m != rank]
-    return bool(others) and all(m in ts.ranks and view.last_completed.get(m, -1) >= e.seq for m in others)
+    least = view.least_completed_by_others(rank)
+    return least is not None and least >= e.seq
 
 
 def _partner_done(rank: int, e: Entry, p2p: dict) -> bool:
