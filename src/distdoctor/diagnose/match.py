@@ -25,7 +25,7 @@ from operator import itemgetter
 from distdoctor.collectives import get_spec
 from distdoctor.collectives.names import as_recorded, backend_of
 from distdoctor.diagnose.progress import NOT_USER_CODE
-from distdoctor.trace.model import Entry, EntryColumns, TraceSet, entry_column
+from distdoctor.trace.model import Entry, EntryColumns, TraceSet, entry_column, numel
 from distdoctor.trace.summary import summarize
 
 SAME_INPUT_SIZE = {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather", "barrier"}
@@ -126,16 +126,6 @@ def build_views(ts: TraceSet) -> dict[str, GroupView]:
             if rank in view.members:
                 view.by_rank.setdefault(rank, {})
     return views
-
-
-def numel(sizes: list[list[int]]) -> int:
-    total = 0
-    for shape in sizes:
-        n = 1
-        for d in shape:
-            n *= d
-        total += n
-    return total
 
 
 def _minority(values: dict[int, object]) -> tuple[list[int], object, dict]:

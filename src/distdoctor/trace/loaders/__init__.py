@@ -34,7 +34,7 @@ from distdoctor.trace.loaders.fr_json_scan import kernels
 from distdoctor.trace.loaders.merge import merge_rank, renumber_recorder_only
 from distdoctor.trace.loaders.native import is_native, load_native
 from distdoctor.trace.model import (DEFAULT_GROUP, ENTRY_FIELDS, Entry, EntryColumns, GroupInfo, LoadError, RankTrace,
-                                   TraceSet, entry_column)
+                                   TraceSet, entry_column, numel)
 from distdoctor.trace.summary import summarize
 
 try:  # a declared dependency (about 2x faster on big dumps); the stdlib parser stays as the fallback
@@ -350,19 +350,11 @@ def _implied_size(trace: RankTrace, group: str) -> int:
             continue
         if not in_sizes or not out_sizes:
             continue
-        ins = sum(_numel(s) for s in in_sizes)
-        outs = sum(_numel(s) for s in out_sizes)
+        ins, outs = numel(in_sizes), numel(out_sizes)
         small, big = (ins, outs) if op == "all_gather" else (outs, ins)
         if small and big % small == 0 and get_spec(op).out_numel(ins, big // small) == outs:
             best = max(best, big // small)
     return best
-
-
-def _numel(shape: list[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _infer_groups(ts: TraceSet) -> None:

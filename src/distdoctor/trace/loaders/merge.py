@@ -25,7 +25,7 @@ import dataclasses
 from collections import Counter
 
 from distdoctor.collectives import same_collective
-from distdoctor.trace.model import Entry, GroupInfo, RankTrace
+from distdoctor.trace.model import Entry, GroupInfo, RankTrace, numel
 
 # A Flight Recorder entry is created inside the call the recorder saw begin: never earlier than it, up to clock
 # granularity. Generous, since a loaded host can be slow to enqueue.
@@ -33,22 +33,12 @@ CLOCK_SLACK_S = 0.5
 _ORDER = {"issued": 0, "started": 1, "completed": 2}
 
 
-def _numel(sizes: list[list[int]]) -> int:
-    total = 0
-    for shape in sizes:
-        n = 1
-        for d in shape:
-            n *= d
-        total += n
-    return total
-
-
 def _compatible(rec: Entry, fr: Entry, timed: bool = True, sizes: bool = True) -> bool:
     """Can Flight Recorder's `fr` be the call the recorder saw as `rec`? (`timed`: both are of one process, so
     Flight Recorder's entry cannot predate the call; `sizes`: both are of one process, so the sizes agree.)"""
     if not same_collective(rec.op, rec.raw_op, fr.op, fr.raw_op):
         return False
-    if sizes and rec.op == fr.op and rec.in_sizes and fr.in_sizes and _numel(rec.in_sizes) != _numel(fr.in_sizes):
+    if sizes and rec.op == fr.op and rec.in_sizes and fr.in_sizes and numel(rec.in_sizes) != numel(fr.in_sizes):
         return False  # sizes differ in layout between the two ([[8]] vs [[2, 4]]), never in element count
     if timed and rec.t_created is not None and fr.t_created is not None and \
             fr.t_created < rec.t_created - CLOCK_SLACK_S:
