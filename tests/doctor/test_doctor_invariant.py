@@ -189,3 +189,22 @@ def test_groups_are_named_as_the_user_named_them(tmp_path):
     report = load(tmp_path, traces)
     assert report.to_json()["groups"]["3"]["desc"] == "mesh_dp"
     assert "group '3' (mesh_dp)" in report.findings[0].detail
+
+
+def test_a_wait_for_a_rank_blocked_after_a_divergence_is_its_consequence(tmp_path):
+    """Rank 0 waits in group 'h' for rank 1, which sits in G#2 after G parted ways at G#1 (rank 4 passed
+    another dtype): rank 0's wait is a consequence of that mismatch, found through rank 1."""
+    groups = {"0": list(range(5)), "g": [1, 2, 3, 4], "h": [0, 1]}
+    traces = []
+    for r in range(5):
+        mine = {n: m for n, m in groups.items() if r in m}
+        if r == 0:
+            es = [coll(0, 1, group="h", state="started")]
+        else:
+            es = [coll(0, 1, group="g", dtype="int64" if r == 4 else "float32"), coll(1, 2, group="g", state="started")]
+        traces.append(trace(r, es, groups=mine, world=5))
+    report = load(tmp_path, traces)
+    assert found(report)[0] == ("dtype_mismatch", [4], "g", 1, "all_reduce")
+    assert blocked(report) <= accounted(report)
+    c = next(c for c in report.consequences if c["ranks"] == [0])
+    assert c["finding"] == 0 and c["because"] == "waiting for rank 1"

@@ -97,13 +97,21 @@ def analyze(ts: TraceSet) -> Report:
         lost_finding = _missing_dump(no_dump, waits, views)
         findings.append(lost_finding)
 
-    for d in divergences(ts, views):
+    divs = divergences(ts, views)
+    parted = {d.group: d.seq for d in divs if d.kind != "state_mismatch"}  # where each group parted ways
+
+    def after_parting(r: int) -> bool:
+        """Blocked in a collective of a group after it parted ways: that divergence holds it, not the rank."""
+        return any(e.seq is not None and not e.is_p2p and e.group in parted and e.seq > parted[e.group]
+                   for e in pending.get(r, []))
+
+    for d in divs:
         if d.kind in MISMATCHES:
             findings.append(_from_divergence(d, views))
         elif d.kind == "missing_ranks":
             # Absent ranks waiting for others are where the wave of waiting reached, not where it began; a rank
             # in a call that waits for nobody (alone on its group, or shown in a call its peers completed) is not.
-            idle = [r for r in d.ranks if r not in waiting and r not in on_cycle]
+            idle = [r for r in d.ranks if r not in waiting and r not in on_cycle and not after_parting(r)]
             crashed = [r for r in idle if r in crash_finding]
             call = views[d.group].by_rank[d.present[0]][d.seq]
             unseen = [r for r in idle if r not in crash_finding and probably_inside(ts.ranks.get(r), call)]

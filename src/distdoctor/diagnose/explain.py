@@ -64,18 +64,18 @@ class Explainer:
                 out.setdefault(r, f)
         return out
 
-    def reaches(self, findings: list[Finding]) -> dict[int, Finding]:
-        """rank -> the first finding (in report order) naming a rank it waits for, directly or through others.
-        One walk of the reversed wait-for graph per finding, in order, never past a rank an earlier finding
-        already reached (whoever waits for that rank reaches the earlier finding too): linear in the graph."""
+    def reaches(self, sources: list[tuple[Finding, list[int]]]) -> dict[int, Finding]:
+        """rank -> the first (finding, ranks) of `sources` (in order) whose ranks it waits for, directly or through
+        others. One walk of the reversed wait-for graph per source, in order, never past a rank an earlier one
+        already reached (whoever waits for that rank reaches the earlier one too): linear in the graph."""
         waiters: dict[int, list[int]] = {}
         for r, ws in self.waits_of.items():
             for w in ws:
                 for b in w.waits_for:
                     waiters.setdefault(b, []).append(r)
         out: dict[int, Finding] = {}
-        for f in findings:
-            todo = deque(r for q in f.ranks for r in waiters.get(q, ()))
+        for f, ranks in sources:
+            todo = deque(r for q in ranks for r in waiters.get(q, ()))
             while todo:
                 r = todo.popleft()
                 if r in out:
@@ -105,25 +105,31 @@ class Explainer:
         return None
 
     def explain_all(self, findings: list[Finding]) -> tuple[list[Finding], dict[int, Finding]]:
-        """Findings until every subject is accounted for; rank -> the finding that accounts for it."""
+        """Findings until every subject is accounted for; rank -> the finding that accounts for it: the finding
+        naming it, else the first one naming a rank it waits for, else the divergence its group is blocked after,
+        else the one that explains a rank it waits for."""
         subjects = self.subjects()
-        for _ in range(len(subjects) + 1):  # each round accounts for at least one more rank
+        for _ in range(len(subjects) + 1):  # each round names at least one rank left
             findings = sort_findings(findings)
             named = self.named(findings)
-            reached = self.reaches(findings)
-            by: dict[int, Finding] = {}
-            left = []
+            by = {r: named[r] for r in subjects if r in named}
+            reached = self.reaches([(f, f.ranks) for f in findings])
+            by.update((r, reached[r]) for r in subjects if r not in by and r in reached)
             diverged = self.divergences(findings)
-            for r in subjects:
-                f = named.get(r) or reached.get(r) or self.after_divergence(r, diverged)
-                if f is None:
-                    left.append(r)
-                else:
-                    by[r] = f
+            after = {r: f for r in subjects if r not in by for f in [self.after_divergence(r, diverged)] if f}
+            by.update(after)
+            reached = self.reaches([(f, [r for r, g in after.items() if g is f]) for f in findings])
+            by.update((r, reached[r]) for r in subjects if r not in by and r in reached)
+            left = [r for r in subjects if r not in by]
             if not left:
                 return findings, by
-            findings = findings + self.suspected(left, named)
-        raise AssertionError("explain: ranks left unexplained")  # unreachable: every round names its ranks
+            new = self.suspected(left, named)  # each names a rank left, or one a rank left waits for
+            if not new:  # never seen; the guarantee holds even so
+                new.append(Finding("stuck_collective", left, detail=(
+                    f"Suspected, because {fmt_ranks(left)} {'is' if len(left) == 1 else 'are'} blocked or crashed "
+                    f"and nothing else in the traces accounts for it."), evidence={"found_by": "wait-for graph"}))
+            findings = findings + new
+        raise AssertionError("explain: ranks left unexplained")  # unreachable: every round names a rank left
 
     # ---- findings for ranks nothing else explains ---------------------------------------------------------
     def suspected(self, left: list[int], named: dict[int, Finding]) -> list[Finding]:
@@ -262,8 +268,9 @@ class Explainer:
 def consequences_of(ex: Explainer, findings: list[Finding], by: dict[int, Finding],
                     earlier: list[dict]) -> list[dict]:
     """The consequence records, each pointing at the finding that explains it: the ones the analyses filed
-    (resolved through "_ref", else through their ranks), then one per blocked or crashed rank that no finding
-    names, grouped by the call they wait in."""
+    (resolved through "_ref", else through their ranks; one that resolves to nothing is dropped: its ranks are
+    neither blocked nor crashed, or they are accounted for below), then one per blocked or crashed rank that no
+    finding names, grouped by the call they wait in."""
     index = {id(f): i for i, f in enumerate(findings)}
     named = ex.named(findings)
     out: list[dict] = []
@@ -273,7 +280,7 @@ def consequences_of(ex: Explainer, findings: list[Finding], by: dict[int, Findin
         if f is None:
             f = min((by.get(r) or named.get(r) for r in c["ranks"] if by.get(r) or named.get(r)),
                     key=lambda x: index[id(x)], default=None)
-        if f is None:  # nothing to point at: then it is no consequence, but a finding of its own
+        if f is None:
             continue
         out.append(_point(c, f, index))
     grouped: dict[tuple, dict] = {}

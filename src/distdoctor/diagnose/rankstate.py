@@ -78,7 +78,8 @@ def _classify(r, trace, ex: Explainer, mismatched, on_cycle, waited_for, anyone_
     now = where_now(trace)
     at = f", at {now}" if now else ""
     if not len(trace.entries) and anyone_recorded:
-        return "never_joined", "recorded no collective while other ranks did" + at
+        blind = " (Gloo's Flight Recorder records no send/recv)" if trace.source.startswith("flight_recorder") else ""
+        return "never_joined", "recorded no collective while other ranks did" + blind + at
     if r in waited_for:
         return "outside_collectives", f"in no collective{at}; {fmt_ranks(waited_for[r])} wait for it"
     return "idle", f"in no collective{at}"
