@@ -53,6 +53,7 @@ class Job:
     eager_sends: bool = False
     late: set[int] = field(default_factory=set)  # ranks whose last completed call is shown in flight (Gloo)
     flips: set[tuple[int, int]] = field(default_factory=set)  # (rank, call): the dump shows the other state
+    crash_text: str = "RuntimeError: boom"  # what a crashed rank died of (a communication failure, or not)
 
 
 @st.composite
@@ -83,7 +84,9 @@ def jobs(draw, max_world: int = 8, faults=FAULTS, max_faults: int = 3, late: boo
     late_ranks = set(draw(st.sets(st.integers(0, world - 1), max_size=2))) if late else set()
     flips = set(draw(st.sets(st.tuples(st.integers(0, world - 1), st.integers(0, len(steps))), max_size=3))) \
         if noise else set()
-    return Job(world, groups, descs, steps, fault_map, draw(st.booleans()), late_ranks, flips)
+    crash_text = draw(st.sampled_from(["RuntimeError: boom", "ValueError: bad shape [8] vs [4]",
+                                       "RuntimeError: [pair.cc:534] Connection closed by peer [127.0.0.1]:4515"]))
+    return Job(world, groups, descs, steps, fault_map, draw(st.booleans()), late_ranks, flips, crash_text)
 
 
 # ---- running the program -----------------------------------------------------------------------------------
@@ -250,7 +253,7 @@ def traces(job: Job, ran: dict) -> dict[int, RankTrace]:
         stacks = {"MainThread (1)": now}
         reason = "hang"
         if end == "crash" and reached:
-            reason = "exception: RuntimeError: boom"
+            reason = f"exception: {job.crash_text}"
             stacks = {"exception in MainThread": [Frame("<module>", USER, 1), Frame("forward", "model.py", 3)],
                       "MainThread (1)": [Frame("<module>", USER, 1), Frame("forward", "model.py", 3)]}
         out[r] = RankTrace(rank=r, source="native", world_size=job.world, entries=entries, stacks=stacks,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from distdoctor.diagnose.crash import crash_findings
+from distdoctor.diagnose.crash import COMM_FAILURE, crash_findings
 from distdoctor.diagnose.findings import PRIORITY, Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.progress import describe_rank
@@ -120,6 +120,11 @@ class Explainer:
             by.update(after)
             reached = self.reaches([(f, [r for r, g in after.items() if g is f]) for f in findings])
             by.update((r, reached[r]) for r in subjects if r not in by and r in reached)
+            # A communication failure (a peer closed the connection, a timeout) echoes a peer's crash or loss.
+            gone = next((f for f in findings if f.kind in ("crashed", "missing_dump")), None)
+            if gone is not None:
+                by.update((r, gone) for r in subjects if r not in by and r in self.crashes
+                          and COMM_FAILURE.search(self.crashes[r]["text"]))
             left = [r for r in subjects if r not in by]
             if not left:
                 return findings, by
@@ -135,7 +140,7 @@ class Explainer:
     def suspected(self, left: list[int], named: dict[int, Finding]) -> list[Finding]:
         out: list[Finding] = []
         crashed = [r for r in left if r in self.crashes and not self.waits_of.get(r)]
-        out.extend(crash_findings(self.ts, {r: self.crashes[r] for r in crashed}, set()))
+        out.extend(crash_findings(self.ts, {r: self.crashes[r] for r in crashed}, set(), echoes=True))
         idle_at: dict[tuple, dict] = {}  # (group, seq, op) -> waiters, idle ranks, entry
         lost: set[int] = set()
         stuck: dict[tuple, list[int]] = {}
@@ -289,13 +294,14 @@ def consequences_of(ex: Explainer, findings: list[Finding], by: dict[int, Findin
         if r in f.ranks:
             continue
         waits = ex.waits_of.get(r, [])
-        e = waits[0].entry if waits else ex.pending[r][0]
+        e = waits[0].entry if waits else ex.pending[r][0] if ex.pending.get(r) else ex.crashes[r].get("in_call")
+        where = (e.group, _seq(e), e.op) if e is not None else (None, None, None)
         blockers = sorted({b for w in waits for b in w.waits_for})
-        key = (e.group, _seq(e), e.op, id(f))
+        key = (*where, id(f), e is None)
         got = grouped.get(key)
         if got is None:
-            got = grouped[key] = {"kind": "blocked", "group": e.group, "seq": _seq(e), "op": e.op, "ranks": [],
-                                  "waits_for": set(), "crashed": []}
+            got = grouped[key] = {"kind": "blocked" if e is not None else "crashed", "group": where[0],
+                                  "seq": where[1], "op": where[2], "ranks": [], "waits_for": set(), "crashed": []}
         got["ranks"].append(r)
         got["waits_for"].update(blockers)
         if r in ex.crashes:
@@ -305,8 +311,11 @@ def consequences_of(ex: Explainer, findings: list[Finding], by: dict[int, Findin
         f = got.pop("_f")
         waits_for, crashed = sorted(got.pop("waits_for")), got.pop("crashed")
         because = (f"waiting for {fmt_ranks(waits_for)}" if waits_for else
+                   f"its connection to {fmt_ranks(f.ranks)} failed" if f.kind in ("crashed", "missing_dump") else
                    f"blocked after group '{got['group']}' parted ways at {f.op} #{f.seq}")
-        if crashed:
+        if crashed and got["kind"] == "crashed":
+            because = f"{because}: {ex.crashes[crashed[0]]['text'][:120]}"
+        elif crashed:
             because += f"; {fmt_ranks(crashed)} then failed inside it ({ex.crashes[crashed[0]]['text'][:120]})"
         got["because"] = because
         got["waits_for"] = waits_for

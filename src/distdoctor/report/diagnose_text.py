@@ -64,6 +64,8 @@ def _consequence_line(c: dict) -> str:
     who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks[:8])) + \
         (f", ... ({len(ranks)} ranks)" if len(ranks) > 8 else "")
     seq = f" #{c['seq']}" if c.get("seq") is not None else ""
+    if c.get("op") is None:
+        return f"{who}: {c['kind']}, {c['because']} (finding {c['finding'] + 1})"
     what = "blocked in" if c["kind"] == "blocked" else f"{c['kind']} at"
     return f"{who}: {what} {c['op']}{seq} on {fmt_group(c['group'])}, {c['because']} (finding {c['finding'] + 1})"
 
