@@ -208,3 +208,16 @@ def test_a_wait_for_a_rank_blocked_after_a_divergence_is_its_consequence(tmp_pat
     assert blocked(report) <= accounted(report)
     c = next(c for c in report.consequences if c["ranks"] == [0])
     assert c["finding"] == 0 and c["because"] == "waiting for rank 1"
+
+
+def test_stages_that_both_receive_after_disagreeing_on_micro_batches(tmp_path):
+    """GPipe, stage 1 configured for 3 micro-batches, stage 0 for 2: stage 1 waits for a 3rd activation while
+    stage 0 waits for its 1st gradient. Both receive: a p2p deadlock, and the count says why."""
+    groups = {"0": [0, 1], "pp": [0, 1]}
+    r0 = trace(0, [p2p(0, "send", 1, 1, "completed", "pp"), p2p(1, "send", 1, 2, "completed", "pp"),
+                   p2p(2, "recv", 1, 1, "started", "pp")], groups=groups, world=2)
+    r1 = trace(1, [p2p(0, "recv", 0, 1, "completed", "pp"), p2p(1, "recv", 0, 2, "completed", "pp"),
+                   p2p(2, "recv", 0, 3, "started", "pp")], groups=groups, world=2)
+    report = load(tmp_path, [r0, r1])
+    assert found(report) == [("p2p_deadlock", [0, 1], "pp", 1, "recv")]
+    assert "rank 0 sent only 2 messages to rank 1, which waits for its 3rd" in report.findings[0].detail

@@ -24,6 +24,13 @@ def cycle_findings(cycles: list[Cycle]) -> list[Finding]:
         first = c.path[0][2].entry
         both_recv = all(w.entry.op == "recv" for _, _, w in c.path)
         why = "every rank on it receives before it sends" if both_recv else "each waits for a peer that waits on it"
+        short = [(a, b, w) for a, b, w in c.path if w.p2p is not None and 0 < w.p2p[1] <= w.p2p[0]]
+        if short:  # the peer did post some: the two sides disagree on how many messages pass
+            a, b, w = short[0]
+            sent = "sent" if w.entry.op == "recv" else "received"
+            why += (f"; rank {b} {sent} only {w.p2p[1]} message{'s' if w.p2p[1] != 1 else ''} "
+                    f"{'to' if w.entry.op == 'recv' else 'from'} rank {a}, which waits for its {_nth(w.p2p[0] + 1)} "
+                    f"(pipeline stages configured with different numbers of micro-batches?)")
         out.append(Finding("p2p_deadlock", c.ranks, group=first.group, groups=c.groups, seq=first.p2p_seq,
                            op=first.op, t=first.t_created,
                            detail=f"{fmt_ranks(c.ranks)} can never pair their sends and receives: {why}. "
