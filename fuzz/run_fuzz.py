@@ -1,4 +1,5 @@
-"""The long fuzz run: every fuzz target in tests/fuzz with 10 000 cases (hypothesis profile "long").
+"""The long fuzz run: every fuzz target in tests/fuzz with 10 000 cases (hypothesis profile "long"); the
+verdict's guarantee over generated trace sets (test_fuzz_invariant.py) with 2000 cases per property.
 
     python fuzz/run_fuzz.py [--profile long|ci|smoke] [-k EXPR]
 

@@ -209,7 +209,8 @@ def test_a_stopped_rank_is_one_finding_not_one_per_group(tmp_path):
     assert found(report) == [("missing_ranks", [3], "1", 2, "all_reduce")]
     assert "never reached all_reduce #2 on group '0'" in report.findings[0].detail
     assert {"kind": "missing_ranks", "group": "0", "seq": 2, "op": "all_reduce", "ranks": [3],
-            "because": "the same ranks are already missing from an earlier collective"} in report.consequences
+            "because": "the same ranks are already missing from an earlier collective", "finding": 0,
+            "finding_ref": {"kind": "missing_ranks", "group": "1", "seq": 2}} in report.consequences
 
 
 def _fr_json_dumps(tmp_path, n_entries, tweak):

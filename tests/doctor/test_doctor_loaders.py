@@ -89,7 +89,7 @@ def test_gloo_default_group_and_inferred_membership(tmp_path):
     assert ts.ranks[0].entries[0].t_started is None  # JSON's 0 means unknown
     report = analyze(ts)
     assert [(f.kind, f.ranks, f.group, f.seq) for f in report.findings] == [("state_mismatch", [1], "2", 1)]
-    assert report.to_json()["groups"]["2"] == {"members": [1, 2], "inferred": True}
+    assert report.to_json()["groups"]["2"] == {"members": [1, 2], "inferred": True, "desc": ""}
 
 
 @pytest.mark.parametrize("name, rank", [("nccl_trace_rank_3", 3), ("fr_trace_rank_12.pkl", 12),

@@ -98,10 +98,11 @@ def test_uncaught_exception_dumps_with_its_traceback(ranks_factory, tmp_path, cl
         assert rank0 is not None and rank0.dump_reason.startswith("exception:")
         last = rank0.entries[-1]
         assert (last.op, last.seq, last.state) == ("all_reduce", 2, "started") and last.error
-    # end to end: rank 1 never reached all_reduce #2 and is, in its dump, where it raised
+    # end to end: rank 1 crashed (never reaching all_reduce #2, where rank 0 waits) and is, in its dump, where
+    # it raised
     report = diagnose_json(tmp_path / "dumps", cli_env)
     first = report["findings"][0]
-    assert (first["kind"], first["ranks"], first["op"], first["seq"]) == ("missing_ranks", [1], "all_reduce", 2)
+    assert (first["kind"], first["ranks"], first["op"], first["seq"]) == ("crashed", [1], "all_reduce", 2)
     assert "train_step" in first["detail"], first["detail"]
 
 

@@ -9,6 +9,7 @@ from distdoctor.collectives.barrier import Barrier
 from distdoctor.collectives.base import CollectiveSpec
 from distdoctor.collectives.broadcast import Broadcast
 from distdoctor.collectives.gather import Gather
+from distdoctor.collectives.names import COALESCED, canonical_dtype, same_collective
 from distdoctor.collectives.p2p import SendRecv
 from distdoctor.collectives.reduce import Reduce
 from distdoctor.collectives.reduce_scatter import ReduceScatter
@@ -31,13 +32,16 @@ def get_spec(name: str) -> CollectiveSpec:
 def canonical_op(name: str) -> str | None:
     """Map a trace's op name ("nccl:all_reduce", "gloo:_allgather_base", "allreduce") to a spec name, or None.
 
-    Point-to-point keeps its direction: "send" or "recv" (both belong to the `sendrecv` spec).
+    Point-to-point keeps its direction: "send" or "recv" (both belong to the `sendrecv` spec). Flight Recorder's
+    marker of a coalesced block (`nccl:coalesced`) is "coalesced" (names.COALESCED).
     """
     base = name.split(":", 1)[-1].strip().split(" ", 1)[0].lower()
     if base in ("send", "isend"):
         return "send"
     if base in ("recv", "irecv", "recv_anysource"):
         return "recv"
+    if base == COALESCED:
+        return COALESCED
     return _ALIASES.get(base)
 
 
@@ -45,4 +49,4 @@ def bus_factor(name: str, n: int) -> float:
     return get_spec(name).bus_factor(n)
 
 
-__all__ = ["CollectiveSpec", "SPECS", "get_spec", "canonical_op", "bus_factor"]
+__all__ = ["CollectiveSpec", "SPECS", "get_spec", "canonical_op", "canonical_dtype", "same_collective", "bus_factor"]

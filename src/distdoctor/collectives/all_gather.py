@@ -10,7 +10,8 @@ from distdoctor.collectives.base import CollectiveSpec, GroupView, Prepared, Var
 class AllGather(CollectiveSpec):
     name = "all_gather"
     aliases = ("allgather", "_allgather_base", "all_gather_into_tensor", "all_gather_into_tensor_coalesced",
-               "allgather_into_tensor_coalesced", "all_gather_base", "allgather_coalesced")
+               "allgather_into_tensor_coalesced", "all_gather_base", "allgather_coalesced", "_all_gather_base",
+               "all_gather_single", "all_gather_coalesced")
     replicated = True
 
     def bus_factor(self, n: int) -> float:

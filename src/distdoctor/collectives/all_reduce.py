@@ -6,7 +6,7 @@ from distdoctor.collectives.base import (REDOPS, CollectiveSpec, GroupView, Prep
 
 class AllReduce(CollectiveSpec):
     name = "all_reduce"
-    aliases = ("allreduce", "all_reduce_coalesced", "allreduce_coalesced")
+    aliases = ("allreduce", "all_reduce_coalesced", "allreduce_coalesced", "allreduce_sparse")
     replicated = True
 
     def bus_factor(self, n: int) -> float:

@@ -17,7 +17,7 @@ def uneven_split(count: int, n: int, src: int, dst: int) -> int:
 
 class AllToAll(CollectiveSpec):
     name = "all_to_all"
-    aliases = ("alltoall", "alltoall_base", "all_to_all_single")
+    aliases = ("alltoall", "alltoall_base", "all_to_all_single", "all_to_all_base")
 
     def bus_factor(self, n: int) -> float:
         return (n - 1) / n

@@ -5,6 +5,7 @@ from distdoctor.collectives.base import CollectiveSpec, GroupView, Prepared, Var
 
 class Barrier(CollectiveSpec):
     name = "barrier"
+    aliases = ("monitored_barrier",)
     has_data = False
 
     def bus_factor(self, n: int) -> float:

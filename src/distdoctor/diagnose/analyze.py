@@ -3,30 +3,37 @@
 Order of reasoning:
 1. wait-for graph (waitfor.py): cycles are deadlocks (order_deadlock, p2p_deadlock); they explain every
    missing rank and stuck state on their groups.
-2. ranks of the world without a trace: missing_dump; the survivors' waits on them are consequences.
-3. per-group first divergence (match.py): mismatches are findings. An absent rank that is itself blocked in
-   another collective is a consequence (its own wait is reported where it waits); only absent ranks that are
-   in no collective (stuck in Python: a data loader, a sleep, an exit path) become missing_ranks, described by
-   what they did last and their current stack when the trace has one. State divergences on groups with lost
-   members are consequences of the loss.
+2. ranks that died of an exception on their own (crash.py): crashed; ranks of the world without a trace:
+   missing_dump. The survivors' waits on them are consequences.
+3. per-group first divergence (match.py): mismatches are findings. An absent rank that waits for other ranks
+   in another call is a consequence (its own wait is reported where it waits); absent ranks that wait for
+   nobody (stuck in Python: a data loader, a sleep, an exit path; or alone in a call nobody else issued)
+   become missing_ranks, described by what they did last and their current stack when the trace has one.
+   State divergences on groups with lost members are consequences of the loss.
 4. stragglers, only when nothing hangs.
-Findings sort by kind priority (findings.PRIORITY), then by when their evidence happened.
-"""
+5. the guarantee (explain.py): every rank blocked at dump time and every crashed rank is named in a finding or
+   is a consequence pointing at the finding that explains it; what nothing explains gets a finding there.
+Findings sort by kind priority (findings.PRIORITY), then by when their evidence happened."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from distdoctor.diagnose import p2p
-from distdoctor.diagnose.findings import PRIORITY, Finding, fmt_group, fmt_ranks
+from distdoctor.diagnose.crash import crash_findings, crashed_ranks
+from distdoctor.diagnose.explain import Explainer, consequences_of, sort_findings
+from distdoctor.diagnose.findings import Finding, fmt_group, fmt_ranks, group_desc
 from distdoctor.diagnose.match import Divergence, GroupView, build_views, callsite_divergence, divergences
-from distdoctor.diagnose.progress import describe_rank, is_gloo_fr, last_completed, rank_progress, where_now
+from distdoctor.diagnose.progress import (describe_rank, is_gloo_fr, last_completed, probably_inside,
+                                         rank_progress, where_now)
+from distdoctor.diagnose.rankstate import rank_states
 from distdoctor.diagnose.straggler import find_stragglers
 from distdoctor.diagnose.waitfor import (Cycle, Wait, build_waits, describe_cycle, find_cycles, graph,
                                          on_possible_cycle)
 from distdoctor.trace.model import Entry, TraceSet
 
 MISMATCHES = ("type_mismatch", "size_mismatch", "dtype_mismatch", "root_mismatch")
+ROOTED = ("broadcast", "reduce", "gather", "scatter")  # collectives with a root
 
 
 @dataclass
@@ -54,7 +61,8 @@ class Report:
             "consequences": self.consequences,
             "wait_for": [{"rank": w.rank, "group": w.entry.group, "seq": w.entry.seq, "op": w.entry.op,
                           "waits_for": w.waits_for} for w in self.waits],
-            "groups": {name: {"members": v.members, "inferred": v.inferred} for name, v in sorted(self.views.items())},
+            "groups": {name: {"members": v.members, "inferred": v.inferred, "desc": group_desc(v.desc)}
+                       for name, v in sorted(self.views.items())},
         }
 
 
@@ -63,63 +71,100 @@ def analyze(ts: TraceSet) -> Report:
     waits, pending = build_waits(ts, views)
     cyclic = on_possible_cycle(waits)
     cycles = find_cycles(graph(cyclic) if cyclic else None)
+    crashes = crashed_ranks(ts)
+    explainer = Explainer(ts, views, waits, pending, crashes)
     findings: list[Finding] = []
     consequences: list[dict] = []
 
+    counted = p2p.count_disagreements(cycles, explainer.waits_of)
+    findings.extend(counted)
     for c in cycles:
-        if not c.p2p_only:
-            findings.append(_order_deadlock(c))
+        if not c.p2p_only and not any(f.ranks == c.ranks for f in counted):
+            findings.append(_order_deadlock(c, views))
     findings.extend(p2p.cycle_findings(cycles))
     findings.extend(p2p.pair_disagreements(ts))
     on_cycle = {r for c in cycles for r in c.ranks}
+    cycle_finding = {r: f for f in findings for r in f.ranks if f.kind in ("order_deadlock", "p2p_deadlock")}
+    waiting = {w.rank for w in waits}  # ranks blocked in a call that waits for other ranks
+    crash_fs = crash_findings(ts, crashes, waiting)
+    findings.extend(crash_fs)
+    crash_finding = {r: f for f in crash_fs for r in f.ranks}
 
     world = range(ts.world_size or 0)
     no_dump = [r for r in world if r not in ts.ranks]
+    lost_finding = None
     if no_dump:
-        findings.append(_missing_dump(no_dump, waits, views))
+        lost_finding = _missing_dump(no_dump, waits, views)
+        findings.append(lost_finding)
 
-    for d in divergences(ts, views):
+    divs = divergences(ts, views)
+    parted = {d.group: d.seq for d in divs if d.kind != "state_mismatch"}  # where each group parted ways
+
+    def after_parting(r: int) -> bool:
+        """Blocked in a collective of a group after it parted ways: that divergence holds it, not the rank."""
+        return any(e.seq is not None and not e.is_p2p and e.group in parted and e.seq > parted[e.group]
+                   for e in pending.get(r, []))
+
+    for d in divs:
         if d.kind in MISMATCHES:
-            findings.append(_from_divergence(d))
+            findings.append(_from_divergence(d, views))
         elif d.kind == "missing_ranks":
-            idle = [r for r in d.ranks if not pending.get(r) and r not in on_cycle]
-            explained = [r for r in d.ranks if r not in idle]
+            # Absent ranks waiting for others are where the wave of waiting reached, not where it began; a rank
+            # in a call that waits for nobody (alone on its group, or shown in a call its peers completed) is not.
+            idle = [r for r in d.ranks if r not in waiting and r not in on_cycle and not after_parting(r)]
+            crashed = [r for r in idle if r in crash_finding]
+            call = views[d.group].by_rank[d.present[0]][d.seq]
+            unseen = [r for r in idle if r not in crash_finding and probably_inside(ts.ranks.get(r), call)]
+            idle = [r for r in idle if r not in crash_finding and r not in unseen]
+            explained = [r for r in d.ranks if r not in idle and r not in crashed and r not in unseen]
+            if unseen:
+                consequences.append({"kind": d.kind, "group": d.group, "seq": d.seq, "op": d.op, "ranks": unseen,
+                                     "because": "only a recorder trace, which cannot show this call (issued from "
+                                                "C++), and the main thread is inside torch: probably in it"})
+            for r in crashed:
+                _survivors_wait(crash_finding[r], d, views)
+            if crashed:
+                consequences.append({"kind": d.kind, "group": d.group, "seq": d.seq, "op": d.op, "ranks": crashed,
+                                     "because": "those ranks crashed", "_ref": crash_finding[crashed[0]]})
             if idle:
-                f = _missing_ranks(d, idle, ts, pending)
-                for r in idle:
-                    site = callsite_divergence(views[d.group], r, d.seq)
-                    if site:
-                        f.detail += (f" Rank {r}'s call sites part from the others' at {site['op']} #{site['seq']}: "
-                                     f"it called from {site['rank_site']} where {fmt_ranks(site['others'])} called "
-                                     f"from {site['others_site']}.")
-                        f.evidence.setdefault("callsite_divergence", {})[str(r)] = site
-                if any(is_gloo_fr(ts.ranks.get(r)) for r in idle):
-                    f.detail += (" (Gloo's Flight Recorder does not record send/recv: a rank blocked in p2p looks idle "
-                                 "in these dumps; the distdoctor recorder's traces show it.)")
-                if explained:
-                    f.detail += f" ({fmt_ranks(explained)} also never issued it, but are blocked elsewhere.)"
-                findings.append(f)
-            else:
+                findings.append(_missing_ranks(d, idle, explained, ts, pending, views, explainer))
+            elif explained and not crashed and not unseen:
                 consequences.append({"kind": d.kind, "group": d.group, "seq": d.seq, "op": d.op, "ranks": d.ranks,
                                      "because": "those ranks are blocked in other collectives"})
         elif d.kind == "state_mismatch":
             members = views[d.group].members
             lost = [r for r in members if r not in ts.ranks]
-            if lost or set(d.ranks) & on_cycle:
+            held = [cycle_finding[r] for r in d.ranks if r in cycle_finding]
+            if lost or held:
                 consequences.append({"kind": d.kind, "group": d.group, "seq": d.seq, "op": d.op, "ranks": d.ranks,
-                                     "because": "members were lost" if lost else "a deadlock cycle holds them"})
+                                     "because": "members were lost" if lost else "a deadlock cycle holds them",
+                                     "_ref": lost_finding if lost else held[0]})
             else:
-                findings.append(_from_divergence(d))
+                findings.append(_from_divergence(d, views))
     findings.extend(p2p.unposted_peers(ts, waits, pending, on_cycle))
-    if not findings:
+    if not findings and not explainer.subjects():
         findings.extend(find_stragglers(views))
 
-    findings.sort(key=lambda f: (PRIORITY[f.kind], f.t if f.t is not None else float("inf"), f.ranks))
-    findings = _one_finding_per_absent_rank(findings, consequences)
+    findings = _one_finding_per_absent_rank(sort_findings(findings), consequences)
+    findings, explained_by = explainer.explain_all(findings)
+    consequences = consequences_of(explainer, findings, explained_by, consequences)
     progress = {r: rank_progress(t, pending.get(r, [])) for r, t in ts.ranks.items()}
-    missing = {"missing": True}  # one object for every absent rank: a corrupt rank number can imply a huge world
-    ranks = {str(r): progress.get(r, missing) for r in sorted(set(progress).union(no_dump))}
+    states = rank_states(ts, explainer, findings, explained_by, on_cycle)
+    for r, p in progress.items():
+        p.update(states[r])
+    missing = {"missing": True, "state": "no_trace"}  # one object for every absent rank: a corrupt rank number can
+    ranks = {str(r): progress.get(r, missing) for r in sorted(set(progress).union(no_dump))}  # imply a huge world
     return Report(ts, findings, ranks, ts.world_size, waits, cycles, consequences, views)
+
+
+def _survivors_wait(f: Finding, d: Divergence, views: dict[str, GroupView]) -> None:
+    """A crashed rank's finding also says where the others wait for it (the first such collective)."""
+    if "others_wait_in" in f.evidence:
+        return
+    f.evidence["others_wait_in"] = {"group": d.group, "seq": d.seq, "op": d.op, "ranks": d.present}
+    f.detail += (f" {fmt_ranks(d.present)} wait for {'it' if len(f.ranks) == 1 else 'them'} in {d.op} #{d.seq} on "
+                 f"{fmt_group(d.group, views[d.group].desc)}.")
+    f.group, f.groups, f.seq, f.op = d.group, [d.group], d.seq, d.op  # where the crash stopped the others
 
 
 def _one_finding_per_absent_rank(findings: list[Finding], consequences: list[dict]) -> list[Finding]:
@@ -138,7 +183,8 @@ def _one_finding_per_absent_rank(findings: list[Finding], consequences: list[dic
                 seen[r] = f
             continue
         consequences.append({"kind": f.kind, "group": f.group, "seq": f.seq, "op": f.op, "ranks": f.ranks,
-                             "because": "the same ranks are already missing from an earlier collective"})
+                             "because": "the same ranks are already missing from an earlier collective",
+                             "_ref": seen[next(r for r in f.ranks if r in seen)]})
         for r in f.ranks:
             if r in seen:
                 also = seen[r].evidence.setdefault("also_absent_from", [])
@@ -158,12 +204,20 @@ def _one_finding_per_absent_rank(findings: list[Finding], consequences: list[dic
     return kept
 
 
-def _order_deadlock(c: Cycle) -> Finding:
+def _order_deadlock(c: Cycle, views: dict[str, GroupView]) -> Finding:
     first = c.path[0][2].entry
+    detail = (f"{fmt_ranks(c.ranks)} wait for each other across groups {', '.join(repr(x) for x in c.groups)}: "
+              f"their collectives were issued in different orders. Cycle: {describe_cycle(c)}.")
+    for a, b, w in c.path:  # a wait for ranks that never used the group at all: maybe a call only some ranks make
+        view = views.get(w.entry.group)
+        never = [r for r in w.waits_for if view is not None and r in view.by_rank and not view.by_rank[r]]
+        if never and w.entry.seq == 1:
+            detail += (f" {fmt_ranks(never)} never issued any collective on {fmt_group(view.name, view.desc)}: rank "
+                       f"{a}'s {w.entry.op} #1 there may be a call only some ranks make (e.g. metrics on a group "
+                       f"made with new_group).")
+            break
     return Finding("order_deadlock", c.ranks, group=first.group, groups=c.groups, seq=first.seq, op=first.op,
-                   t=first.t_created,
-                   detail=f"{fmt_ranks(c.ranks)} wait for each other across groups {', '.join(repr(x) for x in c.groups)}: "
-                          f"their collectives were issued in different orders. Cycle: {describe_cycle(c)}.",
+                   t=first.t_created, detail=detail,
                    evidence={"cycle": [{"rank": a, "waits_for": b, "group": w.entry.group, "seq": w.entry.seq,
                                         "op": w.entry.op} for a, b, w in c.path]})
 
@@ -188,10 +242,12 @@ def _missing_dump(no_dump: list[int], waits: list[Wait], views: dict[str, GroupV
                    evidence={"blocked": blocked})
 
 
-def _missing_ranks(d: Divergence, idle: list[int], ts: TraceSet, pending: dict[int, list[Entry]]) -> Finding:
-    detail = (f"{fmt_ranks(d.present)} issued {d.op} #{d.seq} on {fmt_group(d.group)}; "
-              f"{fmt_ranks(idle)} never did. " + "; ".join(describe_rank(r, ts.ranks.get(r), pending.get(r, []))
-                                                         for r in idle) + ".")
+def _missing_ranks(d: Divergence, idle: list[int], explained: list[int], ts: TraceSet,
+                   pending: dict[int, list[Entry]], views: dict[str, GroupView], explainer: Explainer) -> Finding:
+    notes = {r: explainer.alone_reason(r, pending[r][0]) if pending.get(r) else explainer.late_mark(r) for r in idle}
+    detail = (f"{fmt_ranks(d.present)} issued {d.op} #{d.seq} on {fmt_group(d.group, views[d.group].desc)}; "
+              f"{fmt_ranks(idle)} never did. " + "; ".join(
+                  describe_rank(r, ts.ranks.get(r), pending.get(r, []), notes.get(r, "")) for r in idle) + ".")
     evidence = {"issued_by": d.present, "last": {}, "now": {}}
     for r in idle:
         t = ts.ranks.get(r)
@@ -201,16 +257,39 @@ def _missing_ranks(d: Divergence, idle: list[int], ts: TraceSet, pending: dict[i
         now = where_now(t) if t else None
         if now:
             evidence["now"][str(r)] = now
-    return Finding("missing_ranks", idle, group=d.group, seq=d.seq, op=d.op, t=d.t, detail=detail, evidence=evidence)
+    f = Finding("missing_ranks", idle, group=d.group, seq=d.seq, op=d.op, t=d.t, detail=detail, evidence=evidence)
+    for r in idle:
+        site = callsite_divergence(views[d.group], r, d.seq)
+        if site:
+            f.detail += (f" Rank {r}'s call sites part from the others' at {site['op']} #{site['seq']}: "
+                         f"it called from {site['rank_site']} where {fmt_ranks(site['others'])} called "
+                         f"from {site['others_site']}.")
+            f.evidence.setdefault("callsite_divergence", {})[str(r)] = site
+    if any(ts.ranks.get(r) is not None and ts.ranks[r].source.startswith("flight_recorder") for r in idle) and \
+            any(is_gloo_fr(t) for t in ts.ranks.values()):
+        f.detail += (" (Gloo's Flight Recorder does not record send/recv: a rank blocked in p2p looks idle "
+                     "in these dumps; the distdoctor recorder's traces show it.)")
+    if explained:
+        f.detail += f" ({fmt_ranks(explained)} also never issued it, but are blocked elsewhere.)"
+    return f
 
 
-def _from_divergence(d: Divergence) -> Finding:
+def _from_divergence(d: Divergence, views: dict[str, GroupView]) -> Finding:
+    group = fmt_group(d.group, views[d.group].desc)
     if d.kind == "state_mismatch":
-        detail = (f"{d.op} #{d.seq} on {fmt_group(d.group)} completed on {fmt_ranks(d.evidence['completed'])} "
+        detail = (f"{d.op} #{d.seq} on {group} completed on {fmt_ranks(d.evidence['completed'])} "
                   f"but {fmt_ranks(d.ranks)} {'is' if len(d.ranks) == 1 else 'are'} still in it.")
+        later = d.evidence.get("then_absent_from")
+        if later:
+            detail += f" The others went on to {later['op']} #{later['seq']}, which {fmt_ranks(later['ranks'])} never reached."
+        if d.op in ROOTED and d.seq in views[d.group].by_rank.get(d.evidence["completed"][0], {}) and \
+                views[d.group].by_rank[d.evidence["completed"][0]][d.seq].root is None:
+            detail += (f" These traces record no {d.op} roots (Flight Recorder does not): a root that differs "
+                       f"between ranks (e.g. broadcast_object_list(src=...) from a per-rank config) completes a "
+                       f"{d.op} on some ranks only; the distdoctor recorder's traces show the roots.")
     else:
         what = d.kind.split("_")[0]
         verb = {"type": "issued a different collective", "size": "passed different sizes",
                 "dtype": "passed a different dtype", "root": "named a different root"}[what]
-        detail = f"at {d.op} #{d.seq} on {fmt_group(d.group)} {fmt_ranks(d.ranks)} {verb} than the other members: {d.detail}."
+        detail = f"at {d.op} #{d.seq} on {group} {fmt_ranks(d.ranks)} {verb} than the other members: {d.detail}."
     return Finding(d.kind, d.ranks, group=d.group, seq=d.seq, op=d.op, t=d.t, detail=detail, evidence=d.evidence)

@@ -10,9 +10,24 @@ import click
 from distdoctor.errors import CheckFailed, InputError
 
 
-def is_superseded(err) -> bool:
-    """A Flight Recorder dump beside the recorder's own trace of the same rank (what `distdoctor run` writes)."""
-    return "is preferred over flight_recorder" in err.reason
+def merged_note(traces: list) -> str:
+    """One line on the ranks whose recorder trace and Flight Recorder dump were merged (and on ranks with only a
+    recorder trace whose sequence numbers were translated through a merged rank's)."""
+    from distdoctor.diagnose.findings import fmt_ranks
+
+    merged = [t for t in traces if "flight_recorder_only" in t.merged]
+    renumbered = [t for t in traces if "renumbered_through" in t.merged]
+    parts = []
+    if merged:
+        only_fr = sum(t.merged["flight_recorder_only"] for t in merged)
+        parts.append(f"{fmt_ranks([t.rank for t in merged])}: the recorder's trace and Flight Recorder's dump merged "
+                     f"into one view" + (f" ({only_fr} call(s) only Flight Recorder saw: issued from C++, e.g. DDP's "
+                                         f"gradient buckets)" if only_fr else ""))
+    if renumbered:
+        via = sorted({r for t in renumbered for r in t.merged["renumbered_through"].values()})
+        parts.append(f"{fmt_ranks([t.rank for t in renumbered])} left no Flight Recorder dump: sequence numbers "
+                     f"translated through {fmt_ranks(via)}'s; the calls C++ issued are missing from their view")
+    return "; ".join(parts)
 
 
 @click.command("diagnose")
@@ -51,18 +66,16 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
     except Exception as exc:  # a trace shape the analysis does not handle: say so in one line, not a traceback
         raise InputError(" ".join(paths), f"analysis failed on these traces ({type(exc).__name__}: {exc}); "
                                           f"please report it with the files") from exc
-    superseded = [e for e in ts.errors if is_superseded(e)]
     for err in ts.errors:
-        if not is_superseded(err):
-            click.echo(f"distdoctor diagnose: warning: {err}", err=True)
+        click.echo(f"distdoctor diagnose: warning: {err}", err=True)
     from distdoctor.trace.loaders import fr_json_scan
 
     if fr_json_scan.FAILURE:
         click.echo(f"distdoctor diagnose: note: the compiled JSON scanner could not start ({fr_json_scan.FAILURE}); "
                    f"dumps were read entry by entry, which is slower", err=True)
-    if superseded:
-        click.echo(f"distdoctor diagnose: note: {len(superseded)} Flight Recorder dump(s) not used: the distdoctor "
-                   f"traces of the same ranks are preferred", err=True)
+    merged = [t for t in ts.ranks.values() if t.merged]
+    if merged:
+        click.echo(f"distdoctor diagnose: note: {merged_note(merged)}", err=True)
 
     renderers = {"text": render_text, "json": lambda r: json.dumps(r.to_json(), indent=2) + "\n",
                  "html": render_html}

@@ -7,7 +7,16 @@
 - missing_dump: a member rank has no trace at all; `ranks` are those ranks.
 - order_deadlock: a cycle of waits across process groups; `ranks` all ranks on the cycle, `groups` the groups.
 - p2p_deadlock: send/recv that can never match; `ranks` the ranks involved.
+- crashed: a rank died of an exception (the recorder's dump says which, and where); `ranks` the ranks that crashed
+  first (ranks that failed later inside a collective, waiting for them, are consequences).
+- stuck_collective: ranks are blocked in a collective that nothing visible holds up: every member reached it (the
+  transport or a device hangs, or the dump caught it in flight), or no other member is known to exist (a group no
+  other rank's trace shows); `ranks` the ranks still in it.
 - straggler: no hang, but a rank arrives late at collectives consistently; `ranks` the late ones.
+
+The verdict is `ok` only when there is no finding. Every rank blocked in a collective or p2p at dump time, and
+every rank that crashed, is named in a finding's `ranks` or in a consequence whose `finding` is the index of the
+finding that explains it (diagnose/explain.py makes sure of it).
 """
 
 from __future__ import annotations
@@ -15,10 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 KINDS = ("order_deadlock", "p2p_deadlock", "type_mismatch", "size_mismatch", "dtype_mismatch", "root_mismatch",
-         "missing_dump", "missing_ranks", "state_mismatch", "straggler")
+         "crashed", "missing_dump", "missing_ranks", "stuck_collective", "state_mismatch", "straggler")
 
 # Root cause first: a cycle or an impossible p2p explains every wait it causes; a mismatch explains the
-# crash or hang that follows it; a lost rank explains the survivors' waits; state differences come last.
+# crash or hang that follows it; a crashed or lost rank explains the survivors' waits; state differences come last.
 PRIORITY = {kind: i for i, kind in enumerate(KINDS)}
 
 
@@ -57,7 +66,19 @@ def fmt_ranks(ranks) -> str:
     return "ranks " + ", ".join(map(str, ranks))
 
 
-def fmt_group(name: str | None) -> str:
+# Descriptions that say nothing about what the user called a group.
+_NO_DESC = ("", "undefined", "default_pg")
+
+
+def group_desc(desc: str | None) -> str:
+    """What the user called a group (a DeviceMesh dimension's `mesh_dp`, `new_group(group_desc=...)`), or ''."""
+    return "" if desc is None or desc in _NO_DESC else desc
+
+
+def fmt_group(name: str | None, desc: str | None = None) -> str:
     if name is None:
         return "an unknown group"
-    return "the default group '0'" if name == "0" else f"group '{name}'"
+    if name == "0":
+        return "the default group '0'"
+    label = group_desc(desc)
+    return f"group '{name}' ({label})" if label else f"group '{name}'"

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 
 from distdoctor.collectives import get_spec
+from distdoctor.collectives.names import as_recorded, backend_of
 from distdoctor.diagnose.progress import NOT_USER_CODE
-from distdoctor.trace.model import Entry, EntryColumns, TraceSet, entry_column
+from distdoctor.trace.model import Entry, EntryColumns, TraceSet, entry_column, numel
 from distdoctor.trace.summary import summarize
 
 SAME_INPUT_SIZE = {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather", "barrier"}
@@ -69,10 +70,23 @@ class GroupView:
     by_rank: dict[int, Mapping[int, Entry]] = field(default_factory=dict)  # rank -> seq -> entry (ranks with a trace)
     last_completed: dict[int, int] = field(default_factory=dict)  # rank -> highest completed seq
     relation_ok: dict = field(default_factory=dict)  # cache of size-relation checks by (op, sizes identity)
+    desc: str = ""  # what the user called the group (DeviceMesh dimension, group_desc), when a trace says
+    _lowest: tuple | None = field(default=None, repr=False, compare=False)  # see least_completed_by_others
 
     def hi(self, rank: int) -> int:
         seqs = self.by_rank.get(rank)
         return max(seqs) if seqs else -1
+
+    def least_completed_by_others(self, rank: int) -> int | None:
+        """The highest seq every member but `rank` completed (-2 when one left no trace); None without others.
+        From the two members that completed least, found once per group."""
+        if self._lowest is None:
+            done = sorted((self.last_completed.get(m, -1) if m in self.by_rank else -2, m) for m in self.members)
+            self._lowest = (done[:2], len(done))
+        lowest, n = self._lowest
+        if n - (rank in self.members) < 1:
+            return None
+        return lowest[1][0] if lowest[0][1] == rank else lowest[0][0]
 
     def is_done(self, rank: int, entry: Entry) -> bool:
         return entry.state == "completed" or (entry.seq is not None and self.last_completed.get(rank, -1) > entry.seq)
@@ -96,7 +110,9 @@ def build_views(ts: TraceSet) -> dict[str, GroupView]:
     for rank, trace in ts.ranks.items():
         for name, g in trace.groups.items():
             if name not in views:
-                views[name] = GroupView(name, list(g.ranks), g.inferred)
+                views[name] = GroupView(name, list(g.ranks), g.inferred, desc=g.desc)
+            elif g.desc and not views[name].desc:
+                views[name].desc = g.desc
         summary = summarize(trace)  # a thousand-rank set has millions of entries: most are never read one by one
         for name, seqs in summary.by_group.items():
             view = views.get(name)
@@ -110,16 +126,6 @@ def build_views(ts: TraceSet) -> dict[str, GroupView]:
             if rank in view.members:
                 view.by_rank.setdefault(rank, {})
     return views
-
-
-def numel(sizes: list[list[int]]) -> int:
-    total = 0
-    for shape in sizes:
-        n = 1
-        for d in shape:
-            n *= d
-        total += n
-    return total
 
 
 def _minority(values: dict[int, object]) -> tuple[list[int], object, dict]:
@@ -164,13 +170,39 @@ def _compare(view: GroupView, seq: int, present: dict[int, Entry]) -> list[Diver
         return []
     out: list[Divergence] = []
     t = min((e.t_created for e in present.values() if e.t_created), default=None)
+    # A backend may record one collective under another's name (Gloo: reduce_scatter as all_reduce): compare
+    # the names as that backend's Flight Recorder would give them, when one of the traces is its.
+    backends = {backend_of(e.raw_op) for e in present.values()} - {None}
     ops = {r: e.op for r, e in present.items()}
-    culprits, ref_op, classes = _minority(ops)
+    seen_as = {r: _as_recorded_by(op, backends) for r, op in ops.items()}
+    culprits, ref_op, classes = _minority(seen_as)
     if culprits:
         out.append(Divergence(view.name, seq, str(ref_op), "type_mismatch", culprits, sorted(present),
                               f"{_who(classes)}", {"ops": classes}, t))
         return out  # different collectives: comparing their sizes would say nothing more
-    op = str(ref_op)
+    holders = sorted(present)
+    if len(set(ops.values())) > 1:  # one call seen under two names: its sizes are recorded differently too
+        by_name: dict[str, dict[int, Entry]] = {}
+        for r, e in present.items():
+            by_name.setdefault(e.op, {})[r] = e
+        for part in by_name.values():
+            out.extend(_compare_sizes(view, seq, part, t, holders))
+    else:
+        out.extend(_compare_sizes(view, seq, present, t, holders))
+    op = next((o for o in ops.values() if o != ref_op), str(ref_op))  # the program's name, where a trace has it
+    return out + _compare_meta(view, seq, op, present, t, holders)
+
+
+def _as_recorded_by(op: str, backends: set) -> str:
+    for backend in backends:
+        op = as_recorded(op, backend)
+    return op
+
+
+def _compare_sizes(view: GroupView, seq: int, present: dict[int, Entry], t, holders: list[int]) -> list[Divergence]:
+    """Sizes of members that issued the same collective under the same name."""
+    out: list[Divergence] = []
+    op = next(iter(present.values())).op
     n = len(view.members) or len(present)
     size_bad: list[int] = []
     why = ""
@@ -188,19 +220,25 @@ def _compare(view: GroupView, seq: int, present: dict[int, Entry]) -> list[Diver
         if bad:
             size_bad, why = bad, f"input sizes: {_who(classes)}"
     if size_bad:
-        out.append(Divergence(view.name, seq, op, "size_mismatch", size_bad, sorted(present), why,
+        out.append(Divergence(view.name, seq, op, "size_mismatch", size_bad, holders, why,
                               {"in_sizes": {r: present[r].in_sizes for r in present},
                                "out_sizes": {r: present[r].out_sizes for r in present}}, t))
+    return out
+
+
+def _compare_meta(view: GroupView, seq: int, op: str, present: dict[int, Entry], t, holders: list[int]):
+    """Dtypes and roots, which every trace records alike whatever it calls the collective."""
+    out: list[Divergence] = []
     dtypes = {r: "/".join(e.in_dtypes or e.out_dtypes) for r, e in present.items() if e.in_dtypes or e.out_dtypes}
     bad, _, classes = _minority(dtypes) if dtypes else ([], None, {})
     if bad:
-        out.append(Divergence(view.name, seq, op, "dtype_mismatch", bad, sorted(present), f"dtypes: {_who(classes)}",
+        out.append(Divergence(view.name, seq, op, "dtype_mismatch", bad, holders, f"dtypes: {_who(classes)}",
                               {"dtypes": classes}, t))
     roots = {r: e.root for r, e in present.items() if e.root is not None}
     if len(roots) > 1:
         bad, _, classes = _minority(roots)
         if bad:
-            out.append(Divergence(view.name, seq, op, "root_mismatch", bad, sorted(present),
+            out.append(Divergence(view.name, seq, op, "root_mismatch", bad, holders,
                                   f"roots: {_who(classes)}", {"roots": classes}, t))
     return out
 
@@ -300,6 +338,12 @@ def first_divergence(view: GroupView) -> Divergence | None:
             return divs[0] if len(divs) == 1 else _merge(divs)
         ref = next(iter(present.values()))
         if absent:
+            if state_div is not None and set(absent) <= set(state_div.ranks) and not _late_mark(view, state_div):
+                # The ranks absent here are still inside an earlier collective the others completed: that is
+                # where the group parted ways (e.g. a broadcast whose root differs between ranks completes on
+                # some of them only).
+                state_div.evidence["then_absent_from"] = {"seq": seq, "op": ref.op, "ranks": sorted(absent)}
+                return state_div
             t = min((e.t_created for e in present.values() if e.t_created), default=None)
             return Divergence(view.name, seq, ref.op, "missing_ranks", sorted(absent), sorted(present), "",
                               {"issued_by": sorted(present)}, t)
@@ -313,6 +357,12 @@ def first_divergence(view: GroupView) -> Divergence | None:
                                        {"completed": sorted(done), "stuck": sorted(stuck),
                                         "states": {r: present[r].state for r in sorted(present)}}, t)
     return state_div
+
+
+def _late_mark(view: GroupView, d: Divergence) -> bool:
+    """One rank shown in a collective every other member (all with a trace) completed: it is out of it, its own
+    mark lags (Gloo retires an entry after the call returned) - where it stopped is the next collective."""
+    return len(d.ranks) == 1 and set(view.members) <= set(view.by_rank)
 
 
 def _merge(divs: list[Divergence]) -> Divergence:

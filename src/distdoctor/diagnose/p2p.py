@@ -24,12 +24,52 @@ def cycle_findings(cycles: list[Cycle]) -> list[Finding]:
         first = c.path[0][2].entry
         both_recv = all(w.entry.op == "recv" for _, _, w in c.path)
         why = "every rank on it receives before it sends" if both_recv else "each waits for a peer that waits on it"
+        short = [(a, b, w) for a, b, w in c.path if w.p2p is not None and 0 < w.p2p[1] <= w.p2p[0]]
+        if short:  # the peer did post some: the two sides disagree on how many messages pass
+            a, b, w = short[0]
+            sent = "sent" if w.entry.op == "recv" else "received"
+            why += (f"; rank {b} {sent} only {w.p2p[1]} message{'s' if w.p2p[1] != 1 else ''} "
+                    f"{'to' if w.entry.op == 'recv' else 'from'} rank {a}, which waits for its {_nth(w.p2p[0] + 1)} "
+                    f"(pipeline stages configured with different numbers of micro-batches?)")
         out.append(Finding("p2p_deadlock", c.ranks, group=first.group, groups=c.groups, seq=first.p2p_seq,
                            op=first.op, t=first.t_created,
                            detail=f"{fmt_ranks(c.ranks)} can never pair their sends and receives: {why}. "
                                   f"Cycle: {describe_cycle(c)}.",
                            evidence={"cycle": [[a, b] for a, b, _ in c.path]}))
     return out
+
+
+def count_disagreements(cycles: list[Cycle], waits_of: dict) -> list[Finding]:
+    """Cycles through a send or recv whose peer posted fewer matching calls and went on into a collective: the
+    two sides disagree on how many messages pass between them (pipeline stages configured with different
+    numbers of micro-batches, a rank-conditional send). Found before the cycle reads as an order deadlock."""
+    out = []
+    for c in cycles:
+        if c.p2p_only:
+            continue
+        for a, b, w in c.path:
+            e = w.entry
+            theirs = [v for v in waits_of.get(b, []) if not v.entry.is_p2p]
+            if not e.is_p2p or w.p2p is None or w.p2p[1] > w.p2p[0] or not theirs:
+                continue
+            nth, posted = w.p2p[0] + 1, w.p2p[1]
+            other = "recv" if e.op == "send" else "send"
+            moved = theirs[0].entry
+            out.append(Finding(
+                "p2p_deadlock", c.ranks, group=e.group, groups=c.groups, seq=e.p2p_seq, op=e.op, t=e.t_created,
+                detail=(f"rank {a} waits in {e.op} #{e.p2p_seq} {'to' if e.op == 'send' else 'from'} rank {b} on "
+                        f"group '{e.group}', its {_nth(nth)} {e.op} {'to' if e.op == 'send' else 'from'} rank {b}, "
+                        f"but rank {b} posted only {posted} matching {other}{'s' if posted != 1 else ''} and went on "
+                        f"to {moved.op} #{moved.seq} on group '{moved.group}': the two sides disagree on how many "
+                        f"messages pass between them (pipeline stages configured with different numbers of "
+                        f"micro-batches, a send or recv only some ranks make). Cycle: {describe_cycle(c)}."),
+                evidence={"cycle": [[x, y] for x, y, _ in c.path], "messages": {"expected": nth, "posted": posted}}))
+            break
+    return out
+
+
+def _nth(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def pair_disagreements(ts: TraceSet) -> list[Finding]:
@@ -58,17 +98,18 @@ def pair_disagreements(ts: TraceSet) -> list[Finding]:
 
 
 def unposted_peers(ts: TraceSet, waits, pending: dict, on_cycle: set[int]) -> list[Finding]:
-    """Ranks blocked in a send/recv whose peer never posted the other half and is in no communication at all
-    (stuck in compute, a data loader, a buffer it cannot get): the p2p form of `missing_ranks`, one finding per
-    group; `ranks` are the idle peers."""
+    """Ranks blocked in a send/recv whose peer never posted the other half and waits for nobody (stuck in
+    compute, a data loader, a buffer it cannot get): the p2p form of `missing_ranks`, one finding per group;
+    `ranks` are the idle peers."""
     from distdoctor.diagnose.progress import describe_rank
 
     by_group: dict[str, list] = {}
+    waiting = {w.rank for w in waits}
     for w in waits:
         e = w.entry
         if not e.is_p2p or e.peer is None or e.peer not in ts.ranks or w.rank in on_cycle:
             continue
-        if pending.get(e.peer):  # the peer is blocked in something else: that is where the story goes on
+        if e.peer in waiting:  # the peer waits for others in something else: that is where the story goes on
             continue
         by_group.setdefault(e.group, []).append(w)
     out = []
@@ -81,7 +122,8 @@ def unposted_peers(ts: TraceSet, waits, pending: dict, on_cycle: set[int]) -> li
                             f"{'to' if w.entry.op == 'send' else 'from'} rank {w.entry.peer}" for w in ws[:8])
         more = f" (and {len(ws) - 8} more)" if len(ws) > 8 else ""
         detail = (f"{waiting}{more} on group '{group}', but {fmt_ranks(idle)} never posted the matching "
-                  f"{other.get(first.op, 'half')}. " + "; ".join(describe_rank(r, ts.ranks.get(r), []) for r in idle[:8])
+                  f"{other.get(first.op, 'half')}. "
+                  + "; ".join(describe_rank(r, ts.ranks.get(r), pending.get(r, [])) for r in idle[:8])
                   + ".")
         out.append(Finding("missing_ranks", idle, group=group, seq=first.p2p_seq, op=first.op, t=first.t_created,
                            detail=detail, evidence={"waiting": [[w.rank, w.entry.peer] for w in ws]}))

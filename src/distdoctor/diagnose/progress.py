@@ -56,6 +56,55 @@ def where_now(trace: RankTrace) -> str | None:
     return _innermost_user(got[1])
 
 
+EXCEPTION_PREFIX = "exception:"  # the recorder's dump_reason of an uncaught exception: "exception: Type: message"
+
+
+def crash_of(trace: RankTrace | None) -> dict | None:
+    """How the rank died, when its dump says it died of an exception: the exception's type and message, where it
+    was raised (the innermost user frame of its traceback, which the recorder dumps as a stack named
+    'exception in <thread>'), and the call it was in when a collective or p2p raised it."""
+    reason = (trace.dump_reason or "") if trace is not None else ""
+    if not reason.startswith(EXCEPTION_PREFIX):
+        return None
+    text = reason[len(EXCEPTION_PREFIX):].strip()
+    kind, _, message = text.partition(": ")
+    out: dict = {"type": kind, "message": message, "text": text}
+    for name, frames in (trace.stacks or {}).items():
+        if name.startswith("exception in ") and frames:
+            out["at"] = _innermost_user(frames)
+            out["thread"] = name[len("exception in "):]
+            break
+    # The call that raised it: the rank's last entry that recorded an error (only the recorder records them).
+    for i in reversed(summarize(trace).not_done[-64:]):
+        e = trace.entries[i]
+        if e.error:
+            out["in_call"] = e
+            break
+    return out
+
+
+def crash_phrase(crash: dict) -> str:
+    """'crashed: ValueError: bad config, raised at forward (model.py:41)'."""
+    text = crash["text"] if len(crash["text"]) <= 200 else crash["text"][:197] + "..."
+    where = f", raised at {crash['at']}" if crash.get("at") else ""
+    e = crash.get("in_call")
+    inside = f" inside {e.op} #{e.seq if not e.is_p2p else e.p2p_seq} on group '{e.group}'" if e is not None else ""
+    return f"crashed: {text}{inside}{where}"
+
+
+def probably_inside(trace: RankTrace | None, e: Entry) -> bool:
+    """A rank that left only its recorder trace (which cannot see calls issued from C++, such as DDP's gradient
+    all_reduces), whose main thread is inside torch at dump time while its trace shows it in no call, for a call
+    only Flight Recorder saw (its name keeps the backend: `gloo:all_reduce`): it is probably in that call.
+    Blaming it for never issuing it would blame the innocent."""
+    if trace is None or trace.source != "native" or not e.raw_op or ":" not in e.raw_op:
+        return False
+    if summarize(trace).not_done:
+        return False  # the trace shows a call it is in (or left open): that is where it is
+    got = main_stack(trace)
+    return bool(got and got[1]) and any(m in got[1][-1].filename for m in ("/torch/", "/site-packages/torch"))
+
+
 def last_completed(trace: RankTrace) -> Entry | None:
     """The rank's last entry marked completed (found from the state column, from the end)."""
     i = summarize(trace).last_done
@@ -95,14 +144,21 @@ def rank_progress(trace: RankTrace, pending: list[Entry]) -> dict:
         out["now"] = now
         name, frames = main_stack(trace) or ("", [])
         out["stack"] = {"thread": name, "frames": [str(f) for f in frames[-12:]]}
+    crash = crash_of(trace)
+    if crash:
+        out["crash"] = {k: v for k, v in crash.items() if k != "in_call"}
+    if trace.merged:
+        out["merged"] = trace.merged
     return out
 
 
-def describe_rank(rank: int, trace: RankTrace | None, pending: list[Entry]) -> str:
-    """One phrase: what the rank did last and where it is now."""
+def describe_rank(rank: int, trace: RankTrace | None, pending: list[Entry], note: str = "") -> str:
+    """One phrase: what the rank did last and where it is now (or what it died of); `note` says more about the
+    call it is in."""
     if trace is None:
         return f"rank {rank} left no trace"
-    parts = []
+    crash = crash_of(trace)
+    parts = [crash_phrase(crash)] if crash else []
     e = last_completed(trace)
     if e is not None:
         what = "call" if e.is_p2p else "collective"
@@ -110,13 +166,14 @@ def describe_rank(rank: int, trace: RankTrace | None, pending: list[Entry]) -> s
                      f"on group '{e.group}'")
     elif not trace.entries:
         parts.append("it recorded no collective at all")
-    if pending:
+    if pending and not crash:
         e = pending[0]
-        parts.append(f"it is blocked in {e.op} #{e.seq if not e.is_p2p else e.p2p_seq} on group '{e.group}'")
-    else:
-        parts.append("it is in no collective")
+        parts.append(f"it is blocked in {e.op} #{e.seq if not e.is_p2p else e.p2p_seq} on group '{e.group}'"
+                     + (f" ({note})" if note else ""))
+    elif not crash:
+        parts.append("it is in no collective" + (f" ({note})" if note else ""))
     now = where_now(trace)
-    if now:
+    if now and not crash:
         parts.append(f"its {'streams are' if trace.source == 'simulated' else 'main thread is'} now at {now}")
     return f"rank {rank}: " + "; ".join(parts)
 

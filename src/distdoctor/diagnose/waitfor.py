@@ -2,7 +2,10 @@
 
 Each rank's blocking points are its oldest incomplete entry on every stream/thread (one for a plain training
 script, one per stream for a simulated plan). An entry counts as incomplete when its source did not mark it
-completed and the rank did not complete a later collective on the same group (communicators finish in order).
+completed, the rank did not complete a later collective on the same group (communicators finish in order), and
+the call is not known to be over from its peers' side: a collective every other member completed (a rank's own
+mark can lag: Gloo retires an entry from a background thread after the call returned), a send whose matching
+recv completed, a recv whose matching send completed (the data is on its way; nobody waits for anyone).
 For a collective on group G at seq n, the rank waits for every member of G that has not *reached* G#n: a member
 reached it if it issued G#n and has no older incomplete entry on the stream G#n was issued on. For a recv from
 (send to) peer p, the rank waits for p unless p has posted the matching send (recv) - pairs match FIFO per
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from distdoctor.diagnose.match import GroupView
+from distdoctor.diagnose.progress import probably_inside
 from distdoctor.trace.model import Entry, RankTrace, TraceSet
 from distdoctor.trace.summary import summarize
 
@@ -32,10 +36,15 @@ class Wait:
     rank: int
     entry: Entry
     waits_for: list[int]
+    # p2p: (this call's position among the rank's calls of its kind to/from the peer, how many matching calls
+    # the peer posted); None for collectives
+    p2p: tuple[int, int] | None = None
 
 
-def pending_entries(ts: TraceSet, views: dict[str, GroupView]) -> dict[int, list[Entry]]:
+def pending_entries(ts: TraceSet, views: dict[str, GroupView],
+                    p2p: dict | None = None) -> dict[int, list[Entry]]:
     """rank -> oldest incomplete entry per stream (in issue order)."""
+    p2p = _p2p_index(ts) if p2p is None else p2p
     out: dict[int, list[Entry]] = {}
     for rank, trace in ts.ranks.items():
         seen_streams: set = set()
@@ -44,21 +53,46 @@ def pending_entries(ts: TraceSet, views: dict[str, GroupView]) -> dict[int, list
         for e in map(trace.entries.__getitem__, summarize(trace).not_done):
             if e.stream in seen_streams:
                 continue
-            if _incomplete(rank, e, views):
+            if _incomplete(rank, e, views, ts) and not (e.is_p2p and _partner_done(rank, e, p2p)):
                 seen_streams.add(e.stream)
                 pend.append(e)
         out[rank] = pend
     return out
 
 
-def _incomplete(rank: int, e: Entry, views: dict[str, GroupView]) -> bool:
+def _incomplete(rank: int, e: Entry, views: dict[str, GroupView], ts: TraceSet) -> bool:
     if e.state == "completed":
         return False
     if e.seq is not None and not e.is_p2p:
         view = views.get(e.group)
-        if view is not None and view.last_completed.get(rank, -1) > e.seq:
+        if view is not None and (view.last_completed.get(rank, -1) > e.seq or completed_by_peers(rank, e, view, ts)):
             return False
     return True
+
+
+def completed_by_peers(rank: int, e: Entry, view: GroupView, ts: TraceSet) -> bool:
+    """Every other member (all of them with a trace) completed collective `e`: its communication is over, whatever
+    the rank's own dump says (Gloo retires an entry a moment after the call returned)."""
+    least = view.least_completed_by_others(rank)
+    return least is not None and least >= e.seq
+
+
+def _partner_done(rank: int, e: Entry, p2p: dict) -> bool:
+    """The peer completed the other half of this send or recv (pairs match FIFO per group, sender, receiver)."""
+    if e.peer is None:
+        return False
+    mine, theirs = _halves(rank, e)
+    ours = p2p.get(mine, [])
+    ordinal = next((i for i, x in enumerate(ours) if x is e), None)
+    other = p2p.get(theirs, [])
+    return ordinal is not None and ordinal < len(other) and other[ordinal].state == "completed"
+
+
+def _halves(rank: int, e: Entry) -> tuple[tuple, tuple]:
+    """The index keys of this entry's list and of its partner's list."""
+    if e.op == "send":
+        return (e.group, rank, e.peer, "send"), (e.group, rank, e.peer, "recv")
+    return (e.group, e.peer, rank, "recv"), (e.group, e.peer, rank, "send")
 
 
 def p2p_entries(trace: RankTrace) -> list[Entry]:
@@ -79,23 +113,22 @@ def _p2p_index(ts: TraceSet) -> dict[tuple[str, int, int, str], list[Entry]]:
 
 
 def build_waits(ts: TraceSet, views: dict[str, GroupView]) -> tuple[list[Wait], dict[int, list[Entry]]]:
-    pending = pending_entries(ts, views)
-    first_pending = {r: {e.stream: e.index for e in es} for r, es in pending.items()}
     p2p = _p2p_index(ts)
+    pending = pending_entries(ts, views, p2p)
+    first_pending = {r: {e.stream: e.index for e in es} for r, es in pending.items()}
     waits: list[Wait] = []
     for rank, entries in pending.items():
         for e in entries:
             if e.is_p2p:
                 if e.peer is None:
                     continue
-                key = (e.group, rank, e.peer, "send") if e.op == "send" else (e.group, e.peer, rank, "recv")
+                key, other = _halves(rank, e)
                 mine = p2p.get(key, [])
                 ordinal = next((i for i, x in enumerate(mine) if x is e), 0)
-                other = (e.group, rank, e.peer, "recv") if e.op == "send" else (e.group, e.peer, rank, "send")
                 theirs = p2p.get(other, []) if e.peer in ts.ranks else []
                 match = theirs[ordinal] if ordinal < len(theirs) else None
                 if match is None or not _reached(e.peer, match, first_pending):
-                    waits.append(Wait(rank, e, [e.peer]))
+                    waits.append(Wait(rank, e, [e.peer], (ordinal, len(theirs))))
                 continue
             view = views.get(e.group)
             if view is None or e.seq is None:
@@ -108,6 +141,8 @@ def build_waits(ts: TraceSet, views: dict[str, GroupView]) -> tuple[list[Wait], 
                     blockers.append(m)
                     continue
                 theirs = view.by_rank.get(m, {}).get(e.seq)
+                if theirs is None and probably_inside(ts.ranks[m], e):
+                    continue  # its trace cannot show this call (issued from C++), and it is inside torch
                 if theirs is None or not _reached(m, theirs, first_pending):
                     blockers.append(m)
             if blockers:

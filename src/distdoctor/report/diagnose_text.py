@@ -4,16 +4,18 @@ evidence, then where each rank is, then the files that could not be used."""
 from __future__ import annotations
 
 from distdoctor.diagnose.analyze import Report
+from distdoctor.diagnose.command import merged_note
 from distdoctor.diagnose.findings import fmt_group
 
 MAX_RANK_LINES = 32
+MAX_CONSEQUENCE_LINES = 8
 
 
 def render_text(report: Report) -> str:
     ts = report.traces
     lines = []
     n_find = len(report.findings)
-    n_bad = sum(1 for e in ts.errors if "is preferred over flight_recorder" not in e.reason)
+    n_bad = len(ts.errors)
     head = "PROBLEM" if report.verdict == "problem" else "OK"
     lines.append(f"verdict: {head} - {n_find} finding{'s' if n_find != 1 else ''}; world size {report.world_size}, "
                  f"{len(ts.ranks)} trace{'s' if len(ts.ranks) != 1 else ''} loaded"
@@ -27,10 +29,14 @@ def render_text(report: Report) -> str:
         lines.append("")
         lines.append(f"{i}. {f.kind}: ranks {f.ranks}{where}")
         lines.append(f"   {f.detail}")
-    if report.consequences:
+    if report.consequences and report.findings:  # each points at a finding: never "of the above" with none above
         lines.append("")
-        lines.append(f"{len(report.consequences)} later divergence(s) are consequences of the above and not listed "
-                     f"(see --format json, 'consequences').")
+        lines.append(f"consequences of the findings above ({len(report.consequences)}; all in --format json, "
+                     f"'consequences'):")
+        for c in report.consequences[:MAX_CONSEQUENCE_LINES]:
+            lines.append("  " + _consequence_line(c))
+        if len(report.consequences) > MAX_CONSEQUENCE_LINES:
+            lines.append(f"  ... {len(report.consequences) - MAX_CONSEQUENCE_LINES} more")
     lines.append("")
     lines.append("where each rank is:")
     # In a big world the ranks the findings name come first: rank 0..31 are rarely the story.
@@ -42,17 +48,26 @@ def render_text(report: Report) -> str:
             lines.append(f"  ... {len(report.ranks) - MAX_RANK_LINES} more ranks (see --format json)")
             break
         lines.append("  " + _rank_line(rank, report.ranks[rank]))
-    superseded = [e for e in ts.errors if "is preferred over flight_recorder" in e.reason]
-    unusable = [e for e in ts.errors if e not in superseded]
-    if unusable:
+    if ts.errors:
         lines.append("")
         lines.append("files not used:")
-        lines.extend(f"  {e.path}: {e.reason}" for e in unusable)
-    if superseded:
+        lines.extend(f"  {e.path}: {e.reason}" for e in ts.errors)
+    merged = [t for t in ts.ranks.values() if t.merged]
+    if merged:
         lines.append("")
-        lines.append(f"{len(superseded)} Flight Recorder dump(s) not used: the distdoctor traces of the same ranks "
-                     f"are preferred (they carry stacks and p2p).")
+        lines.append(merged_note(merged) + ".")
     return "\n".join(lines) + "\n"
+
+
+def _consequence_line(c: dict) -> str:
+    ranks = c["ranks"]
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks[:8])) + \
+        (f", ... ({len(ranks)} ranks)" if len(ranks) > 8 else "")
+    seq = f" #{c['seq']}" if c.get("seq") is not None else ""
+    if c.get("op") is None:
+        return f"{who}: {c['kind']}, {c['because']} (finding {c['finding'] + 1})"
+    what = "blocked in" if c["kind"] == "blocked" else f"{c['kind']} at"
+    return f"{who}: {what} {c['op']}{seq} on {fmt_group(c['group'])}, {c['because']} (finding {c['finding'] + 1})"
 
 
 def _rank_line(rank: str, p: dict) -> str:
@@ -63,6 +78,8 @@ def _rank_line(rank: str, p: dict) -> str:
     s = f"rank {rank}: {done} collectives completed ({per})" if done else f"rank {rank}: no collective completed"
     if "steps" in p:
         s += f", {p['steps']} steps of {p['collectives_per_step']}"
+    if p.get("state") == "crashed":  # never "in no collective; now at ...": it is not running
+        return s + f"; {p['state_detail']}"
     if p["pending"]:
         e = p["pending"][0]
         s += f"; blocked in {e['op']} #{e['seq']} on '{e['group']}'"
@@ -74,4 +91,10 @@ def _rank_line(rank: str, p: dict) -> str:
         s += "; in no collective"
     if p.get("now"):
         s += f"; now at {p['now']}"
+    state = p.get("state")
+    if state in ("waiting_on_idle", "waiting_on_active", "waiting_on_lost", "outside_collectives",
+                 "stuck_in_collective"):
+        s += f" [{state}: {p['state_detail'].split(', ', 1)[-1] if state.startswith('waiting') else p['state_detail'].split('; ', 1)[-1]}]"
+    elif state:
+        s += f" [{state}]"
     return s

@@ -34,6 +34,13 @@ def render_html(report: Report) -> str:
     for f in report.findings:
         parts.append(f"<div class='f'><span class='k'>{esc(f.kind)}</span> ranks {esc(f.ranks)} group "
                      f"{esc(f.group)} seq {esc(f.seq)} op {esc(f.op)}<br>{esc(f.detail)}</div>")
+    if report.consequences and report.findings:
+        parts.append("<h2>Consequences</h2><p>Waits and divergences the findings above explain (finding number in "
+                     "brackets).</p><ul>")
+        parts.extend(f"<li>{esc(c['kind'])}: ranks {esc(c['ranks'])} at {esc(c['op'])} #{esc(c['seq'])} group "
+                     f"{esc(c['group'])}: {esc(c['because'])} [{esc(c['finding'] + 1)}]</li>"
+                     for c in report.consequences[:200])
+        parts.append("</ul>")
     parts.append("<h2>Timeline of collectives per rank</h2>")
     parts.append("<p>Green: completed; orange: started; red: issued and not completed (where the rank waits). "
                  "Hover a box for the collective.</p>")
@@ -41,14 +48,16 @@ def render_html(report: Report) -> str:
     parts.append("<h2>Wait-for graph</h2><p>An arrow A &rarr; B: rank A is blocked in a collective that B has not "
                  "reached. Red arrows lie on a deadlock cycle; dashed circles are ranks without a trace.</p>")
     parts.append(_waitfor(report))
-    parts.append("<h2>Ranks</h2><table><tr><th>rank</th><th>completed</th><th>blocked in</th><th>now</th></tr>")
+    parts.append("<h2>Ranks</h2><table><tr><th>rank</th><th>state</th><th>completed</th><th>blocked in</th>"
+                 "<th>now</th></tr>")
     for rank, p in report.ranks.items():
         if p.get("missing"):
-            parts.append(f"<tr><td>{esc(rank)}</td><td colspan=3>no trace</td></tr>")
+            parts.append(f"<tr><td>{esc(rank)}</td><td>no_trace</td><td colspan=3>no trace</td></tr>")
             continue
         pend = p["pending"][0] if p["pending"] else None
         where = (f"{pend['op']} #{pend['seq']} on '{pend['group']}' {pend.get('called_from', '')}" if pend else "-")
-        parts.append(f"<tr><td>{esc(rank)}</td><td>{esc(sum(p['completed'].values()))}</td><td>{esc(where)}</td>"
+        parts.append(f"<tr><td>{esc(rank)}</td><td title='{esc(p.get('state_detail', ''))}'>{esc(p.get('state', ''))}"
+                     f"</td><td>{esc(sum(p['completed'].values()))}</td><td>{esc(where)}</td>"
                      f"<td><code>{esc(p.get('now', ''))}</code></td></tr>")
     parts.append("</table>")
     if report.traces.errors:

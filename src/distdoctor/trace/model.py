@@ -138,6 +138,17 @@ class EntryColumns(Sequence):
         return [_DEFAULTS[name]] * len(self._built)
 
 
+def numel(sizes: list[list[int]]) -> int:
+    """Elements in all the tensors of an entry's `in_sizes` or `out_sizes`."""
+    total = 0
+    for shape in sizes:
+        n = 1
+        for d in shape:
+            n *= d
+        total += n
+    return total
+
+
 def entry_column(entries: Sequence[Entry], name: str) -> list:
     """One field of every entry, in order: straight from the columns when the entries are stored that way."""
     if isinstance(entries, EntryColumns):
@@ -167,6 +178,8 @@ class RankTrace:
     dump_time: float | None = None
     host: str | None = None
     pid: int | None = None
+    # When this view joins several dumps of the rank (loaders/merge.py): their paths and how they were aligned.
+    merged: dict | None = None
     # Facts about every entry, gathered once for the analysis (trace/summary.py); not part of the trace's value.
     summary: object | None = field(default=None, repr=False, compare=False)
 

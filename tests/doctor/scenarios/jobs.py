@@ -55,19 +55,23 @@ class Watch:
             if time.monotonic() - self.last > STALL_S:
                 self.dump(f"no collective returned for {STALL_S:.0f} s")
 
-    def dump(self, reason: str) -> None:
+    def dump_flight_recorder(self, pickled: bytes | None = None) -> None:
+        base = os.path.join(self.out, self.scenario)
+        for form, data in (("pickle", pickled or _dump_fr_trace(True, True, False)),
+                           ("json", _dump_fr_trace_json(True, False))):
+            os.makedirs(os.path.join(base, form), exist_ok=True)
+            ext = "pkl" if form == "pickle" else "json"
+            path = os.path.join(base, form, f"fr_trace_rank_{self.rank}.{ext}")
+            with open(path + ".tmp", "wb") as f:
+                f.write(data if isinstance(data, bytes) else data.encode())
+            os.replace(path + ".tmp", path)
+
+    def dump(self, reason: str, pickled: bytes | None = None) -> None:
         with self.lock:
             if self.dumped:
                 return
             base = os.path.join(self.out, self.scenario)
-            for form, data in (("pickle", _dump_fr_trace(True, True, False)),
-                               ("json", _dump_fr_trace_json(True, False))):
-                os.makedirs(os.path.join(base, form), exist_ok=True)
-                ext = "pkl" if form == "pickle" else "json"
-                path = os.path.join(base, form, f"fr_trace_rank_{self.rank}.{ext}")
-                with open(path + ".tmp", "wb") as f:
-                    f.write(data if isinstance(data, bytes) else data.encode())
-                os.replace(path + ".tmp", path)
+            self.dump_flight_recorder(pickled)
             _native_dump(reason)
             with open(os.path.join(base, f"done_{self.rank}"), "w") as f:
                 f.write(reason)
@@ -201,6 +205,117 @@ def s_straggler(rank: int, w: Watch) -> None:
     for _ in range(6):
         time.sleep(0.3 if rank == 1 else 0.05)
         ar(w, torch.ones(8))
+
+
+# ---- the failures issue 11 saw called OK, and torch's own libraries ------------------------------------------
+
+def stuck_loader() -> None:
+    time.sleep(3600)  # a data loader that never returns
+
+
+def s_async_left(rank: int, w: Watch) -> None:
+    """Rank 3 starts its metrics all_reduce #4 without waiting for it and sticks in its data loader: ranks 0-2
+    completed #4 and wait in the gradient all_reduce #5; rank 3's own dump still shows #4 in flight."""
+    for step in range(3):
+        ar(w, torch.ones(8))
+        if rank == 3 and step == 1:
+            dist.all_reduce(torch.ones(4), async_op=True)
+            stuck_loader()
+        ar(w, torch.ones(4))
+
+
+def s_late(rank: int, w: Watch) -> None:
+    """Gloo marks a collective completed from a background thread a moment after the call returned. Rank 3
+    stops (a stuck data loader) right after an all_reduce returned, and dumps at once: as soon as a dump shows
+    that all_reduce still in flight (one try in ten or so), though every rank completed it. Ranks 0-2 wait in
+    the next all_reduce. The harness reports whether the dump caught it ("late": true)."""
+    import pickle
+
+    for i in range(400):
+        ar(w, torch.ones(1000))
+        if rank == 3:
+            data = _dump_fr_trace(True, False, False)
+            late = not pickle.loads(data)["entries"][-1].get("retired")
+            if late or i == 399:
+                w.dump(f"stopped after all_reduce #{i + 1}; late: {str(late).lower()}", pickled=data)
+                stuck_loader()
+
+
+def s_lone(rank: int, w: Watch) -> None:
+    """A metrics group every rank made (new_group is collective) but only rank 2 reduces on, at step 1; the
+    others go on into the next gradient all_reduce. From Gloo's dumps the group looks like rank 2's alone."""
+    metrics = dist.new_group(list(range(WORLD)))
+    for step in range(3):
+        ar(w, torch.ones(8))
+        if rank == 2 and step == 1:
+            ar(w, torch.ones(1), group=metrics)
+
+
+def s_bcast_obj(rank: int, w: Watch) -> None:
+    """broadcast_object_list with a root that differs per rank (rank 3's config says src=3)."""
+    for step in range(3):
+        ar(w, torch.ones(8))
+        objs = [{"step": step, "rank": rank}]
+        w.tick()
+        dist.broadcast_object_list(objs, src=3 if (rank == 3 and step == 1) else 0)
+        w.tick()
+
+
+def forward(rank: int, step: int) -> None:
+    if rank == 2 and step == 1:
+        raise ValueError("shape [8] does not match [4] in layer 3")
+
+
+def s_crash(rank: int, w: Watch) -> None:
+    """Rank 2 raises in its forward at step 1; nothing catches it: the process dies the way an uncaught
+    exception ends it (excepthook, exit 1). Its Flight Recorder dumps are written first, as a handler would."""
+    for step in range(3):
+        try:
+            forward(rank, step)
+        except ValueError:
+            w.dump_flight_recorder()
+            sys.excepthook(*sys.exc_info())
+            os._exit(1)
+        ar(w, torch.ones(8))
+
+
+def s_ddp(rank: int, w: Watch) -> None:
+    """DDP on a tiny model; rank 1 sticks in its data loader at step 2. The gradient all_reduces are issued from
+    C++ (DDP's reducer): only Flight Recorder sees ranks 0, 2, 3 wait in one."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(4):
+        w.tick()
+        if rank == 1 and step == 2:
+            stuck_loader()
+        loss = model(torch.ones(4, 8)).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        ar(w, loss.detach().reshape(1))  # the logged loss, averaged in Python
+
+
+def s_pipeline(rank: int, w: Watch) -> None:
+    """Two 2-stage pipelines ({0,1} and {2,3}, torch.distributed.pipelining, 1F1B) of micro-batches of 2 rows;
+    rank 1's config says 2 micro-batches where rank 0's says 4. Then every rank syncs at the end of the step."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    pipes = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    torch.manual_seed(0)
+    stage_idx = rank % 2
+    stage = PipelineStage(torch.nn.Linear(8, 8), stage_idx, 2, torch.device("cpu"), group=pipes[rank // 2])
+    n_micro = 2 if rank == 1 else 4
+    sched = Schedule1F1B(stage, n_micro, loss_fn=lambda out, target: ((out - target) ** 2).mean())
+    w.tick()
+    if stage_idx == 0:
+        sched.step(torch.ones(2 * n_micro, 8))
+    else:
+        sched.step(target=torch.zeros(2 * n_micro, 8))
+    w.tick()
+    ar(w, torch.ones(1))
 
 
 SCENARIOS = {name[2:]: fn for name, fn in globals().items() if name.startswith("s_")}

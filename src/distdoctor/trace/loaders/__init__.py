@@ -6,7 +6,8 @@ safe unpickler), a first line with the distdoctor-trace header is native JSON li
 the file and the reason, and the rest still load.
 
 After loading, the set is made consistent:
-- duplicate ranks: the first file (in sorted path order) wins, later ones are LoadErrors;
+- a rank's recorder trace and its Flight Recorder dump are merged into one view (merge.py); other duplicate
+  ranks: the first file (in sorted path order) wins, later ones are LoadErrors;
 - mixed versions: Flight Recorder dumps whose version differs from the majority are LoadErrors (one job writes
   one version; mixing dumps from two jobs would produce nonsense matches);
 - group membership missing from a dump (Gloo's pg_config lists none) is inferred from which ranks issued on the
@@ -27,11 +28,13 @@ from collections import Counter
 
 from distdoctor.collectives import get_spec
 from distdoctor.trace.coded import CODED_FIELDS, CodedEntries
-from distdoctor.trace.loaders.flight_recorder import _Interner, load_fr_json, load_fr_pickle, parse_fr_json_fast
+from distdoctor.trace.loaders.flight_recorder import (_Interner, load_fr_json, load_fr_pickle, looks_like_fr,
+                                                      parse_fr_json_fast)
 from distdoctor.trace.loaders.fr_json_scan import kernels
+from distdoctor.trace.loaders.merge import merge_rank, renumber_recorder_only
 from distdoctor.trace.loaders.native import is_native, load_native
 from distdoctor.trace.model import (DEFAULT_GROUP, ENTRY_FIELDS, Entry, EntryColumns, GroupInfo, LoadError, RankTrace,
-                                   TraceSet, entry_column)
+                                   TraceSet, entry_column, numel)
 from distdoctor.trace.summary import summarize
 
 try:  # a declared dependency (about 2x faster on big dumps); the stdlib parser stays as the fallback
@@ -114,7 +117,7 @@ def load_file(path: str, interner: _Interner | None = None, scan: bool = False) 
             raise ValueError("corrupt JSON (nested too deeply)") from None
         except ValueError as exc:
             raise ValueError(f"corrupt or truncated JSON ({str(exc).splitlines()[0]})") from None
-        if not isinstance(obj, dict) or "entries" not in obj or "version" not in obj:
+        if not looks_like_fr(obj):
             raise ValueError("JSON but not a trace: neither a Flight Recorder dump nor a distdoctor-trace file")
         return load_fr_json(obj, path, interner)
     if data[:2] in (b"(d", b"}q", b"(l", b"]q") or data[:1] == b"c":
@@ -270,23 +273,31 @@ def load_traces(paths: list[str], world_size: int | None = None, jobs: int | Non
         else:
             loaded.append(got)
     _drop_mixed_versions(loaded, ts.errors)
-    # Several files for one rank: the richest source wins (the recorder writes rank_<r>.jsonl next to Flight
-    # Recorder's rank_<r>.fr.pkl); among equals, the first in path order. The others are reported, not used.
+    # Several files for one rank: the recorder's trace and Flight Recorder's dump (what `distdoctor run` writes:
+    # rank_<r>.jsonl beside rank_<r>.fr.pkl) become one view of the rank (merge.py). Beyond one of each kind,
+    # the first in path order (a pickle before a JSON dump: it may carry frames) wins; the others are reported.
     loaded.sort(key=lambda t: _SOURCE_RANK.get(t.source, 0))
+    flight_recorder: dict[int, RankTrace] = {}
     for trace in loaded:
         if trace.rank < 0:
             ts.errors.append(LoadError(trace.path, f"negative rank {trace.rank}"))
         elif trace.rank >= MAX_WORLD_SIZE:
             ts.errors.append(LoadError(trace.path, f"rank {trace.rank} is beyond any real world size "
                                                    f"({MAX_WORLD_SIZE:,}); the file is corrupt"))
-        elif trace.rank in ts.ranks:
+        elif trace.source.startswith("flight_recorder") and trace.rank not in flight_recorder:
+            flight_recorder[trace.rank] = trace
+            ts.ranks.setdefault(trace.rank, trace)
+        elif trace.rank in ts.ranks:  # recorder traces sort first: a Flight Recorder dump never precedes one
             kept = ts.ranks[trace.rank]
-            why = ("" if kept.source == trace.source else
-                   f" ({kept.source} is preferred over {trace.source})")
             ts.errors.append(LoadError(trace.path, f"duplicate rank {trace.rank}: already loaded from "
-                                                   f"{kept.path}{why}; this file is ignored"))
+                                                   f"{kept.path}; this file is ignored"))
         else:
             ts.ranks[trace.rank] = trace
+    for rank, fr in flight_recorder.items():
+        own = ts.ranks[rank]
+        if own is not fr:
+            ts.ranks[rank] = merge_rank(own, fr)
+    renumber_recorder_only(ts.ranks)
     ts.ranks = dict(sorted(ts.ranks.items()))
     ts.world_size = _world_size(ts, world_size)
     _infer_groups(ts)
@@ -339,19 +350,11 @@ def _implied_size(trace: RankTrace, group: str) -> int:
             continue
         if not in_sizes or not out_sizes:
             continue
-        ins = sum(_numel(s) for s in in_sizes)
-        outs = sum(_numel(s) for s in out_sizes)
+        ins, outs = numel(in_sizes), numel(out_sizes)
         small, big = (ins, outs) if op == "all_gather" else (outs, ins)
         if small and big % small == 0 and get_spec(op).out_numel(ins, big // small) == outs:
             best = max(best, big // small)
     return best
-
-
-def _numel(shape: list[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _infer_groups(ts: TraceSet) -> None:

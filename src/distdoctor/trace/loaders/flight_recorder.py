@@ -40,7 +40,7 @@ try:
 except ImportError:  # pragma: no cover - not on this platform (Windows): no address-space cap
     resource = None
 
-from distdoctor.collectives import canonical_op
+from distdoctor.collectives import canonical_dtype, canonical_op
 from distdoctor.trace.loaders.fr_json_scan import ScannedDump, scan_fr_json
 from distdoctor.trace.coded import DUMP_FIELDS, CodedEntries
 from distdoctor.trace.model import DEFAULT_GROUP, EntryColumns, Frame, GroupInfo, RankTrace
@@ -135,8 +135,13 @@ def rank_from_filename(path: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+# Keys only a Flight Recorder dump has besides `version`: a rank that recorded nothing writes JSON without
+# `entries` (torch 2.13's _dump_fr_trace_json leaves the key out), which is still that rank's (empty) trace.
+_FR_KEYS = ("entries", "pg_config", "pg_status")
+
+
 def looks_like_fr(obj: object) -> bool:
-    return isinstance(obj, dict) and "entries" in obj and "version" in obj
+    return isinstance(obj, dict) and "version" in obj and any(k in obj for k in _FR_KEYS)
 
 
 def _parse_ranks(raw: object) -> list[int]:
@@ -198,7 +203,7 @@ class _Interner:
         key = raw[0] if len(raw) == 1 else tuple(raw)
         got = self.strs.get(key)
         if got is None:
-            got = self.strs[key] = [str(s) for s in raw]
+            got = self.strs[key] = [canonical_dtype(str(s)) for s in raw]  # "Float" -> "float32", as every loader
         return got
 
 
@@ -232,10 +237,10 @@ def parse_fr_dump(obj: object, path: str, source: str, rank: int | None = None,
                   interner: _Interner | None = None) -> RankTrace:
     """Normalize one Flight Recorder dump dict. Raises ValueError(reason)."""
     if not looks_like_fr(obj):
-        raise ValueError("not a Flight Recorder dump (no 'version' and 'entries')")
+        raise ValueError("not a Flight Recorder dump (no 'version' with 'entries' or 'pg_config')")
     trace = _new_trace(obj["version"], obj.get("rank") if rank is None else rank, obj.get("pg_config"), path, source)
     interner = interner or _Interner()
-    entries = obj["entries"]
+    entries = obj.get("entries", [])
     if not isinstance(entries, list):
         raise ValueError(f"'entries' is {type(entries).__name__}, not a list")
     rows = []
@@ -372,7 +377,7 @@ class _FrEntry(msgspec.Struct, gc=False):
 
 class _FrDump(msgspec.Struct):
     version: str
-    entries: list[_FrEntry]
+    entries: list[_FrEntry]  # required here: a dump without entries takes the general path (looks_like_fr)
     pg_config: dict[str, dict[str, Any]] | None = None
     rank: Any = None
 

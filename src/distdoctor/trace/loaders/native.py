@@ -6,6 +6,7 @@ trace gives a LoadError naming the line instead of failing later inside the anal
 
 from __future__ import annotations
 
+from distdoctor.collectives import canonical_dtype
 from distdoctor.trace.model import NATIVE_FORMAT, RankTrace, loads
 
 _STATES = ("issued", "started", "completed")
@@ -67,8 +68,23 @@ def load_native(data: bytes, path: str) -> RankTrace:
     try:
         trace = loads(text, path=path)
         _check(trace)
+        _canonical_dtypes(trace)
     except RecursionError:
         raise ValueError("nested too deeply") from None
     except (AttributeError, TypeError, KeyError, IndexError) as exc:  # a field of the wrong kind
         raise ValueError(f"malformed distdoctor trace ({type(exc).__name__}: {exc})") from None
     return trace
+
+
+def _canonical_dtypes(trace: RankTrace) -> None:
+    """One dtype vocabulary with the Flight Recorder loaders ("float32", never "Float"); equal lists shared."""
+    shared: dict[tuple, list[str]] = {}
+    for e in trace.entries:
+        for name in ("in_dtypes", "out_dtypes"):
+            value = getattr(e, name)
+            if value:
+                key = tuple(value)
+                got = shared.get(key)
+                if got is None:
+                    got = shared[key] = [canonical_dtype(d) for d in value]
+                setattr(e, name, got)

@@ -1,0 +1,64 @@
+"""Ranks that died of an exception, from the recorder's dump (`dump_reason` "exception: Type: message", and the
+traceback dumped as the stack 'exception in <thread>').
+
+A crash that happened while the rank waited for others inside a collective or p2p (the call raised: a peer
+closed the connection, the collective timed out), or whose exception is a communication failure at all, is
+where the wave of waiting reached it, not where it began: that rank is explained by what it waited for
+(diagnose/explain.py, which still reports it as `crashed` if nothing else does). Every other crash is a finding
+of its own; ranks that crashed alike (same exception type and message) share one.
+"""
+
+from __future__ import annotations
+
+import re
+
+from distdoctor.diagnose.findings import Finding, fmt_ranks
+from distdoctor.diagnose.progress import crash_of, crash_phrase, last_completed
+from distdoctor.trace.model import TraceSet
+
+
+def crashed_ranks(ts: TraceSet) -> dict[int, dict]:
+    """rank -> crash_of(trace), for every rank whose dump says it died of an exception."""
+    out = {}
+    for rank, trace in ts.ranks.items():
+        if trace.dump_reason and trace.dump_reason.startswith("exception"):  # cheap test before crash_of
+            crash = crash_of(trace)
+            if crash:
+                out[rank] = crash
+    return out
+
+
+# What a backend raises when a peer is gone or silent (Gloo's "Connection closed by peer", "Read error",
+# timeouts; NCCL's DistBackendError, aborted communicators).
+COMM_FAILURE = re.compile(r"DistBackendError|connection (closed|reset)|closed by peer|reset by peer|read error|"
+                          r"broken pipe|timed out|timeout|socket|nccl ?error|ncclRemoteError|abort", re.IGNORECASE)
+
+
+def on_its_own(rank: int, crash: dict, waiting: set[int]) -> bool:
+    """A crash that is no echo of other ranks' trouble: not raised inside a call that waited for other ranks,
+    and not a communication failure."""
+    return not ((rank in waiting and crash.get("in_call") is not None) or COMM_FAILURE.search(crash["text"]))
+
+
+def crash_findings(ts: TraceSet, crashes: dict[int, dict], waiting: set[int], echoes: bool = False) -> list[Finding]:
+    """One finding per distinct exception among the ranks that crashed on their own (`echoes`: all of them)."""
+    alike: dict[str, list[int]] = {}
+    for rank, crash in sorted(crashes.items()):
+        if not echoes and not on_its_own(rank, crash, waiting):
+            continue  # it failed because of others: a consequence of what it waited for
+        alike.setdefault(crash["text"], []).append(rank)
+    out = []
+    for ranks in alike.values():
+        first = ranks[0]
+        trace, crash = ts.ranks[first], crashes[first]
+        e = crash.get("in_call") or last_completed(trace)
+        group, seq, op = (e.group, e.seq if not e.is_p2p else e.p2p_seq, e.op) if e is not None else (None, None, None)
+        who = fmt_ranks(ranks)
+        detail = f"{who} {crash_phrase(crash)}."
+        if crash.get("in_call") is None and e is not None:
+            whose = "Its" if len(ranks) == 1 else f"Rank {first}'s"
+            detail += f" {whose} last completed call was {op} #{seq} on group '{group}'."
+        out.append(Finding("crashed", ranks, group=group, seq=seq, op=op, t=trace.dump_time, detail=detail,
+                           evidence={"exception": {str(r): {k: v for k, v in crashes[r].items() if k != "in_call"}
+                                                   for r in ranks}}))
+    return out

@@ -1,0 +1,120 @@
+"""The verdict's guarantee, over generated trace sets (tests/fuzz/trace_sets.py): worlds of 1-8 ranks, overlapping
+groups, p2p, faults planted per rank (stop, crash, skip, swap, other metadata, a collective on a group nobody else
+uses, no dump), Gloo's late completion mark, in the recorder's and Flight Recorder's forms.
+
+1. If any rank is blocked in a collective or p2p at dump time, or crashed, the verdict is never ok (also when
+   the dumps show calls in states no execution explains); every such
+   rank is named in a finding or listed in a consequence whose `finding` is a finding that exists (and whose
+   `finding_ref` matches it); the text report never speaks of consequences when there is no finding.
+2. On jobs with one fault, the first finding names the faulty rank, in the right words.
+3. The same job, whatever mix of forms its ranks left, gives the same first finding.
+
+Normal suite: a few dozen cases each. `python fuzz/run_fuzz.py -k invariant` runs 2000.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from distdoctor.diagnose import analyze
+from distdoctor.report.diagnose_text import render_text
+from distdoctor.trace.loaders import load_traces
+
+from trace_sets import Job, ground_truth, jobs, run, traces, write
+
+LONG = settings.default.max_examples >= 2000
+EXAMPLES = 2000 if LONG else 40
+CHECKS = settings(max_examples=EXAMPLES, deadline=None, database=None,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+def _diagnose(job: Job, forms: dict[int, str] | None = None):
+    ran = run(job)
+    ts_in = traces(job, ran)
+    assume(ts_in)  # every rank left no dump: nothing to diagnose
+    with tempfile.TemporaryDirectory() as d:
+        write(d, job, ts_in, forms or {})
+        ts = load_traces([d])
+    assert ts.errors == [], ts.errors
+    return ran, ts, analyze(ts)
+
+
+@CHECKS
+@given(st.one_of(jobs(), jobs(noise=True)))
+def test_no_blocked_or_crashed_rank_goes_unexplained(job):
+    ran, ts, report = _diagnose(job)
+    doc = report.to_json()
+    findings = doc["findings"]
+    for c in doc["consequences"]:
+        assert 0 <= c["finding"] < len(findings), c
+        f = findings[c["finding"]]
+        assert c["finding_ref"] == {"kind": f["kind"], "group": f["group"], "seq": f["seq"]}
+    blocked, crashed = ground_truth(job, ran)
+    pending = {int(r) for r, p in doc["ranks"].items() if p.get("pending")}
+    named = {r for f in findings for r in f["ranks"]}
+    explained = named | {r for c in doc["consequences"] for r in c["ranks"]}
+    if not job.flips:  # the dumps agree with the execution: the analysis sees every blocked rank
+        assert blocked <= pending | named, (blocked, pending, named)
+    must = (set() if job.flips else blocked) | crashed | pending  # with flips, only the evidence counts
+    if must:
+        assert doc["verdict"] == "problem"
+    assert must <= explained, (must - explained, doc["findings"], doc["consequences"])
+    for r in crashed:
+        assert doc["ranks"][str(r)]["state"] == "crashed"
+    text = render_text(report)
+    if not findings:
+        assert "consequences" not in text and text.startswith("verdict: OK")
+    for r in crashed:
+        line = next(x for x in text.split("where each rank is:")[1].splitlines() if x.startswith(f"  rank {r}:"))
+        assert "crashed" in line and "in no collective" not in line
+
+
+ONE_FAULT = ("stop", "crash", "no_dump", "size", "dtype", "op")
+
+
+@CHECKS
+@given(jobs(faults=ONE_FAULT, max_faults=1, late=False))
+def test_one_fault_names_the_faulty_rank(job):
+    assume(job.faults)
+    (rank, (fault, at)), = job.faults.items()
+    ran, ts, report = _diagnose(job)
+    blocked, crashed = ground_truth(job, ran)
+    first = report.findings[0] if report.findings else None
+    if fault in ("stop", "crash", "no_dump"):
+        if not blocked and rank not in crashed:
+            return  # nobody waits for the rank (it had no call left with others)
+        kind = {"stop": ["missing_ranks"], "crash": ["crashed"], "no_dump": ["missing_dump"]}[fault]
+        if fault == "crash" and rank not in crashed:  # blocked before it got to its crash
+            return
+        if fault == "crash" and "Connection closed" in job.crash_text:
+            kind.append("missing_ranks")  # a communication failure is not a crash on its own: where the others wait
+        assert first is not None and first.ranks == [rank] and first.kind in kind, (job, report.findings)
+        return
+    step = job.steps[at]
+    if step.op in ("p2p", "barrier") or len(job.groups[step.group]) < 3 or rank not in job.groups[step.group] or \
+            any(f[0] != "none" for r, f in job.faults.items() if r != rank):
+        return  # no metadata to differ on, or no majority to tell the culprit by
+    kind = {"size": "size_mismatch", "dtype": "dtype_mismatch", "op": "type_mismatch"}[fault]
+    assert first is not None and first.kind == kind and first.ranks == [rank], (job, report.findings)
+
+
+SAME_IN_EVERY_FORM = ("none", "stop", "skip", "swap", "size", "dtype", "op", "lone", "no_dump")
+
+
+@CHECKS
+@given(jobs(faults=SAME_IN_EVERY_FORM), st.data())
+def test_the_same_first_finding_whatever_forms_the_ranks_left(job, data):
+    forms = {r: data.draw(st.sampled_from(["native", "pickle", "json", "both"])) for r in range(job.world)}
+    _, _, native = _diagnose(job)
+    _, _, mixed = _diagnose(job, forms)
+
+    def first(report):
+        if not report.findings:
+            return None
+        f = report.findings[0]
+        return f.kind, f.ranks, f.group, f.op, f.seq if f.op not in ("send", "recv") else None
+
+    assert first(native) == first(mixed), (forms, native.findings[:1], mixed.findings[:1])

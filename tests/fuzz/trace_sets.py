@@ -1,0 +1,318 @@
+"""Generated trace sets: a tiny program run on a simulated world, with faults planted per rank, written as the
+recorder or Flight Recorder would have left it.
+
+A `Job` is one program (collectives on overlapping groups, p2p pairs) that every rank runs; each rank may carry
+one fault: stop in Python before a step (a data loader), crash before a step (an exception), skip a step, swap
+two steps, call a step with other metadata (size, dtype, root, op), call an extra collective on a group nobody
+else uses, or leave no dump. `run` executes the ranks' calls with the communicators' rules (a collective
+completes when every member has it at the head of its queue; a send and its recv complete together, or the send
+at once when sends are eager), until nothing moves. Then `traces` writes what each rank's dump shows: every call
+issued, completed or not; Gloo's late completion mark (a finished call shown in flight) where the job says so.
+`ground_truth` tells which ranks are really blocked and which crashed - what the verdict must account for.
+
+Written forms: the recorder's (`native`), an NCCL-style Flight Recorder dump (pickle or JSON: `nccl:` names,
+`Float` dtypes, members in pg_config, no roots), or both of one rank (merged by the loader).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from dataclasses import dataclass, field
+
+from hypothesis import strategies as st
+
+from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace, dumps
+
+OPS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")
+DTYPES = ("float32", "bfloat16", "int64")
+FR_DTYPE = {"float32": "Float", "bfloat16": "BFloat16", "int64": "Long"}
+FAULTS = ("none", "stop", "crash", "skip", "swap", "size", "dtype", "root", "op", "lone", "no_dump")
+USER = "train.py"
+
+
+@dataclass(frozen=True)
+class Step:
+    group: str
+    op: str  # a collective, or "p2p"
+    size: int = 8
+    dtype: str = "float32"
+    root: int | None = None
+    src: int | None = None  # p2p
+    dst: int | None = None
+
+
+@dataclass
+class Job:
+    world: int
+    groups: dict[str, list[int]]
+    descs: dict[str, str]
+    steps: list[Step]
+    faults: dict[int, tuple[str, int]]  # rank -> (fault, step index)
+    eager_sends: bool = False
+    late: set[int] = field(default_factory=set)  # ranks whose last completed call is shown in flight (Gloo)
+    flips: set[tuple[int, int]] = field(default_factory=set)  # (rank, call): the dump shows the other state
+    crash_text: str = "RuntimeError: boom"  # what a crashed rank died of (a communication failure, or not)
+
+
+@st.composite
+def jobs(draw, max_world: int = 8, faults=FAULTS, max_faults: int = 3, late: bool = True,
+         noise: bool = False) -> Job:
+    """`noise`: the dumps also show a few calls in the wrong state (evidence that agrees with no execution)."""
+    world = draw(st.integers(1, max_world))
+    groups = {"0": list(range(world))}
+    descs = {"0": "default_pg"}
+    for k in range(draw(st.integers(0, 3))):
+        members = sorted(draw(st.sets(st.integers(0, world - 1), min_size=1, max_size=world)))
+        groups[str(k + 1)] = members
+        descs[str(k + 1)] = draw(st.sampled_from(["undefined", "", "mesh_dp", "mesh_tp", "metrics"]))
+    steps = []
+    for _ in range(draw(st.integers(1, 8))):
+        g = draw(st.sampled_from(sorted(groups)))
+        members = groups[g]
+        if len(members) >= 2 and draw(st.integers(0, 4)) == 0:
+            src, dst = draw(st.permutations(members))[:2]
+            steps.append(Step(g, "p2p", draw(st.sampled_from([4, 8])), src=src, dst=dst))
+            continue
+        op = draw(st.sampled_from(OPS))
+        steps.append(Step(g, op, draw(st.sampled_from([4, 8, 16])), draw(st.sampled_from(DTYPES)),
+                          draw(st.sampled_from(members)) if op in ("broadcast",) else None))
+    n_faults = draw(st.integers(0, min(max_faults, world)))
+    chosen = draw(st.lists(st.integers(0, world - 1), min_size=n_faults, max_size=n_faults, unique=True))
+    fault_map = {r: (draw(st.sampled_from(faults)), draw(st.integers(0, len(steps) - 1))) for r in chosen}
+    late_ranks = set(draw(st.sets(st.integers(0, world - 1), max_size=2))) if late else set()
+    flips = set(draw(st.sets(st.tuples(st.integers(0, world - 1), st.integers(0, len(steps))), max_size=3))) \
+        if noise else set()
+    crash_text = draw(st.sampled_from(["RuntimeError: boom", "ValueError: bad shape [8] vs [4]",
+                                       "RuntimeError: [pair.cc:534] Connection closed by peer [127.0.0.1]:4515"]))
+    return Job(world, groups, descs, steps, fault_map, draw(st.booleans()), late_ranks, flips, crash_text)
+
+
+# ---- running the program -----------------------------------------------------------------------------------
+
+@dataclass
+class Call:
+    group: str
+    op: str  # collective name, "send" or "recv"
+    size: int
+    dtype: str
+    root: int | None = None
+    peer: int | None = None
+    line: int = 0  # the user's line it was called from
+    done: bool = False
+
+
+def calls_of(job: Job, rank: int) -> tuple[list[Call], str]:
+    """The calls rank makes (its program with its fault applied) and how it ends: 'stop', 'crash' or 'done'."""
+    fault, at = job.faults.get(rank, ("none", 0))
+    steps = list(enumerate(job.steps))
+    if fault == "swap" and at + 1 < len(steps):
+        steps[at], steps[at + 1] = steps[at + 1], steps[at]
+    out: list[Call] = []
+    end = "done"
+    for i, (k, s) in enumerate(steps):
+        if fault in ("stop", "crash") and i == at:
+            end = fault
+            break
+        if fault == "skip" and i == at:
+            continue
+        if fault == "lone" and i == at:
+            out.append(Call("lone", "all_reduce", 1, "float32", line=900))
+        line = 100 + k
+        if s.op == "p2p":
+            if rank == s.src:
+                out.append(Call(s.group, "send", s.size, s.dtype, peer=s.dst, line=line))
+            elif rank == s.dst:
+                out.append(Call(s.group, "recv", s.size, s.dtype, peer=s.src, line=line))
+            continue
+        if rank not in job.groups[s.group]:
+            continue
+        size, dtype, root, op = s.size, s.dtype, s.root, s.op
+        if i == at:
+            size = size * 2 if fault == "size" else size
+            dtype = "int64" if fault == "dtype" and dtype != "int64" else ("float32" if fault == "dtype" else dtype)
+            root = (root + 1) % job.world if fault == "root" and root is not None else root
+            op = ("all_gather" if op != "all_gather" else "all_reduce") if fault == "op" else op
+        out.append(Call(s.group, op, size, dtype, root, line=line))
+    return out, end
+
+
+def run(job: Job) -> dict[int, tuple[list[Call], int, str]]:
+    """rank -> (calls, how many it issued, end): executes every rank's calls until nothing moves."""
+    groups = dict(job.groups, lone=[])
+    prog = {r: calls_of(job, r) for r in range(job.world)}
+    for r, (calls, _) in prog.items():
+        if any(c.group == "lone" for c in calls):
+            groups["lone"] = sorted(set(groups["lone"]) | {r})
+    head = {r: 0 for r in prog}
+    seq_of: dict[tuple[int, int], int] = {}  # (rank, call index) -> group seq
+    for r, (calls, _) in prog.items():
+        count: dict[str, int] = {}
+        for i, c in enumerate(calls):
+            if c.op not in ("send", "recv"):
+                count[c.group] = count.get(c.group, 0) + 1
+                seq_of[(r, i)] = count[c.group]
+    moved = True
+    while moved:
+        moved = False
+        for r, (calls, _) in prog.items():
+            i = head[r]
+            if i >= len(calls):
+                continue
+            c = calls[i]
+            if c.op == "send" and job.eager_sends:
+                c.done, head[r], moved = True, i + 1, True
+                continue
+            if c.op in ("send", "recv"):
+                other = prog[c.peer][0]
+                j = head[c.peer]
+                want = "recv" if c.op == "send" else "send"
+                if c.op == "recv" and job.eager_sends:
+                    sent = [x for x in other if x.op == "send" and x.peer == r and x.group == c.group and x.done]
+                    mine = [x for x in calls[:i] if x.op == "recv" and x.peer == c.peer and x.group == c.group]
+                    if len(sent) > len(mine):
+                        c.done, head[r], moved = True, i + 1, True
+                    continue
+                if j < len(other) and other[j].op == want and other[j].peer == r and other[j].group == c.group:
+                    c.done = other[j].done = True
+                    head[r], head[c.peer], moved = i + 1, j + 1, True
+                continue
+            members = groups[c.group] if c.group != "lone" else [r]
+            heads = []
+            for m in members:
+                mc = prog[m][0]
+                if head[m] >= len(mc) or mc[head[m]].group != c.group or mc[head[m]].op in ("send", "recv") or \
+                        seq_of[(m, head[m])] != seq_of[(r, i)]:
+                    break
+                heads.append(m)
+            else:
+                if c.group == "lone" and len(job.groups["0"]) > 1:
+                    continue  # a collective nobody else calls never completes
+                for m in heads:
+                    prog[m][0][head[m]].done = True
+                    head[m] += 1
+                moved = True
+    return {r: (calls, head[r] + (1 if head[r] < len(calls) else 0), end) for r, (calls, end) in prog.items()}
+
+
+def ground_truth(job: Job, ran: dict) -> tuple[set[int], set[int]]:
+    """(ranks really blocked in a call at dump time, ranks that crashed) among the ranks that left a dump."""
+    blocked, crashed = set(), set()
+    for r, (calls, issued, end) in ran.items():
+        if job.faults.get(r, ("none",))[0] == "no_dump":
+            continue
+        if end == "crash" and issued >= len(calls) and all(c.done for c in calls):
+            crashed.add(r)
+        elif issued and not calls[issued - 1].done:
+            blocked.add(r)
+    return blocked, crashed
+
+
+# ---- writing what each rank's dump shows --------------------------------------------------------------------
+
+def traces(job: Job, ran: dict) -> dict[int, RankTrace]:
+    """The recorder's view of every rank that left a dump."""
+    groups = dict(job.groups)
+    lone = sorted({r for r, (calls, _, _) in ran.items() if any(c.group == "lone" for c in calls)})
+    if lone:
+        groups["lone"] = list(range(job.world))  # made with new_group on every rank; used by some
+    out = {}
+    for r, (calls, issued, end) in ran.items():
+        if job.faults.get(r, ("none",))[0] == "no_dump":
+            continue
+        entries, seqs, p2p = [], {}, {}
+        reached = issued >= len(calls) and all(c.done for c in calls)  # got to where its fault stops it
+        for i, c in enumerate(calls[:issued]):
+            t = 1000.0 + (c.line - 100) * 0.01  # one clock: the same step at the same time on every rank
+            state = "completed" if c.done else "started"
+            if r in job.late and c.done and i == issued - 1 and c.op not in ("send", "recv"):
+                state = "started"  # Gloo marks it completed a moment after the call returned
+            if (r, i) in job.flips:
+                state = "started" if state == "completed" else "completed"
+            frames = [Frame("<module>", USER, 1), Frame("step", USER, c.line)]
+            if c.op in ("send", "recv"):
+                key = (c.group, c.op, c.peer)
+                p2p[key] = p2p.get(key, 0) + 1
+                entries.append(Entry(index=i, group=c.group, op=c.op, p2p_seq=p2p[key], raw_op=c.op, peer=c.peer,
+                                     in_sizes=[[c.size]] if c.op == "send" else [],
+                                     out_sizes=[[c.size]] if c.op == "recv" else [],
+                                     in_dtypes=[c.dtype] if c.op == "send" else [],
+                                     out_dtypes=[c.dtype] if c.op == "recv" else [], state=state, t_created=t,
+                                     stream="MainThread", frames=frames))
+                continue
+            seqs[c.group] = seqs.get(c.group, 0) + 1
+            n = len(groups[c.group])
+            ins, outs = _sizes(c.op, c.size, n)
+            entries.append(Entry(index=i, group=c.group, op=c.op, seq=seqs[c.group], raw_op=c.op, in_sizes=ins,
+                                 out_sizes=outs, in_dtypes=[c.dtype] if ins else [],
+                                 out_dtypes=[c.dtype] if outs else [], root=c.root, state=state, t_created=t,
+                                 stream="MainThread", frames=frames))
+        now = [Frame("<module>", USER, 1), Frame("load_batch", "data.py", 7)] if end == "stop" and reached else \
+            [Frame("<module>", USER, 1), Frame("step", USER, calls[issued - 1].line if issued else 1)]
+        stacks = {"MainThread (1)": now}
+        reason = "hang"
+        if end == "crash" and reached:
+            reason = f"exception: {job.crash_text}"
+            stacks = {"exception in MainThread": [Frame("<module>", USER, 1), Frame("forward", "model.py", 3)],
+                      "MainThread (1)": [Frame("<module>", USER, 1), Frame("forward", "model.py", 3)]}
+        out[r] = RankTrace(rank=r, source="native", world_size=job.world, entries=entries, stacks=stacks,
+                           groups={g: GroupInfo(g, m, False, job.descs.get(g, "")) for g, m in groups.items()
+                                   if r in m},
+                           dump_reason=reason, dump_time=2000.0)
+    return out
+
+
+def _sizes(op: str, size: int, n: int) -> tuple[list, list]:
+    if op == "barrier":
+        return [], []
+    if op == "all_gather":
+        return [[size]], [[size * n]]
+    if op == "reduce_scatter":
+        return [[size * n]], [[size]]
+    return [[size]], [[size]]
+
+
+def fr_dump(trace: RankTrace, groups: dict[str, list[int]]) -> dict:
+    """The NCCL-style Flight Recorder dump of the same calls: `nccl:` names, C++ dtype names, no roots, members
+    in pg_config, group-local p2p peers in the profiling name."""
+    entries = []
+    p2p_seq: dict[str, int] = {}
+    for i, e in enumerate(trace.entries):
+        members = groups.get(e.group, [])
+        if e.is_p2p:
+            p2p_seq[e.group] = p2p_seq.get(e.group, 0) + 1
+            me, peer = members.index(trace.rank), members.index(e.peer)
+            name = f"nccl:send {me}->{peer}" if e.op == "send" else f"nccl:recv {me}<-{peer}"
+        else:
+            name = f"nccl:{e.op}"
+        entries.append({
+            "record_id": i, "process_group": [e.group, "default_pg" if e.group == "0" else "undefined"],
+            "collective_seq_id": 0 if e.is_p2p else e.seq, "p2p_seq_id": p2p_seq.get(e.group, 0) if e.is_p2p else 0,
+            "is_p2p": e.is_p2p, "profiling_name": name, "time_created_ns": int(e.t_created * 1e9) + 1000,
+            "input_sizes": e.in_sizes, "output_sizes": e.out_sizes,
+            "input_dtypes": [FR_DTYPE.get(d, d) for d in e.in_dtypes],
+            "output_dtypes": [FR_DTYPE.get(d, d) for d in e.out_dtypes],
+            "state": "completed" if e.state == "completed" else "started", "retired": e.state == "completed",
+            "time_discovered_started_ns": 0, "time_discovered_completed_ns": 0, "thread_name": "pt_main"})
+    pg_config = {g: {"name": g, "desc": "default_pg" if g == "0" else "undefined", "ranks": json.dumps(m)}
+                 for g, m in groups.items() if trace.rank in m}
+    return {"version": "2.10", "rank": trace.rank, "pg_config": pg_config, "pg_status": {}, "entries": entries}
+
+
+def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, str]) -> None:
+    """Each rank's dump in its form: native, pickle, json, or both (native + pickle)."""
+    groups = dict(job.groups)
+    if any("lone" in t.groups for t in ts.values()):
+        groups["lone"] = list(range(job.world))
+    for r, t in ts.items():
+        form = forms.get(r, "native")
+        if form in ("native", "both"):
+            with open(os.path.join(directory, f"rank_{r}.jsonl"), "w") as f:
+                f.write(dumps(t))
+        if form in ("pickle", "both"):
+            with open(os.path.join(directory, f"rank_{r}.fr.pkl"), "wb") as f:
+                pickle.dump(fr_dump(t, groups), f)
+        if form == "json":
+            with open(os.path.join(directory, f"fr_rank_{r}.json"), "w") as f:
+                json.dump(fr_dump(t, groups), f)
