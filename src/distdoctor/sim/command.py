@@ -63,7 +63,7 @@ def _output_options(f):
 
 
 def _finish(prog: Program, fmt: str, emit_ir, chrome, png, emit_trace, trials=0, jitter=0.2, seed=0,
-            header: str = "") -> None:
+            header: str = "", preface: str = "", extra: dict | None = None) -> None:
     if emit_ir:
         _write(emit_ir, lambda: dump_program(prog, emit_ir, header=header))
     detail = bool(chrome or png or emit_trace)
@@ -86,8 +86,10 @@ def _finish(prog: Program, fmt: str, emit_ir, chrome, png, emit_trace, trials=0,
 
         _write(emit_trace, lambda: write_rank_traces(res, emit_trace))
     if fmt == "json":
-        click.echo(json.dumps(res.to_json()))
+        click.echo(json.dumps({**res.to_json(), **(extra or {})}))
     else:
+        if preface:
+            click.echo(preface)
         click.echo(res.to_text())
         for what, path in (("IR", emit_ir), ("Chrome trace", chrome), ("timeline", png), ("traces", emit_trace)):
             if path:
@@ -169,6 +171,59 @@ def fsdp_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, **
     """FSDP/HSDP all-gathers on a shared or per-group unshard stream, with prefetch."""
     prog = build_fsdp(FsdpConfig(**kw))
     _finish(prog, fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, header=_header(prog))
+
+
+@sim_group.command("torch-schedule")
+@click.argument("schedule", required=False)
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
+              help="A schedule in torch's CSV form (one row of actions per rank) instead of a class name.")
+@click.option("--stages", type=int, default=None, help="Pipeline stages in all (a CSV: inferred).")
+@click.option("--microbatches", type=int, default=None, help="Micro-batches per step (a CSV: inferred).")
+@click.option("--ranks", type=int, default=None,
+              help="Pipeline ranks [default: --stages for one-stage-per-rank schedules, else --stages / 2].")
+@click.option("--fwd-us", type=float, default=1000.0, show_default=True, help="Forward (F) time per stage.")
+@click.option("--bwd-us", type=float, default=2000.0, show_default=True, help="Full backward (B) time.")
+@click.option("--bwd-input-us", type=float, default=None, help="Backward for inputs (I) [default: half of B].")
+@click.option("--bwd-weight-us", type=float, default=None, help="Backward for weights (W) [default: half of B].")
+@click.option("--p2p-us", type=float, default=50.0, show_default=True, help="Time of one send/receive.")
+@click.option("--comm-model", type=click.Choice(["nccl", "ideal"]), default="nccl", show_default=True,
+              help="nccl: one p2p stream per rank synchronized with compute at posting, as torch's runtime "
+                   "runs on NCCL; ideal: no false waits (the analytic bound).")
+@click.option("--defer-recv", is_flag=True, help="torch's defer_pp_recv: receives right before their consumer.")
+@click.option("--emit-csv", "emit_csv", type=click.Path(dir_okay=False),
+              help="Write the action lists as simulated (with sends and receives) in torch's CSV form.")
+@click.option("--list", "list_only", is_flag=True, help="List the schedule classes the installed torch ships.")
+@_output_options
+def torch_schedule_command(schedule, csv_path, stages, microbatches, ranks, fwd_us, bwd_us, bwd_input_us,
+                           bwd_weight_us, p2p_us, comm_model, defer_recv, emit_csv, list_only, fmt, emit_ir, chrome,
+                           png, emit_trace, trials, jitter, seed) -> None:
+    """Simulate what torch.distributed.pipelining would run: SCHEDULE is a torch schedule class
+    (Interleaved1F1B, ZBVZeroBubble, ...), or --csv FILE a schedule in torch's CSV form.
+
+    Exit code 1 when the action lists are invalid (each problem is reported) or deadlock, 2 on bad input.
+    """
+    from distdoctor.sim.schedule_report import dump_csv, findings_json, findings_text, load_schedule
+    from distdoctor.sim.plans.schedule_program import ScheduleTiming
+
+    if list_only:
+        from distdoctor.sim.plans.torch_schedule import schedule_classes
+
+        for short, cls in schedule_classes().items():
+            click.echo(f"{short:<24} {cls.__name__}")
+        return
+    for flag, v in (("--fwd-us", fwd_us), ("--bwd-us", bwd_us), ("--bwd-input-us", bwd_input_us),
+                    ("--bwd-weight-us", bwd_weight_us), ("--p2p-us", p2p_us)):
+        if v is not None and v < 0:
+            raise InputError(flag, f"must not be negative (got {v})")
+    timing = ScheduleTiming(fwd_us, bwd_us, bwd_input_us, bwd_weight_us, p2p_us)
+    loaded = load_schedule(schedule, csv_path, stages, microbatches, ranks, timing, comm_model, defer_recv)
+    if emit_csv:
+        _write(emit_csv, lambda: dump_csv(loaded, emit_csv))
+    if loaded.findings:
+        click.echo(json.dumps(findings_json(loaded)) if fmt == "json" else findings_text(loaded))
+        raise CheckFailed(1)
+    _finish(loaded.program, fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, header=_header(loaded.program),
+            preface=loaded.preface(), extra={"valid": True, "torch_schedule": loaded.info()})
 
 
 def _header(prog: Program) -> str:
