@@ -186,16 +186,20 @@ def fsdp_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, **
 @click.option("--bwd-input-us", type=float, default=None, help="Backward for inputs (I) [default: half of B].")
 @click.option("--bwd-weight-us", type=float, default=None, help="Backward for weights (W) [default: half of B].")
 @click.option("--p2p-us", type=float, default=50.0, show_default=True, help="Time of one send/receive.")
-@click.option("--comm-model", type=click.Choice(["nccl", "ideal"]), default="nccl", show_default=True,
-              help="nccl: one p2p stream per rank synchronized with compute at posting, as torch's runtime "
-                   "runs on NCCL; ideal: no false waits (the analytic bound).")
+@click.option("--p2p-bytes", type=click.IntRange(0), default=0, show_default=True,
+              help="Size of one activation or gradient (matters with --eager-bytes).")
+@click.option("--eager-bytes", type=click.IntRange(0), default=0, show_default=True,
+              help="Per-peer buffer for sends that complete before their receive; 0: every send is a rendezvous.")
+@click.option("--comm-model", type=click.Choice(["nccl", "coalesced", "ideal"]), default="nccl", show_default=True,
+              help="nccl: a stream per peer pair, each op synchronized with compute when posted (torch's runtime "
+                   "on NCCL); coalesced: one p2p stream per rank; ideal: no false waits (the analytic bound).")
 @click.option("--defer-recv", is_flag=True, help="torch's defer_pp_recv: receives right before their consumer.")
 @click.option("--emit-csv", "emit_csv", type=click.Path(dir_okay=False),
               help="Write the action lists as simulated (with sends and receives) in torch's CSV form.")
 @click.option("--list", "list_only", is_flag=True, help="List the schedule classes the installed torch ships.")
 @_output_options
 def torch_schedule_command(schedule, csv_path, stages, microbatches, ranks, fwd_us, bwd_us, bwd_input_us,
-                           bwd_weight_us, p2p_us, comm_model, defer_recv, emit_csv, list_only, fmt, emit_ir, chrome,
+                           bwd_weight_us, p2p_us, p2p_bytes, eager_bytes, comm_model, defer_recv, emit_csv, list_only, fmt, emit_ir, chrome,
                            png, emit_trace, trials, jitter, seed) -> None:
     """Simulate what torch.distributed.pipelining would run: SCHEDULE is a torch schedule class
     (Interleaved1F1B, ZBVZeroBubble, ...), or --csv FILE a schedule in torch's CSV form.
@@ -215,7 +219,7 @@ def torch_schedule_command(schedule, csv_path, stages, microbatches, ranks, fwd_
                     ("--bwd-weight-us", bwd_weight_us), ("--p2p-us", p2p_us)):
         if v is not None and v < 0:
             raise InputError(flag, f"must not be negative (got {v})")
-    timing = ScheduleTiming(fwd_us, bwd_us, bwd_input_us, bwd_weight_us, p2p_us)
+    timing = ScheduleTiming(fwd_us, bwd_us, bwd_input_us, bwd_weight_us, p2p_us, p2p_bytes, eager_bytes)
     loaded = load_schedule(schedule, csv_path, stages, microbatches, ranks, timing, comm_model, defer_recv)
     if emit_csv:
         _write(emit_csv, lambda: dump_csv(loaded, emit_csv))

@@ -3,14 +3,18 @@
 What torch's `_PipelineScheduleRuntime._step_microbatches` does with each action, on a GPU, as streams:
 - F / B / I / W run on the rank's `compute` stream in list order (the sub-actions of OVERLAP_F_B one after
   the other); after each, the compute stream records an event;
-- SEND_* / RECV_* (`batch_isend_irecv` of one op on the pipeline group's communicator), `comm_model`:
-  - "nccl" (what the runtime does on NCCL): one `p2p` stream per rank (one NCCL stream per communicator)
-    running them in list order, each a rendezvous with its peer (NCCL pairs point-to-point ops in posting
-    order), each first waiting for the compute issued before it on the CPU (ProcessGroupNCCL makes its
-    stream wait for the current stream when an op is posted) — so a receive posted early holds back the
-    sends behind it, and waits for computes it does not need;
-  - "ideal": a `send` stream whose sends wait only for the compute that produced their tensor, and a `recv`
-    stream posting receives ahead: no false waits, the bound the analytic bubble formulas assume;
+- SEND_* / RECV_* are one op each; how they run is `comm_model`:
+  - "nccl" (torch 2.13's runtime on NCCL): `_batch_p2p` issues a lone send or receive as a plain isend/irecv,
+    which ProcessGroupNCCL runs on the 2-rank communicator of the pair, one NCCL stream per peer: a stream
+    `p2p_next` / `p2p_prev` / `p2p_r<peer>` per peer runs its ops in list order, each a rendezvous with the
+    peer's (NCCL pairs point-to-point ops in posting order), each first waiting for the compute issued before
+    it on the CPU (ProcessGroupNCCL makes its stream wait for the current stream when an op is posted);
+  - "coalesced": the same on one `p2p` stream per rank (ops coalesced on the group's communicator, as
+    batch_isend_irecv does) — a receive posted early also holds back sends to other peers;
+  - "ideal": per peer a `send_*` stream whose sends wait only for the compute that produced their tensor and a
+    `recv_*` stream posting receives ahead: no false waits, the bound the analytic bubble formulas assume;
+  with `eager_bytes` a send that fits the peer channel's buffer completes before its receive (small messages
+  on NCCL); without, every send is a rendezvous (messages larger than NCCL's buffers, the worst case);
 - before a compute that consumes a received tensor the runtime waits on that receive (`_wait_batch_p2p`):
   the compute stream waits for the event recorded after it; sends are waited only at the end of the step;
 - an input from a stage on the same rank (V-shaped schedules) is passed locally: list order suffices;
@@ -26,7 +30,7 @@ from dataclasses import dataclass
 from distdoctor.sim.ir import Cost, Op, Program, RankProgram
 from distdoctor.sim.plans.schedule_actions import COMMS, COMPUTE, Act
 
-COMM_MODELS = ("nccl", "ideal")
+COMM_MODELS = ("nccl", "coalesced", "ideal")
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,7 @@ class ScheduleTiming:
     bwd_weight_us: float | None = None  # default: half of bwd_us
     p2p_us: float = 50.0
     p2p_bytes: int = 0
+    eager_bytes: int = 0  # per-channel buffer: sends that fit complete before their receive (0: rendezvous)
 
     def compute_us(self, kind: str) -> float:
         if kind == "F":
@@ -55,6 +60,14 @@ def _needs_recv(x: Act, stage_to_rank: dict[int, int], num_stages: int) -> str |
     if x.kind in ("B", "I") and x.stage < num_stages - 1 and stage_to_rank[x.stage + 1] != stage_to_rank[x.stage]:
         return f"recvB_s{x.stage}_mb{x.mb}"
     return None
+
+
+def _peer_stream(r: int, x: Act, stage_to_rank: dict[int, int]) -> str:
+    forward = x.kind in ("SEND_F", "RECV_F")
+    other = x.stage + (1 if forward == x.kind.startswith("SEND") else -1)
+    peer = stage_to_rank[other]
+    n = len(set(stage_to_rank.values()))
+    return "p2p_next" if peer == (r + 1) % n else "p2p_prev" if peer == (r - 1) % n else f"p2p_r{peer}"
 
 
 def _transfer(x: Act, stage_to_rank: dict[int, int], timing: ScheduleTiming) -> Op:
@@ -76,7 +89,7 @@ def actions_to_program(actions: dict[int, list[Act | None]], stage_to_rank: dict
     ranks: dict[int, RankProgram] = {}
     durations = {k: timing.compute_us(k) for k in COMPUTE}
     for r in sorted(actions):
-        streams: dict[str, list[Op]] = {"compute": [], "p2p": [], "send": [], "recv": []}
+        streams: dict[str, list[Op]] = {"compute": [], "p2p": []}
         compute = streams["compute"]
         last_compute = None  # event recorded after the latest compute issued on this rank
         produced: dict[tuple[int, str, int], str] = {}  # (stage, kind, mb) -> event after that compute
@@ -98,9 +111,12 @@ def actions_to_program(actions: dict[int, list[Act | None]], stage_to_rank: dict
                 elif x.kind in COMMS:
                     send = x.kind.startswith("SEND")
                     if comm_model == "nccl":
+                        stream, after = streams.setdefault(_peer_stream(r, x, stage_to_rank), []), last_compute
+                    elif comm_model == "coalesced":
                         stream, after = streams["p2p"], last_compute
                     else:
-                        stream = streams["send" if send else "recv"]
+                        stream = streams.setdefault(_peer_stream(r, x, stage_to_rank).replace(
+                            "p2p", "send" if send else "recv"), [])
                         after = (produced.get((x.stage, "F", x.mb)) if x.kind == "SEND_F" else
                                  produced.get((x.stage, "B", x.mb)) or produced.get((x.stage, "I", x.mb))) \
                             if send else None
@@ -114,4 +130,4 @@ def actions_to_program(actions: dict[int, list[Act | None]], stage_to_rank: dict
         stages_here = sum(1 for rr in stage_to_rank.values() if rr == r)
         ranks[r] = RankProgram(buffers={"act": max(1, stages_here * microbatches)},
                                streams={k: v for k, v in streams.items() if v or k == "compute"})
-    return Program(groups={}, ranks=ranks, cost=Cost(), source=source), skipped
+    return Program(groups={}, ranks=ranks, cost=Cost(), source=source, eager_bytes=timing.eager_bytes), skipped
