@@ -82,6 +82,7 @@ def compile_program(prog: Program) -> Compiled:
     streams, ops_out, rank_of, buffer_keys, capacity = [], [], [], [], []
     event_keys: list[tuple[int, str]] = []
     chan_id: dict[tuple[int, int, str], int] = {}
+    msg_id: dict[str, int] = {}  # p2p op name -> id: a send and the receive it pairs with should agree
     compute_sids = set()
     coll_cache: dict[tuple, float] = {}
     # Generators share one Op object among ranks where the op does not depend on the rank (compute, a
@@ -144,7 +145,8 @@ def compile_program(prog: Program) -> Compiled:
                 else:
                     key = (r, op.peer, op.tag) if k == "send" else (op.peer, r, op.tag)
                     ch = chan_id.setdefault(key, len(chan_id))
-                    append((SEND if k == "send" else RECV, ch, p2p_us(op, alpha, gbps), op.bytes))
+                    msg = msg_id.setdefault(op.name, len(msg_id)) if op.name else -1
+                    append((SEND if k == "send" else RECV, ch, p2p_us(op, alpha, gbps), op.bytes, msg))
             ops_out.append(out)
     return Compiled(prog, streams, ops_out, rank_of, group_names, members, buffer_keys, capacity,
                     event_keys, list(chan_id), compute_sids, init_of, prog.eager_bytes)
@@ -185,6 +187,7 @@ class RunState:
     comm_log: list[list[list]] | None  # sid -> [[op_index, seq, t_issue, t_start, t_end], ...]
     ops_executed: int
     mismatches: list[tuple]  # (gid, instance, sid, op index, first member's sid and op index)
+    crossed: list[tuple] = ()  # p2p pairs whose send and receive name different messages: (sid, idx) x 2
 
     @property
     def deadlock(self) -> bool:
@@ -215,6 +218,7 @@ def run(compiled: Compiled, detail: bool = False) -> RunState:
     inst: dict[int, list] = {}
     inst_of: dict[int, int] = {}
     mismatches: list[tuple] = []  # (gid, instance, sid, op index, first member's sid and op index)
+    crossed: list[tuple] = []  # (send sid, send op index, recv sid, recv op index): named messages that differ
     spans: list[tuple] | None = [] if detail else None
     comm_log = [[] for _ in range(S)] if detail else None
     # Ranks with several compute streams need the union of their busy time for the bubble fraction. Busy
@@ -391,9 +395,11 @@ def run(compiled: Compiled, detail: bool = False) -> RunState:
                         if c == SEND:
                             buffered[ch] += op[3]
                             x = t + op[2]
-                            mail[ch].append((op[3], x))
+                            mail[ch].append((op[3], x, sid, i))
                         else:
-                            nbytes, ready = mail[ch].popleft()
+                            nbytes, ready, ws, wi = mail[ch].popleft()
+                            if op[4] != ops[ws][wi][4] and op[4] >= 0 and ops[ws][wi][4] >= 0:
+                                crossed.append((ws, wi, sid, i))
                             buffered[ch] -= nbytes
                             x = ready if ready > t else t
                             sq = sendq[ch]
@@ -402,7 +408,7 @@ def run(compiled: Compiled, detail: bool = False) -> RunState:
                                 wop = ops[w][pc[w]]
                                 buffered[ch] += wop[3]
                                 xw = t + wop[2]
-                                mail[ch].append((wop[3], xw))
+                                mail[ch].append((wop[3], xw, w, pc[w]))
                                 wait[w] += t - since[w]
                                 busy[w] += wop[2]
                                 if spans is not None:
@@ -432,7 +438,10 @@ def run(compiled: Compiled, detail: bool = False) -> RunState:
                         since[sid] = t
                         break
                     w = q.popleft()
-                    d = max(op[2], ops[w][pc[w]][2])
+                    wop = ops[w][pc[w]]
+                    if op[4] != wop[4] and op[4] >= 0 and wop[4] >= 0:
+                        crossed.append((sid, i, w, pc[w]) if c == SEND else (w, pc[w], sid, i))
+                    d = max(op[2], wop[2])
                     x = t + d
                     wait[w] += t - since[w]
                     if spans is not None:
@@ -462,6 +471,6 @@ def run(compiled: Compiled, detail: bool = False) -> RunState:
                 spans.append((sid, since[sid], now, pc[sid], "blocked"))
     busy_union = {r: cov[u] + min(cov_e[u], now) - cov_s[u] for u, r in enumerate(union_ranks)}
     return RunState(compiled, now, pc, busy, wait, since, inst_of, inst, coll_count, peak, busy_union, spans,
-                    comm_log, sum(pc), mismatches)
+                    comm_log, sum(pc), mismatches, crossed)
 
 
