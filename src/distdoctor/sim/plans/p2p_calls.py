@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 from distdoctor.errors import InputError
 from distdoctor.sim.ir import Cost, Op, Program, RankProgram
+from distdoctor.sim.plans.pipeline import PipelineConfig, schedule_order
 
 P2P_ORDERS = ("send-first", "recv-first", "parity", "batched")
 COMM_INIT = ("eager", "lazy", "neighbors")
@@ -77,10 +78,8 @@ class CallsConfig:
             raise InputError("--p2p-order", "models the pipeline ranks only: use --tp 1 --dp 1")
 
 
-def _calls(cfg, stage: int) -> list[tuple]:
+def _calls(cfg: PipelineConfig, stage: int) -> list[tuple]:
     """The stage's sequence: ("F"|"B", mb, chunk) computes and ("call", {dir: (mb, chunk)}) p2p calls."""
-    from distdoctor.sim.plans.pipeline import schedule_order
-
     P, V = cfg.stages, cfg.chunks
     VS = P * V
     order = schedule_order(cfg, stage)
@@ -146,7 +145,7 @@ def _calls(cfg, stage: int) -> list[tuple]:
     return out
 
 
-def _message(cfg, stage: int, direction: str, item) -> tuple[int, str]:
+def _message(cfg: PipelineConfig, stage: int, direction: str, item) -> tuple[int, str]:
     """(peer rank, message name) of one op; both ends name a message after its sender's virtual stage."""
     P = cfg.stages
     _, mb, c = item
@@ -162,7 +161,7 @@ def _message(cfg, stage: int, direction: str, item) -> tuple[int, str]:
     return peer, f"{kind} vs{src_vs}->vs{dst_vs} mb{mb}"
 
 
-def build_calls(cfg, calls: CallsConfig) -> Program:
+def build_calls(cfg: PipelineConfig, calls: CallsConfig) -> Program:
     """The host-driven program for a PipelineConfig `cfg` (tp = dp = 1) and the call model `calls`."""
     P = cfg.stages
     comm_us = 0.0 if cfg.zero_comm else None
