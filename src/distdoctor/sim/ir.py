@@ -291,15 +291,18 @@ def _compact(m: BaseModel, source: str, r: int, s: str, i: int) -> Op:
     return Op(m.op, m.name, buffer=m.buffer)
 
 
-def load_program(path: str | Path) -> Program:
-    p = Path(path)
+def read_text(path: str | Path) -> str:
+    """A plan file's text, or an InputError naming the file and why it cannot be read."""
     try:
-        text = p.read_text()
+        return Path(path).read_text()
     except OSError as exc:
         raise InputError(str(path), exc.strerror or str(exc)) from None
     except UnicodeDecodeError:
         raise InputError(str(path), "not a text file") from None
-    return parse_text(text, p.name)
+
+
+def load_program(path: str | Path) -> Program:
+    return parse_text(read_text(path), Path(path).name)
 
 
 # ---- semantics ---------------------------------------------------------------------------------------------

@@ -215,18 +215,6 @@ class Timing:
     desynced: list[int]  # trials that finished but matched different collectives across members
     shown: int | None  # the trial whose result is reported, None for the nominal run
 
-    def crossed(self) -> list[dict]:
-        """Sends paired with a receive that names another message: NCCL pairs point-to-point ops in posting
-        order, so the receiver gets the wrong tensor (silently when the sizes agree)."""
-        c = self.state.compiled
-        out = []
-        for ss, si, rs_, ri in self.state.crossed:
-            (r0, s0), (r1, s1) = c.streams[ss], c.streams[rs_]
-            sent, meant = self.program.ranks[r0].streams[s0][si], self.program.ranks[r1].streams[s1][ri]
-            out.append({"src": r0, "dst": r1, "send": {"stream": s0, "op_index": si, "name": sent.name},
-                        "recv": {"stream": s1, "op_index": ri, "name": meant.name}})
-        return out
-
     def to_json(self) -> dict:
         return {"trials": self.trials, "jitter": self.jitter, "seed": self.seed,
                 "deadlocked_trials": len(self.deadlocked), "desynced_trials": len(self.desynced),

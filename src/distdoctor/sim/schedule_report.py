@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from distdoctor.errors import InputError
-from distdoctor.sim.ir import Program
+from distdoctor.sim.ir import Program, read_text
 from distdoctor.sim.plans.schedule_actions import (COMPUTE, Act, ScheduleFinding, check_actions, has_comms,
                                                    infer_stage_to_rank, read_csv, write_csv)
 from distdoctor.sim.plans.schedule_program import ScheduleTiming, actions_to_program
@@ -82,13 +82,7 @@ def load_schedule(name: str | None, csv_path: str | None, stages: int | None, mi
 
 def _load_csv(path: Path, stages: int | None, microbatches: int | None, ranks: int | None,
               defer_recv: bool) -> LoadedSchedule:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(str(path), exc.strerror or str(exc)) from None
-    except UnicodeDecodeError:
-        raise InputError(str(path), "not a text file") from None
-    actions = read_csv(text, path.name)
+    actions = read_csv(read_text(path), path.name)
     if ranks is not None and ranks != len(actions):
         raise InputError(str(path), f"has {len(actions)} rows (ranks) but --ranks is {ranks}")
     leaves = [x for acts in actions.values() for a in acts if a is not None for x in a.leaves()]
