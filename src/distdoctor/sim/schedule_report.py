@@ -121,7 +121,7 @@ def findings_text(loaded: LoadedSchedule, top: int = 20) -> str:
     fs = loaded.findings
     kinds = sorted({f.kind for f in fs})
     out = [f"INVALID SCHEDULE: {len(fs)} problem(s) in {loaded.name} ({', '.join(kinds)}); torch's runtime would "
-           f"reject it or hang, so it is not simulated."]
+           f"reject it, hang, or pass the wrong tensors. Not simulated."]
     out += [f"  {f.kind}: {f.detail}." for f in fs[:top]]
     if len(fs) > top:
         out.append(f"  ... and {len(fs) - top} more (--format json lists all)")
