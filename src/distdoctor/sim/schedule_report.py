@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from distdoctor.errors import InputError
-from distdoctor.sim.ir import Program, read_text
+from distdoctor.sim.ir import Program, check_program, read_text
 from distdoctor.sim.plans.schedule_actions import (COMPUTE, Act, ScheduleFinding, check_actions, has_comms,
                                                    infer_stage_to_rank, read_csv, write_csv)
 from distdoctor.sim.plans.schedule_program import ScheduleTiming, actions_to_program
@@ -77,6 +77,7 @@ def load_schedule(name: str | None, csv_path: str | None, stages: int | None, mi
     if not loaded.findings:
         loaded.program, loaded.skipped = actions_to_program(loaded.actions, loaded.stage_to_rank, loaded.stages,
                                                             loaded.microbatches, timing, loaded.name, comm_model)
+        check_program(loaded.program)  # the same checks as a user's plan file
     return loaded
 
 
