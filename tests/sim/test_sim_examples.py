@@ -17,6 +17,10 @@ VERDICTS = {
     "b-hsdp-per-group-unshard-streams": False,
     "c-groups-out-of-order": True,
     "c-groups-same-order": False,
+    "d-megatron-p2p-fixed-order-pp4": True,
+    "d-megatron-p2p-parity-order-pp4": False,
+    "e-comm-init-neighbor-first-pp4vp2": True,
+    "e-comm-init-rank-order-pp4vp2": False,
 }
 
 

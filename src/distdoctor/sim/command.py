@@ -18,6 +18,7 @@ from distdoctor.cli import FORMAT_OPTION
 from distdoctor.errors import CheckFailed, InputError
 from distdoctor.sim.ir import Program, dump_program, load_program
 from distdoctor.sim.plans.fsdp import FsdpConfig, build_fsdp
+from distdoctor.sim.plans.p2p_calls import COMM_INIT, P2P_ORDERS, CallsConfig, build_calls
 from distdoctor.sim.plans.pipeline import SCHEDULES, PipelineConfig, build_pipeline
 from distdoctor.sim.result import simulate
 
@@ -63,7 +64,7 @@ def _output_options(f):
 
 
 def _finish(prog: Program, fmt: str, emit_ir, chrome, png, emit_trace, trials=0, jitter=0.2, seed=0,
-            header: str = "") -> None:
+            header: str = "", preface: str = "", extra: dict | None = None) -> None:
     if emit_ir:
         _write(emit_ir, lambda: dump_program(prog, emit_ir, header=header))
     detail = bool(chrome or png or emit_trace)
@@ -86,8 +87,10 @@ def _finish(prog: Program, fmt: str, emit_ir, chrome, png, emit_trace, trials=0,
 
         _write(emit_trace, lambda: write_rank_traces(res, emit_trace))
     if fmt == "json":
-        click.echo(json.dumps(res.to_json()))
+        click.echo(json.dumps({**res.to_json(), **(extra or {})}))
     else:
+        if preface:
+            click.echo(preface)
         click.echo(res.to_text())
         for what, path in (("IR", emit_ir), ("Chrome trace", chrome), ("timeline", png), ("traces", emit_trace)):
             if path:
@@ -131,8 +134,8 @@ def run_command(plan: str, fmt: str, emit_ir, chrome, png, emit_trace, trials, j
 @click.option("--bwd-us", type=float, default=2000.0, show_default=True, help="Backward time per micro-batch.")
 @click.option("--act-buffer", type=int, default=None,
               help="Activation slots per stage [default: what the schedule needs].")
-@click.option("--streams", type=click.IntRange(1, 2), default=2, show_default=True,
-              help="Forward and backward on separate streams (2) or one (1).")
+@click.option("--streams", type=click.IntRange(1, 2), default=None,
+              help="Forward and backward on separate streams (2, the default) or one (1).")
 @click.option("--steps", type=int, default=1, show_default=True, help="Training steps (iterations).")
 @click.option("--act-bytes", type=int, default=8 << 20, show_default=True, help="Activation/gradient p2p bytes.")
 @click.option("--grad-bytes", type=int, default=256 << 20, show_default=True, help="DP gradient all-reduce bytes.")
@@ -141,13 +144,30 @@ def run_command(plan: str, fmt: str, emit_ir, chrome, png, emit_trace, trials, j
 @click.option("--zero-comm", is_flag=True, help="All communication takes no time (analytic checks).")
 @click.option("--alpha-us", type=float, default=5.0, show_default=True, help="Per-message latency.")
 @click.option("--gbps", type=float, default=100.0, show_default=True, help="Bus bandwidth, GB/s.")
+@click.option("--p2p-order", type=click.Choice(P2P_ORDERS), default=None,
+              help="Run the host's compute and p2p calls on one stream (Megatron-LM's call order), each call's "
+                   "ops in this order (see docs/sim.md).")
+@click.option("--eager-bytes", type=click.IntRange(0), default=0, show_default=True,
+              help="Per-channel buffer: sends that fit complete before their receive; 0: every send waits for it.")
+@click.option("--comm-init", type=click.Choice(COMM_INIT), default=None,
+              help="With --p2p-order: create the communicators in the plan (eager, lazy, neighbors).")
 @_output_options
-def pipeline_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, chunks, **kw) -> None:
+def pipeline_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, chunks, streams, p2p_order,
+                     eager_bytes, comm_init, **kw) -> None:
     """Pipeline x data x tensor parallel training steps (GPipe, 1F1B, interleaved)."""
     if chunks is None:
         chunks = 2 if kw["schedule"] == "interleaved" else 1
-    cfg = PipelineConfig(chunks=chunks, **kw)
-    prog = build_pipeline(cfg)
+    cfg = PipelineConfig(chunks=chunks, streams=streams or 2, **kw)
+    if p2p_order is not None:
+        calls = CallsConfig(p2p_order, comm_init, eager_bytes)
+        calls.check(streams is not None, cfg.tp, cfg.dp)
+        cfg.check()
+        prog = build_calls(cfg, calls)
+    elif comm_init is not None:
+        raise InputError("--comm-init", "needs --p2p-order (the host-driven call model)")
+    else:
+        prog = build_pipeline(cfg)
+        prog.eager_bytes = eager_bytes
     _finish(prog, fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, header=_header(prog))
 
 
@@ -169,6 +189,64 @@ def fsdp_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, **
     """FSDP/HSDP all-gathers on a shared or per-group unshard stream, with prefetch."""
     prog = build_fsdp(FsdpConfig(**kw))
     _finish(prog, fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, header=_header(prog))
+
+
+@sim_group.command("torch-schedule")
+@click.argument("schedule", required=False)
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
+              help="A schedule in torch's CSV form (one row of actions per rank) instead of a class name.")
+@click.option("--stages", type=int, default=None, help="Pipeline stages in all (a CSV: inferred).")
+@click.option("--microbatches", type=int, default=None, help="Micro-batches per step (a CSV: inferred).")
+@click.option("--ranks", type=int, default=None,
+              help="Pipeline ranks [default: --stages for one-stage-per-rank schedules, else --stages / 2].")
+@click.option("--fwd-us", type=float, default=1000.0, show_default=True, help="Forward (F) time per stage.")
+@click.option("--bwd-us", type=float, default=2000.0, show_default=True, help="Full backward (B) time.")
+@click.option("--bwd-input-us", type=float, default=None, help="Backward for inputs (I) [default: half of B].")
+@click.option("--bwd-weight-us", type=float, default=None, help="Backward for weights (W) [default: half of B].")
+@click.option("--p2p-us", type=float, default=50.0, show_default=True, help="Time of one send/receive.")
+@click.option("--p2p-bytes", type=click.IntRange(0), default=0, show_default=True,
+              help="Size of one activation or gradient (matters with --eager-bytes).")
+@click.option("--eager-bytes", type=click.IntRange(0), default=0, show_default=True,
+              help="Per-peer buffer for sends that complete before their receive; 0: every send is a rendezvous.")
+@click.option("--comm-model", type=click.Choice(["nccl", "coalesced", "ideal"]), default="nccl", show_default=True,
+              help="nccl: a stream per peer pair, each op synchronized with compute when posted (torch's runtime "
+                   "on NCCL); coalesced: one p2p stream per rank; ideal: no false waits (the analytic bound).")
+@click.option("--defer-recv", is_flag=True, help="torch's defer_pp_recv: receives right before their consumer.")
+@click.option("--emit-csv", "emit_csv", type=click.Path(dir_okay=False),
+              help="Write the action lists as simulated (with sends and receives) in torch's CSV form.")
+@click.option("--list", "list_only", is_flag=True, help="List the schedule classes the installed torch ships.")
+@_output_options
+def torch_schedule_command(schedule, csv_path, stages, microbatches, ranks, fwd_us, bwd_us, bwd_input_us,
+                           bwd_weight_us, p2p_us, p2p_bytes, eager_bytes, comm_model, defer_recv, emit_csv, list_only,
+                           fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed) -> None:
+    """Simulate what torch.distributed.pipelining would run: SCHEDULE is a torch schedule class
+    (Interleaved1F1B, ZBVZeroBubble, ...), or --csv FILE a schedule in torch's CSV form.
+
+    Exit code 1 when the action lists are invalid (each problem is reported) or deadlock, 2 on bad input.
+    """
+    from distdoctor.sim.plans.schedule_program import ScheduleTiming
+    from distdoctor.sim.schedule_report import dump_csv, findings_json, findings_text, load_schedule
+
+    if list_only:
+        from distdoctor.sim.plans.torch_schedule import schedule_classes
+
+        for short, cls in schedule_classes().items():
+            click.echo(f"{short:<24} {cls.__name__}")
+        return
+    for flag, v in (("--fwd-us", fwd_us), ("--bwd-us", bwd_us), ("--bwd-input-us", bwd_input_us),
+                    ("--bwd-weight-us", bwd_weight_us), ("--p2p-us", p2p_us)):
+        if v is not None and v < 0:
+            raise InputError(flag, f"must not be negative (got {v})")
+    timing = ScheduleTiming(fwd_us, bwd_us, bwd_input_us, bwd_weight_us, p2p_us, p2p_bytes, eager_bytes)
+    loaded = load_schedule(schedule, csv_path, stages, microbatches, ranks, timing, comm_model, defer_recv)
+    if emit_csv:
+        _write(emit_csv, lambda: dump_csv(loaded, emit_csv))
+    if loaded.findings:
+        click.echo(json.dumps(findings_json(loaded)) if fmt == "json" else findings_text(loaded))
+        raise CheckFailed(1)
+    _finish(loaded.program, fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed,
+            header=_header(loaded.program), preface=loaded.preface(),
+            extra={"valid": True, "torch_schedule": loaded.info()})
 
 
 def _header(prog: Program) -> str:

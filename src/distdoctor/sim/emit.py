@@ -44,6 +44,8 @@ def _where_now(res: SimResult, sid: int) -> str:
         g, k = divmod(rs.inst_of[sid], _INST)
         arrived = {c.rank_of[m] for m in rs.open_instances[rs.inst_of[sid]][1]}
         missing = [m for m in c.group_members[g] if m not in arrived]
+        if op.op == "comm_init":
+            return f"comm_init of {op.group} (waiting for ranks {', '.join(map(str, missing))})"
         return f"{op.kind} on {op.group} seq {k + 1} (waiting for ranks {', '.join(map(str, missing))})"
     if code in (SEND, RECV):
         return f"{op.op} {'to' if code == SEND else 'from'} {op.peer}"
@@ -76,6 +78,8 @@ def to_rank_traces(res: SimResult) -> list[RankTrace]:
         entries = []
         for t_issue, sid, idx, s, seq, t_start, t_end in records:
             op = prog.ranks[r].streams[s][idx]
+            if op.op == "comm_init":  # creating a communicator is no entry of a trace (the stacks show it)
+                continue
             state = "completed" if t_end is not None else "issued"
             frames = [Frame(label(op), f"{prog.source}:rank{r}/{s}", idx)]
             common = dict(index=len(entries), raw_op=label(op), state=state, stream=s, frames=frames,

@@ -9,7 +9,12 @@ that takes time or blocks:
 - acquire: parks FIFO on the buffer; `release` hands the slot to the first parked acquirer;
 - collective: the n-th collective a rank issues on a group joins instance (group, n); the instance starts
   when every member has arrived, and holds every member's stream until start + duration;
+- comm_init: creating a communicator is a collective over its members (ncclCommInitRank blocks until every
+  member calls it): compiled as the one collective of a synthetic group `init <group>` with those members;
 - send/recv: FIFO per (sender, receiver, tag) channel; a pair starts when both are posted and holds both.
+  With `p2p.eager_bytes` B > 0 a channel buffers up to B bytes of sent-but-unreceived messages: a send that
+  fits (behind no parked send) completes on its own after its transfer time, a recv then takes the oldest
+  buffered message; a send that does not fit waits for its receiver (or for room) as above.
 Taking events in time order makes "the n-th collective issued" and buffer hand-over follow simulated time;
 ties keep scheduling order, so runs are deterministic. When the queue is empty and some stream has ops left,
 that is a deadlock; `waitfor.build_edges` / `find_cycle` then build the wait-for graph and extract the cycle.
@@ -23,7 +28,7 @@ bytes / bandwidth. The hot loop sees only ints, floats and tuples (no pydantic, 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from heapq import heappop, heappush
 
 from distdoctor.collectives import bus_factor
@@ -62,17 +67,22 @@ class Compiled:
     event_keys: list[tuple[int, str]]
     channels: list[tuple[int, int, str]]  # chan -> (src, dst, tag)
     compute_sids: set[int]
+    init_of: dict[int, str] = field(default_factory=dict)  # synthetic gid of a comm_init -> group it creates
+    eager_bytes: int = 0  # per-channel buffer for sends that complete without their receiver (0: rendezvous)
 
 
 def compile_program(prog: Program) -> Compiled:
     group_names = list(prog.groups)
     gid = {g: i for i, g in enumerate(group_names)}
     members = [list(prog.groups[g]) for g in group_names]
+    init_gid: dict[str, int] = {}  # group -> the synthetic group of its comm_init (allocated when first met)
+    init_of: dict[int, str] = {}
     gsize = [len(m) for m in members]
     alpha, gbps = prog.cost.alpha_us, prog.cost.gbps
     streams, ops_out, rank_of, buffer_keys, capacity = [], [], [], [], []
     event_keys: list[tuple[int, str]] = []
     chan_id: dict[tuple[int, int, str], int] = {}
+    msg_id: dict[str, int] = {}  # p2p op name -> id: a send and the receive it pairs with should agree
     compute_sids = set()
     coll_cache: dict[tuple, float] = {}
     # Generators share one Op object among ranks where the op does not depend on the rank (compute, a
@@ -113,22 +123,33 @@ def compile_program(prog: Program) -> Compiled:
                     append((RECORD if k == "record" else WAIT, e))
                 elif k == "acquire" or k == "release":
                     append((ACQUIRE if k == "acquire" else RELEASE, bid[op.buffer]))
-                elif k == "collective":
-                    g = gid[op.group]
+                elif k == "collective" or k == "comm_init":
+                    if k == "collective":
+                        g = gid[op.group]
+                    else:
+                        g = init_gid.get(op.group, -1)
+                        if g < 0:
+                            g = init_gid[op.group] = len(group_names)
+                            init_of[g] = op.group
+                            group_names.append(f"init {op.group}")
+                            members.append(list(prog.groups[op.group]))
+                            gsize.append(len(members[-1]))
                     ck = (op.us, op.kind, op.bytes, gsize[g])
                     d = coll_cache.get(ck)
                     if d is None:
-                        d = coll_cache[ck] = collective_us(op, gsize[g], alpha, gbps)
+                        d = coll_cache[ck] = (collective_us(op, gsize[g], alpha, gbps) if k == "collective"
+                                              else float(op.us) if op.us is not None else alpha)
                     kid = kind_id.setdefault(op.kind, len(kind_id))
                     cop = shared[id(op)] = (COLLECTIVE, g, d, kid, op.bytes)
                     append(cop)
                 else:
                     key = (r, op.peer, op.tag) if k == "send" else (op.peer, r, op.tag)
                     ch = chan_id.setdefault(key, len(chan_id))
-                    append((SEND if k == "send" else RECV, ch, p2p_us(op, alpha, gbps)))
+                    msg = msg_id.setdefault(op.name, len(msg_id)) if op.name else -1
+                    append((SEND if k == "send" else RECV, ch, p2p_us(op, alpha, gbps), op.bytes, msg))
             ops_out.append(out)
     return Compiled(prog, streams, ops_out, rank_of, group_names, members, buffer_keys, capacity,
-                    event_keys, list(chan_id), compute_sids)
+                    event_keys, list(chan_id), compute_sids, init_of, prog.eager_bytes)
 
 
 def jittered(compiled: Compiled, jitter: float, seed: int) -> Compiled:
@@ -144,7 +165,7 @@ def jittered(compiled: Compiled, jitter: float, seed: int) -> Compiled:
            for sops in compiled.ops]
     return Compiled(compiled.program, compiled.streams, ops, compiled.rank_of, compiled.group_names,
                     compiled.group_members, compiled.buffer_keys, compiled.capacity, compiled.event_keys,
-                    compiled.channels, compiled.compute_sids)
+                    compiled.channels, compiled.compute_sids, compiled.init_of, compiled.eager_bytes)
 
 
 @dataclass
@@ -166,6 +187,7 @@ class RunState:
     comm_log: list[list[list]] | None  # sid -> [[op_index, seq, t_issue, t_start, t_end], ...]
     ops_executed: int
     mismatches: list[tuple]  # (gid, instance, sid, op index, first member's sid and op index)
+    crossed: list[tuple] = ()  # p2p pairs whose send and receive name different messages: (sid, idx) x 2
 
     @property
     def deadlock(self) -> bool:
@@ -189,10 +211,14 @@ def run(compiled: Compiled, detail: bool = False) -> RunState:
     sendq: list[deque] = [deque() for _ in compiled.channels]
     recvq: list[deque] = [deque() for _ in compiled.channels]
     chan_n = [[0, 0] for _ in compiled.channels]  # posts so far: sends, recvs (p2p seq numbers)
+    eager = compiled.eager_bytes
+    mail: list[deque] = [deque() for _ in compiled.channels]  # buffered (bytes, ready time) per channel
+    buffered = [0] * len(compiled.channels)
     coll_count: dict[int, int] = {}
     inst: dict[int, list] = {}
     inst_of: dict[int, int] = {}
     mismatches: list[tuple] = []  # (gid, instance, sid, op index, first member's sid and op index)
+    crossed: list[tuple] = []  # (send sid, send op index, recv sid, recv op index): named messages that differ
     spans: list[tuple] | None = [] if detail else None
     comm_log = [[] for _ in range(S)] if detail else None
     # Ranks with several compute streams need the union of their busy time for the bubble fraction. Busy
@@ -361,13 +387,61 @@ def run(compiled: Compiled, detail: bool = False) -> RunState:
                     chan_n[ch][side] += 1
                     if comm_log is not None:
                         comm_log[sid].append([i, chan_n[ch][side], t, None, None])
+                    if eager and (mail[ch] if c == RECV else
+                                  not recvq[ch] and not sendq[ch] and buffered[ch] + op[3] <= eager):
+                        # eager: a send that fits the channel's buffer completes without its receiver;
+                        # a recv takes the oldest buffered message, and the room it frees lets parked
+                        # sends that now fit complete too
+                        if c == SEND:
+                            buffered[ch] += op[3]
+                            x = t + op[2]
+                            mail[ch].append((op[3], x, sid, i))
+                        else:
+                            nbytes, ready, ws, wi = mail[ch].popleft()
+                            if op[4] != ops[ws][wi][4] and op[4] >= 0 and ops[ws][wi][4] >= 0:
+                                crossed.append((ws, wi, sid, i))
+                            buffered[ch] -= nbytes
+                            x = ready if ready > t else t
+                            sq = sendq[ch]
+                            while sq and buffered[ch] + ops[sq[0]][pc[sq[0]]][3] <= eager:
+                                w = sq.popleft()
+                                wop = ops[w][pc[w]]
+                                buffered[ch] += wop[3]
+                                xw = t + wop[2]
+                                mail[ch].append((wop[3], xw, w, pc[w]))
+                                wait[w] += t - since[w]
+                                busy[w] += wop[2]
+                                if spans is not None:
+                                    spans.append((w, since[w], t, pc[w], "wait"))
+                                    spans.append((w, t, xw, pc[w], "busy"))
+                                if comm_log is not None:
+                                    rec = comm_log[w][-1]
+                                    rec[3], rec[4] = t, xw
+                                if uidx[w] >= 0:
+                                    cover(uidx[w], t, xw)
+                                pc[w] += 1
+                                push(xw, w)
+                        busy[sid] += x - t
+                        if spans is not None:
+                            spans.append((sid, t, x, i, "busy"))
+                        if comm_log is not None:
+                            rec = comm_log[sid][-1]
+                            rec[3], rec[4] = t, x
+                        if uidx[sid] >= 0:
+                            cover(uidx[sid], t, x)
+                        i += 1
+                        push(x, sid)
+                        break
                     q = other[ch]
                     if not q:
                         mine[ch].append(sid)
                         since[sid] = t
                         break
                     w = q.popleft()
-                    d = max(op[2], ops[w][pc[w]][2])
+                    wop = ops[w][pc[w]]
+                    if op[4] != wop[4] and op[4] >= 0 and wop[4] >= 0:
+                        crossed.append((sid, i, w, pc[w]) if c == SEND else (w, pc[w], sid, i))
+                    d = max(op[2], wop[2])
                     x = t + d
                     wait[w] += t - since[w]
                     if spans is not None:
@@ -397,6 +471,6 @@ def run(compiled: Compiled, detail: bool = False) -> RunState:
                 spans.append((sid, since[sid], now, pc[sid], "blocked"))
     busy_union = {r: cov[u] + min(cov_e[u], now) - cov_s[u] for u, r in enumerate(union_ranks)}
     return RunState(compiled, now, pc, busy, wait, since, inst_of, inst, coll_count, peak, busy_union, spans,
-                    comm_log, sum(pc), mismatches)
+                    comm_log, sum(pc), mismatches, crossed)
 
 

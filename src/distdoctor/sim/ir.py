@@ -7,9 +7,12 @@ A program is `groups` (communicator name -> member ranks), an optional `cost` mo
     acquire {buffer}                   release {buffer}
     collective {group, kind, bytes|us, name, root}
     send {peer, bytes|us, name, tag}   recv {peer, bytes|us, name, tag}
+    comm_init {group, us, name}        (creating a communicator: collective over the group's members)
 
 `tag` (an extension, default "") separates independent point-to-point channels between the same pair of
-ranks, as separate communicators do; FIFO matching is per (sender, receiver, tag).
+ranks, as separate communicators do; FIFO matching is per (sender, receiver, tag). An optional top-level
+`p2p: {eager_bytes: B}` lets each channel buffer B bytes of sends that complete before their receive (as
+NCCL's connection buffers and MPI's eager protocol do); without it every send waits for its receive.
 
 Two layers: pydantic models check the *shape* of what a user wrote (types, unknown ops and fields); the
 result is the compact `Program` (plain dataclasses and one NamedTuple per op) that generators also emit
@@ -42,7 +45,7 @@ COLLECTIVE_KINDS = {
     "all_to_all": "all_to_all", "alltoall": "all_to_all",
     "gather": "gather", "scatter": "scatter", "barrier": "barrier",
 }
-OP_KINDS = ("compute", "record", "wait", "acquire", "release", "collective", "send", "recv")
+OP_KINDS = ("compute", "record", "wait", "acquire", "release", "collective", "send", "recv", "comm_init")
 
 
 class Op(NamedTuple):
@@ -72,6 +75,8 @@ def label(op: Op) -> str:
         return f"{k} {op.buffer}"
     if k == "collective":
         return f"{op.kind} on {op.group}" + (f" ({op.name})" if op.name else "")
+    if k == "comm_init":
+        return f"comm_init of {op.group}" + (f" ({op.name})" if op.name else "")
     arrow = "to" if k == "send" else "from"
     return f"{k} {arrow} {op.peer}" + (f" ({op.name})" if op.name else "")
 
@@ -94,6 +99,7 @@ class Program:
     ranks: dict[int, RankProgram]
     cost: Cost = field(default_factory=Cost)
     source: str = "<program>"  # file name used in error positions and trace frames
+    eager_bytes: int = 0  # per-channel buffer for sends that complete before their receive (0: none)
 
     def op_count(self) -> int:
         return sum(len(ops) for rp in self.ranks.values() for ops in rp.streams.values())
@@ -157,11 +163,18 @@ class _Send(_P2P):
     op: Literal["send"]
 
 
+class _CommInit(_Strict):
+    op: Literal["comm_init"]
+    group: str
+    us: NonNegativeFloat | None = None
+    name: str = ""
+
+
 class _Recv(_P2P):
     op: Literal["recv"]
 
 
-_OpModel = Annotated[Union[_Compute, _Record, _Wait, _Acquire, _Release, _Collective, _Send, _Recv],
+_OpModel = Annotated[Union[_Compute, _Record, _Wait, _Acquire, _Release, _Collective, _Send, _Recv, _CommInit],
                      Field(discriminator="op")]
 _OP_ADAPTER = TypeAdapter(_OpModel)
 
@@ -169,6 +182,10 @@ _OP_ADAPTER = TypeAdapter(_OpModel)
 class _Cost(_Strict):
     alpha_us: NonNegativeFloat = 5.0
     gbps: float = Field(100.0, gt=0)
+
+
+class _P2PModel(_Strict):
+    eager_bytes: NonNegativeInt = 0
 
 
 class _Rank(_Strict):
@@ -179,6 +196,7 @@ class _Rank(_Strict):
 class _Program(_Strict):
     groups: dict[str, list[int]] = {}
     cost: _Cost = _Cost()
+    p2p: _P2PModel = _P2PModel()
     ranks: dict[str, _Rank]
 
 
@@ -213,7 +231,7 @@ def parse_text(text: str, source: str) -> Program:
         why = " ".join(str(getattr(exc, "problem", None) or exc).split())  # yaml's reader errors span lines
         raise InputError(source, f"not valid YAML/JSON{where} ({why})") from None
     if not isinstance(raw, dict):
-        raise InputError(source, "expected a mapping with 'groups', 'cost' and 'ranks'")
+        raise InputError(source, "expected a mapping with 'groups', 'cost', 'p2p' and 'ranks'")
     try:
         ranks_raw = raw.get("ranks")
         if isinstance(ranks_raw, dict):  # YAML reads `0:` as an int key
@@ -249,7 +267,7 @@ def parse_text(text: str, source: str) -> Program:
             streams[sname] = compact
         ranks[r] = RankProgram(buffers=dict(rk.buffers), streams=streams)
     prog = Program(groups={g: list(m) for g, m in top.groups.items()}, ranks=ranks,
-                   cost=Cost(top.cost.alpha_us, top.cost.gbps), source=source)
+                   cost=Cost(top.cost.alpha_us, top.cost.gbps), source=source, eager_bytes=top.p2p.eager_bytes)
     check_program(prog)
     return prog
 
@@ -266,20 +284,25 @@ def _compact(m: BaseModel, source: str, r: int, s: str, i: int) -> Op:
         return Op(m.op, m.name, m.us, bytes=m.bytes, peer=m.peer, tag=m.tag)
     if isinstance(m, _Compute):
         return Op("compute", m.name, m.us)
+    if isinstance(m, _CommInit):
+        return Op("comm_init", m.name, m.us, group=m.group, kind="comm_init")
     if isinstance(m, (_Record, _Wait)):
         return Op(m.op, m.name, event=m.event)
     return Op(m.op, m.name, buffer=m.buffer)
 
 
-def load_program(path: str | Path) -> Program:
-    p = Path(path)
+def read_text(path: str | Path) -> str:
+    """A plan file's text, or an InputError naming the file and why it cannot be read."""
     try:
-        text = p.read_text()
+        return Path(path).read_text()
     except OSError as exc:
         raise InputError(str(path), exc.strerror or str(exc)) from None
     except UnicodeDecodeError:
         raise InputError(str(path), "not a text file") from None
-    return parse_text(text, p.name)
+
+
+def load_program(path: str | Path) -> Program:
+    return parse_text(read_text(path), Path(path).name)
 
 
 # ---- semantics ---------------------------------------------------------------------------------------------
@@ -301,6 +324,7 @@ def check_program(prog: Program) -> None:
     sends: Counter = Counter()  # (src, dst, tag) -> count
     recvs: dict[tuple[int, int, str], list[tuple[str, int]]] = defaultdict(list)
     for r, rp in prog.ranks.items():
+        created: dict[str, tuple[str, int]] = {}  # group -> (stream, op index) of this rank's comm_init
         recorded: dict[str, list[tuple[str, int]]] = defaultdict(list)
         for s, ops in rp.streams.items():
             for i, op in enumerate(ops):
@@ -324,7 +348,7 @@ def check_program(prog: Program) -> None:
                     if all(rs == s and ri > i for rs, ri in recs):
                         raise InputError(where, f"waits for event {op.event!r}, which only this stream records "
                                                 f"later (op {recs[0][1]}): a cyclic wait on one stream")
-                elif k == "collective":
+                elif k in ("collective", "comm_init"):
                     if op.group not in members_of:
                         raise InputError(where, f"unknown group {op.group!r} (groups: "
                                                 f"{', '.join(prog.groups) or 'none'})")
@@ -332,6 +356,17 @@ def check_program(prog: Program) -> None:
                         raise InputError(where, f"rank {r} is not in group {op.group!r} {prog.groups[op.group]}")
                     if op.root is not None and op.root not in members_of[op.group]:
                         raise InputError(where, f"root {op.root} is not in group {op.group!r}")
+                    if k == "comm_init":
+                        if op.group in created:
+                            s0, i0 = created[op.group]
+                            raise InputError(where, f"creates communicator {op.group!r} a second time (first at "
+                                                    f"stream {s0} op {i0}); a rank creates a communicator once")
+                        created[op.group] = (s, i)
+                        used = next((j for j, o in enumerate(ops[:i]) if o.op == "collective" and o.group == op.group),
+                                    None)
+                        if used is not None:
+                            raise InputError(where, f"creates communicator {op.group!r} after op {used} of the same "
+                                                    f"stream already used it")
                 elif k in ("send", "recv"):
                     if op.peer not in prog.ranks:
                         raise InputError(where, f"peer {op.peer} is not a rank of the program")
@@ -371,6 +406,8 @@ def op_to_dict(op: Op) -> dict:
         d.update(group=op.group, kind=op.kind, bytes=op.bytes)
         if op.root is not None:
             d["root"] = op.root
+    elif k == "comm_init":
+        d["group"] = op.group
     else:
         d.update(peer=op.peer, bytes=op.bytes)
         if op.tag:
@@ -386,6 +423,7 @@ def program_to_dict(prog: Program) -> dict:
     return {
         "groups": {g: list(m) for g, m in prog.groups.items()},
         "cost": {"alpha_us": prog.cost.alpha_us, "gbps": prog.cost.gbps},
+        **({"p2p": {"eager_bytes": prog.eager_bytes}} if prog.eager_bytes else {}),
         "ranks": {str(r): {"buffers": dict(rp.buffers),
                            "streams": {s: [op_to_dict(op) for op in ops] for s, ops in rp.streams.items()}}
                   for r, rp in sorted(prog.ranks.items())},

@@ -5,6 +5,7 @@ JSON (`distdoctor sim run FILE --format json`):
      "blocked": [{"rank", "stream", "op_index", "op"}], "makespan_us",
      "streams": {"<rank>/<stream>": {"busy_us", "wait_us", "idle_us"}}, "bubble_fraction",
      "buffers": {"<rank>/<buffer>": {"capacity", "peak"}}, "explanation": [...], "mismatches": [...],
+     "crossed_messages": [...],
      "other_cycles": [...], "other_cycles_count", "ops", "ops_executed", "timing" (with --trials)}
 `bubble_fraction` is the mean over ranks (that have compute) of the fraction of the makespan during which
 none of their compute streams (streams with at least one `compute` op) is busy: idle or waiting.
@@ -80,6 +81,18 @@ class SimResult:
             out.append(item)
         return out
 
+    def crossed(self) -> list[dict]:
+        """Sends paired with a receive that names another message: NCCL pairs point-to-point ops in posting
+        order, so the receiver gets the wrong tensor (silently when the sizes agree)."""
+        c = self.state.compiled
+        out = []
+        for ss, si, rs_, ri in self.state.crossed:
+            (r0, s0), (r1, s1) = c.streams[ss], c.streams[rs_]
+            sent, meant = self.program.ranks[r0].streams[s0][si], self.program.ranks[r1].streams[s1][ri]
+            out.append({"src": r0, "dst": r1, "send": {"stream": s0, "op_index": si, "name": sent.name},
+                        "recv": {"stream": s1, "op_index": ri, "name": meant.name}})
+        return out
+
     def to_json(self) -> dict:
         rs = self.state
         c = rs.compiled
@@ -111,6 +124,7 @@ class SimResult:
             "other_cycles": [[self._where(sid, rs.pc[sid]) for sid in cyc] for cyc in self.more_cycles[:100]],
             "other_cycles_count": len(self.more_cycles),
             "mismatches": self.mismatches(),
+            "crossed_messages": self.crossed(),
             **({"timing": self.timing.to_json()} if self.timing else {}),
             "ops": sum(len(o) for o in c.ops),
             "ops_executed": rs.ops_executed,
@@ -154,6 +168,14 @@ class SimResult:
                 first = f" while rank {m['first_rank']} issues {m['first_op']}"
                 out.append(f"    `{m['group']}` #{m['seq']}: rank {m['rank']} {m['stream']} op {m['op_index']} "
                            f"issues {m['op']}{first}")
+        crossed = self.crossed()
+        if crossed:
+            out.append(f"  WARNING: {len(crossed)} point-to-point message(s) reach a receive meant for another "
+                       f"(ops pair in posting order; the receiver gets the wrong tensor):")
+            for m in crossed[:top]:
+                out.append(f"    rank {m['src']} {m['send']['stream']} op {m['send']['op_index']} sends "
+                           f"`{m['send']['name']}` into rank {m['dst']} {m['recv']['stream']} op "
+                           f"{m['recv']['op_index']}, which expects `{m['recv']['name']}`")
         out.append(f"Makespan {rs.makespan:.1f} us; bubble fraction {self.bubble_fraction():.3f} "
                    f"(compute streams idle or waiting); {rs.ops_executed} of {sum(len(o) for o in c.ops)} "
                    f"ops executed.")

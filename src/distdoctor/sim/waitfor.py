@@ -27,8 +27,8 @@ class Edge:
     src: int  # sid
     dst: int  # sid holding the op that would unblock src
     dst_op: int  # that op's index
-    kind: str  # event | buffer | collective | send | recv
-    resource: str  # "event fwd_done0", "buffer act", "collective tp0 #3", "p2p 0->2"
+    kind: str  # event | buffer | collective | comm_init | send | recv
+    resource: str  # "event fwd_done0", "buffer act", "collective tp0 #3", "comm_init pp_0_1", "p2p 0->2"
     peer_rank: int
 
 
@@ -84,6 +84,9 @@ def build_edges(rs: RunState) -> tuple[dict[int, list[Edge]], dict[int, str]]:
             g, k = divmod(ik, _INST)
             arrived = {c.rank_of[m] for m in rs.open_instances[ik][1]}
             missing = [m for m in c.group_members[g] if m not in arrived]
+            init = c.init_of.get(g)
+            kind, what = ("comm_init", f"comm_init {init}") if init else \
+                ("collective", f"collective {c.group_names[g]} #{k + 1}")
             never = []
             for m in missing:
                 sites = coll_sites.get((m, g), {})
@@ -93,8 +96,11 @@ def build_edges(rs: RunState) -> tuple[dict[int, list[Edge]], dict[int, str]]:
                 ahead = k - rs.coll_count.get(m * ng + g, 0)  # collectives m issues on g before #k
                 for d, idxs in sorted(sites.items()):
                     i = idxs[min(ahead, len(idxs) - 1)] if len(sites) == 1 else idxs[0]
-                    out.append(Edge(sid, d, i, "collective", f"collective {c.group_names[g]} #{k + 1}", m))
-            if never:
+                    out.append(Edge(sid, d, i, kind, what, m))
+            if never and init:
+                starved[sid] = (f"rank{'s' if len(never) > 1 else ''} {', '.join(map(str, never))} never "
+                                f"create{'' if len(never) > 1 else 's'} communicator `{init}`")
+            elif never:
                 starved[sid] = (f"rank{'s' if len(never) > 1 else ''} {', '.join(map(str, never))} never "
                                 f"issue{'' if len(never) > 1 else 's'} collective #{k + 1} on "
                                 f"`{c.group_names[g]}` (no more collectives on it)")
@@ -169,13 +175,15 @@ def _need(rs: RunState, e: Edge) -> str:
         return f"waits for event `{name}`"
     if e.kind == "buffer":
         return f"waits for a free `{name}` slot"
-    if e.kind == "collective":
+    if e.kind in ("collective", "comm_init"):
         op = _op(rs, e.src, rs.pc[e.src])
-        g, n = name.rsplit(" ", 1)
         ik = rs.inst_of[e.src]
         arrived = {rs.compiled.rank_of[m] for m in rs.open_instances[ik][1]}
         missing = [m for m in rs.compiled.group_members[ik // _INST] if m not in arrived]
         who = f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
+        if e.kind == "comm_init":
+            return f"waits in comm_init of `{name}` for {who} to create it too"
+        g, n = name.rsplit(" ", 1)
         return f"waits in {op.kind} {n} on `{g}` for {who}"
     if e.kind == "send":
         return f"waits to send to rank {e.peer_rank}"
@@ -194,6 +202,8 @@ def _provider(rs: RunState, e: Edge) -> str:
         return f"released only by rank {r} {s} {where}"
     if e.kind == "collective":
         return f"which rank {r} {s} issues only {where}"
+    if e.kind == "comm_init":
+        return f"which rank {r} {s} calls only {where}"
     if e.kind == "send":
         return f"whose {s} posts the matching recv only {where}"
     return f"whose {s} sends only {where}"
@@ -219,7 +229,9 @@ def starvation_sentence(rs: RunState, sid: int, reason: str) -> str:
     p = rs.pc[sid]
     op = _op(rs, sid, p)
     code = rs.compiled.ops[sid][p][0]
-    if code == COLLECTIVE:
+    if code == COLLECTIVE and op.op == "comm_init":
+        need = f"waits in comm_init of `{op.group}`"
+    elif code == COLLECTIVE:
         g, k = divmod(rs.inst_of[sid], _INST)
         need = f"waits in {op.kind} #{k + 1} on `{rs.compiled.group_names[g]}`"
     elif code == WAIT:

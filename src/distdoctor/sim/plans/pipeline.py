@@ -204,10 +204,13 @@ def _stage_template(cfg: PipelineConfig, s: int) -> dict[str, list]:
             m = step * M + mb
             vs = c * P + s
             tag = f"{m}" if V == 1 else f"{m}_c{c}"
+            # a message is named after its sender's chunk on both ends (the ring wraps to the next chunk)
+            tag_prev = f"{m}" if V == 1 else f"{m}_c{(vs - 1) // P}"
+            tag_next = f"{m}" if V == 1 else f"{m}_c{(vs + 1) // P}"
             if kind == "F":
                 fwd.append(acquire)
                 if vs > 0:
-                    recv = ("recv", f"act_mb{tag}", (vs - 1) % P, "act")
+                    recv = ("recv", f"act_mb{tag_prev}", (vs - 1) % P, "act")
                     if two:
                         fwd.append(recv)
                     else:
@@ -222,7 +225,7 @@ def _stage_template(cfg: PipelineConfig, s: int) -> dict[str, list]:
                     fwd.append(Op("record", event=f"fwd_done{tag}"))
                 continue
             if vs < VS - 1:
-                recv = ("recv", f"grad_mb{tag}", (vs + 1) % P, "grad")
+                recv = ("recv", f"grad_mb{tag_next}", (vs + 1) % P, "grad")
                 if not two:
                     streams["recv_grad"] += [recv, Op("record", event=f"grad_in{tag}")]
                     bwd.append(Op("wait", event=f"grad_in{tag}"))
