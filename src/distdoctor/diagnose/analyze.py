@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from distdoctor.diagnose import p2p
+from distdoctor.diagnose import hang_status, p2p
 from distdoctor.diagnose.findings import PRIORITY, Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import Divergence, GroupView, build_views, callsite_divergence, divergences
 from distdoctor.diagnose.progress import describe_rank, is_gloo_fr, last_completed, rank_progress, where_now
@@ -55,6 +55,7 @@ class Report:
             "wait_for": [{"rank": w.rank, "group": w.entry.group, "seq": w.entry.seq, "op": w.entry.op,
                           "waits_for": w.waits_for} for w in self.waits],
             "groups": {name: {"members": v.members, "inferred": v.inferred} for name, v in sorted(self.views.items())},
+            "hang": hang_status.summarize(self.traces),
         }
 
 
