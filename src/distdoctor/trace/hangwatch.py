@@ -57,20 +57,13 @@ class FlightRecorderPeek:
             self.available = False
             return False
 
-        class Entry(msgspec.Struct):
-            record_id: int = -1
-            retired: bool = True
-            time_created_ns: int = 0
-            collective_seq_id: int = 0
-            p2p_seq_id: int = 0
-            is_p2p: bool = False
-            profiling_name: str = ""
-            process_group: list = []
-
-        class Dump(msgspec.Struct):
-            entries: list[Entry] = []
-
-        self._decoder = msgspec.json.Decoder(Dump)
+        # only the fields read here: msgspec skips the others without building them
+        entry = msgspec.defstruct("FrEntry", [
+            ("record_id", int, -1), ("retired", bool, True), ("time_created_ns", int, 0),
+            ("collective_seq_id", int, 0), ("p2p_seq_id", int, 0), ("is_p2p", bool, False),
+            ("profiling_name", str, ""), ("process_group", list, [])])
+        dump = msgspec.defstruct("FrDump", [("entries", list[entry], [])])
+        self._decoder = msgspec.json.Decoder(dump)
         return True
 
     def look(self, now: float) -> tuple[dict | None, bool, list[float]]:

@@ -90,6 +90,7 @@ class JobWatch:
         self.say, self.shout = say, shout  # stderr (what run does), stdout (verdicts)
         self.headers: dict[int, dict] = {}
         self._stamps: dict[str, tuple[int, int]] = {}
+        self._by_path: dict[str, dict] = {}
         self.episode: dict | None = None
         self.closed_at = 0.0
         self.verdicts = 0
@@ -125,6 +126,7 @@ class JobWatch:
             if header is None:
                 continue
             self._stamps[path] = stamp
+            self._by_path[path] = header
             self.headers[header["rank"]] = header
             changed.append(header["rank"])
         return changed
@@ -186,8 +188,8 @@ class JobWatch:
         status = ep["status"]
         late = [r for r in registered_ranks(self.dump_dir) if not self._dumped_for(r, status)]
         self.shout("")
-        self.shout(f"distdoctor run: HANG {status.upper()} at {_clock(ep['detected_at'])} (first seen by rank "
-                   f"{ep['rank']}); every rank was asked to dump"
+        self.shout(f"distdoctor run: HANG {status.upper()} at {_clock(ep['detected_at'])}; every rank was asked "
+                   "to dump"
                    + (f" ({_ranks(late)} did not within {FANOUT_WAIT_S:g} s)" if late else "")
                    + (". The job keeps running." if status == "suspected" or not self.kill_on_hang else "."))
         self.shout(self.report_text(problem=f"hang {status}"), nl=False)
@@ -226,7 +228,8 @@ class JobWatch:
         if problem and report.verdict == "ok":
             keep = [ln for ln in text.splitlines() if not ln.startswith("No desync, hang or straggler found")]
             if keep and keep[0].startswith("verdict: OK"):
-                keep[0] = f"verdict: PROBLEM - {problem}; " + keep[0].split(" - ", 1)[-1]
+                rest = keep[0].split(" - ", 1)[-1].split("; ", 1)[-1]
+                keep[0] = f"verdict: PROBLEM - {problem} (no finding in the traces themselves); {rest}"
             text = "\n".join(keep) + "\n"
         return text
 
@@ -240,7 +243,12 @@ class JobWatch:
         if crashed or rc != 0:
             problem = "; ".join([f"rank {r} crashed: {_crash(h)}" for r, h in crashed.items()]
                                 + ([f"the command exited with code {rc}"] if rc != 0 else []))
-        if self.headers and self._stamps != self.printed_stamps:
+        before = self.printed_stamps or {}
+        changed = [p for p, st in self._stamps.items() if before.get(p) != st]
+        # dumps only rewritten to say a printed hang resumed: run already said so, and they still show that moment
+        resumes_only = self.printed_stamps is not None and all(
+            str(self._by_path[p].get("dump_reason") or "").startswith("hang resumed") for p in changed)
+        if self.headers and changed and (problem or not resumes_only):
             self.shout("")
             self.shout(self.report_text(problem), nl=False)
         if problem:
