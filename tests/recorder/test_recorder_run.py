@@ -121,3 +121,36 @@ def test_run_hook_enables_and_chains_an_existing_sitecustomize(tmp_path, cli_env
     assert out.split() == ["True", "False", "False", "7.0", "99"]  # enabled, dormant, torch not imported
     assert marker.read_text() == "ran"
     assert "no dumps written" in err
+
+
+def test_run_refuses_a_dump_dir_it_cannot_write(tmp_path, cli_env):
+    """Refused at start, in one line, before the job runs: not after a hang, with the dumps lost."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    marker = tmp_path / "ran"
+    for bad in (blocker / "dumps", blocker, "/proc/distdoctor-dumps"):
+        rc, out, err = run_distdoctor(["--dump-dir", str(bad), "--", sys.executable, "-c",
+                                       f"open({str(marker)!r}, 'w')"], timeout=60, env=cli_env)
+        assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.startswith("distdoctor run: error:") and "--dump-dir" in err and str(bad) in err, err
+        assert not marker.exists()
+
+
+def test_run_leaves_no_hidden_files_and_no_empty_dump_dir(tmp_path, cli_env):
+    """A job that dumps nothing leaves no directory behind; pid files of ranks that were killed (no chance to
+    remove their own) and the request file are removed when the job ends."""
+    dumps = tmp_path / "d"
+    rc, _, err = run_distdoctor(["--dump-dir", str(dumps), "--", sys.executable, "-c", "pass"], timeout=60,
+                                env=cli_env)
+    assert rc == 0 and not dumps.exists(), err
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "rank_0.jsonl").write_text("old dump\n")
+    script = (f"import os; d = {str(kept)!r}; "
+              "open(os.path.join(d, '.rank_3.pid'), 'w').write('999999999\\n' + os.uname().nodename + '\\n'); "
+              "open(os.path.join(d, '.request.json'), 'w').write('{}'); "
+              "open(os.path.join(d, '.rank_3.jsonl.tmp-999999999-0'), 'w').write('torn')")
+    rc, _, err = run_distdoctor(["--dump-dir", str(kept), "--", sys.executable, "-c", script], timeout=60,
+                                env=cli_env)
+    assert rc == 0, err
+    assert sorted(p.name for p in kept.iterdir()) == ["rank_0.jsonl"]

@@ -89,12 +89,14 @@ def _median_of_others(a: np.ndarray) -> np.ndarray:
 def _step_period(rows: list[int], firsts: np.ndarray) -> float | None:
     """The step, from one class's occurrences (their positions `rows` in the group's sequence): the smallest k
     for which every k-th occurrence is the same number of collectives later (the class occurs k times per step;
-    90 % of them, so a phase change does not hide it), timed as the median of first-arrival differences."""
+    three quarters of them, so a phase change or a call at start-up does not hide it), timed as the median of
+    the first arrivals' differences."""
     pos = np.asarray(rows)
     for k in range(1, min(MAX_PERIOD, len(pos) // 2) + 1):
         gaps = pos[k:] - pos[:-k]
-        if np.mean(gaps == np.median(gaps)) >= 0.9:
-            return float(np.median(firsts[pos[k:]] - firsts[pos[:-k]]))
+        same = gaps == np.median(gaps)
+        if np.mean(same) >= 0.75:
+            return float(np.median((firsts[pos[k:]] - firsts[pos[:-k]])[same]))
     return None
 
 
