@@ -106,6 +106,7 @@ def test_idle_rank_is_confirmed_only_after_the_timeout():
     rec = FakeRecorder(timeout=20.0)
     rec.last_progress = 100.0
     w = watch(rec)
+    w.fr.available, w.fr.look = True, lambda now: (None, False, [])  # Flight Recorder on, showing nothing
     assert w.tick(115.0) is None  # nothing in flight: a pause outside collectives is never suspected
     kind, reason = w.tick(121.0)
     assert reason == "hang: no collective completed for 21.0 s (hang timeout 20 s; no collective pending)"
@@ -113,6 +114,18 @@ def test_idle_rank_is_confirmed_only_after_the_timeout():
     assert w.tick(130.0) is None
     rec.last_progress = 131.0  # it issued something: resumed
     assert w.tick(131.5)[0] == "rewrite"
+
+
+def test_without_flight_recorder_a_moving_main_thread_is_not_idle():
+    """C++-issued collectives (DDP) are invisible then: the rule must not call a busy rank idle."""
+    rec = FakeRecorder(timeout=20.0)
+    rec.last_progress = 100.0
+    w = watch(rec)
+    assert w.tick(121.0) is None  # this (main) thread is running
+    w._main_pos = w._main_still_since = None
+    w._main_is_still = lambda now: True  # a main thread sitting in one call since 100
+    w._main_still_since = 100.0
+    assert w.tick(121.0)[1].startswith("hang: no collective completed for 21.0 s")
 
 
 def test_no_timeout_no_rule_and_floor_zero_only_confirms():

@@ -82,9 +82,7 @@ def describe(hang: dict) -> str:
                      f"the dumps show the moment it was suspected, {by})")
     else:
         if hang["blocked_ranks"]:
-            where = {_call(c) for c in hang["blocked_in"].values()}
-            parts.append(f"{hang['status']}: {fmt_ranks(hang['blocked_ranks'])} blocked up to "
-                         f"{hang['blocked_for_s']:.1f} s in {', '.join(sorted(where)[:3])}")
+            parts.append(f"{hang['status']}: " + _blocked(hang))
         else:
             parts.append(f"{hang['status']}: no rank was in a collective when it dumped")
         if hang["idle_ranks"]:
@@ -104,6 +102,19 @@ def text_lines(report) -> list[str]:
     """The report's hang line, for report/diagnose_text.py (none when no dump carries a hang episode)."""
     hang = summarize(report.traces)
     return [f"hang: {describe(hang)}"] if hang else []
+
+
+def _blocked(hang: dict) -> str:
+    """Who is blocked where, the largest crowd first: a rank blocked elsewhere than the others stands out."""
+    by_call: dict[str, list[int]] = {}
+    for r, c in hang["blocked_in"].items():
+        by_call.setdefault(_call(c), []).append(int(r))
+    where = sorted(by_call.items(), key=lambda kv: (-len(kv[1]), kv[1]))
+    longest = f"{hang['blocked_for_s']:.1f} s"
+    if len(where) == 1:
+        return f"{fmt_ranks(where[0][1])} blocked up to {longest} in {where[0][0]}"
+    more = f" and {len(where) - 4} more places" if len(where) > 4 else ""
+    return f"blocked up to {longest}: " + ", ".join(f"{fmt_ranks(rs)} in {call}" for call, rs in where[:4]) + more
 
 
 def _call(c: dict) -> str:

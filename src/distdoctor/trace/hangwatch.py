@@ -28,6 +28,8 @@ import sys
 import threading
 import time
 
+from distdoctor.trace.dumpfile import fr_enabled
+
 QUIET_S = 2.0
 STILL_PEEK_S = 2.0
 PROGRESS_PEEK_S = 30.0
@@ -38,7 +40,7 @@ class FlightRecorderPeek:
     """The oldest entry Flight Recorder has not retired, and whether anything moved since the last look."""
 
     def __init__(self) -> None:
-        self.available = _fr_enabled()
+        self.available = fr_enabled()
         self._decoder = None
         self._dump = None
         self.key = None
@@ -88,16 +90,6 @@ class FlightRecorderPeek:
         group = str(e.process_group[0]) if e.process_group else "?"
         return {"since": e.time_created_ns / 1e9, "group": group, "op": e.profiling_name.split(":")[-1],
                 "seq": e.p2p_seq_id if e.is_p2p else e.collective_seq_id, "source": "flight_recorder"}, moved, waits
-
-
-def _fr_enabled() -> bool:
-    for name in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
-        try:
-            if int(os.environ.get(name, "0") or 0) > 0:
-                return True
-        except ValueError:
-            pass
-    return False
 
 
 class HangWatch:
@@ -185,9 +177,15 @@ class HangWatch:
                     status = "confirmed" if blocked >= timeout else "suspected"
                     self._open(status, flight["since"], flight, th, now)
                     return "dump", self._reason(status, blocked, flight, th)
-            idle = now - self.progress_at()
-            if idle >= timeout and (ep is None or ep.get("since") != self.progress_at()):
-                self._open("confirmed", self.progress_at(), None, th, now)
+            quiet_since = self.progress_at()
+            if not self.fr.available:
+                # Without Flight Recorder the collectives C++ issues (DDP's buckets) are invisible: a rank whose
+                # main thread keeps moving is then not taken for idle.
+                self._main_is_still(now)
+                quiet_since = max(quiet_since, self._main_still_since)
+            idle = now - quiet_since
+            if idle >= timeout and (ep is None or ep.get("since") != round(quiet_since, 3)):
+                self._open("confirmed", quiet_since, None, th, now)
                 return "dump", self._reason("confirmed", idle, None, th)
         return None
 

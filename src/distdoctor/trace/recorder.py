@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from distdoctor.trace import model, patch
 from distdoctor.trace.describe import Call
-from distdoctor.trace.dumpfile import all_thread_stacks, ensure_private_dir, write_atomic
+from distdoctor.trace.dumpfile import all_thread_stacks, ensure_private_dir, flight_recorder_dump, write_atomic
 
 DEFAULT_BUFFER = 2000
 DEFAULT_HANG_TIMEOUT = 300.0
@@ -443,29 +443,6 @@ class Recorder:
             except Exception as exc:
                 _warn(f"dump to {self.config.dump_dir} failed: {type(exc).__name__}: {exc}")
                 return False
-
-
-def flight_recorder_dump() -> bytes | None:
-    """Flight Recorder's own pickle dump, when this torch has it and it is switched on.
-
-    Without FR's stack traces unless DISTDOCTOR_FR_STACKS=1: symbolizing them costs 5-12 s on the first dump
-    (measured here, torch 2.13 CPU), which would delay a crashing process's exit, and our own entries already
-    carry the Python frames of each call.
-    """
-    stacks = os.environ.get("DISTDOCTOR_FR_STACKS", "0") == "1"
-    if _env_number("TORCH_FR_BUFFER_SIZE", int, 0) <= 0 and _env_number("TORCH_NCCL_TRACE_BUFFER_SIZE", int, 0) <= 0:
-        return None
-    try:
-        import torch
-
-        c = torch._C._distributed_c10d
-        if hasattr(c, "_dump_fr_trace"):
-            return bytes(c._dump_fr_trace(True, stacks, False))
-        if hasattr(c, "_dump_nccl_trace"):
-            return bytes(c._dump_nccl_trace(True, stacks, False))
-    except Exception as exc:
-        _warn(f"Flight Recorder dump failed: {type(exc).__name__}: {exc}")
-    return None
 
 
 # ---- public API --------------------------------------------------------------------------------------------
