@@ -17,8 +17,12 @@ of verdict it was (SUSPECTED / CONFIRMED while running, or the closing report). 
   pause       (no fault) DDP training pausing 30 s every 10 steps for evaluation and a rank-0 checkpoint:
               reports what run said and the exit code instead of a time (--pause-s, --pause-steps)
 
-With --real DIR (the real-library scenario suite, tests/doctor/real/ of another branch), its hang scenarios
-are timed too when it provides them (see --help of that suite); otherwise the benchmark says it is absent.
+With --real DIR (the directory of the real-library scenario suite, tests/doctor/real/, where a branch has it),
+its hang scenarios (REAL_HANGS: FSDP2, HSDP, DCP, pipelining, DDP with a metrics group, object collectives) run
+the same way, each training function called from benchmarks/real_entry.py as a plain train.py under torchrun.
+They print no STOP line: the clock starts at the last collective any rank issued or completed, read from the
+dumps the verdict was made from (the recorder's entries and Flight Recorder's), i.e. when the job stopped
+moving. Scenarios the directory does not provide are reported as absent.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 JOB = ROOT / "benchmarks" / "hang_job.py"
 HANGS = ("sleep", "exit", "skip", "ddp_loader")
+REAL_HANGS = ("fsdp_loader_hang", "dcp_stuck_write", "hsdp_group_order", "metrics_group_alone", "pp_microbatches",
+              "p2p_both_recv", "object_root")
+REAL_CULPRIT = {"fsdp_loader_hang": 1, "dcp_stuck_write": 2, "metrics_group_alone": 0, "object_root": 3}
 
 
 def _free_port() -> int:
@@ -68,10 +75,29 @@ def _reader(stream, q: queue.Queue) -> None:
     q.put((time.time(), None))
 
 
-def time_one(scenario: str, workdir: Path, limit_s: float, culprit: int = 1) -> dict:
+def _last_progress(dump_dir: str) -> float | None:
+    """The last moment any rank issued or completed a collective, from the dumps (recorder and Flight
+    Recorder)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from distdoctor.trace.loaders import load_traces
+
+    times = []
+    for trace in load_traces([dump_dir]).ranks.values():
+        times += [t for t in trace.column("t_completed") + trace.column("t_created") if t]
+    fr = [str(p) for p in Path(dump_dir).glob("rank_*.fr.pkl")]
+    for trace in load_traces(fr).ranks.values() if fr else ():
+        times += [t for t in trace.column("t_created") if t]
+    return max(times) if times else None
+
+
+def time_one(scenario: str, workdir: Path, limit_s: float, culprit: int = 1, real: Path | None = None) -> dict:
     dump_dir = str(workdir / f"{scenario}-{time.time_ns()}")
-    proc = subprocess.Popen(_command(dump_dir, ["--scenario", scenario, "--culprit", str(culprit)], []),
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_env(),
+    if real is None:
+        cmd = _command(dump_dir, ["--scenario", scenario, "--culprit", str(culprit)], [])
+    else:
+        cmd = _command(dump_dir, ["--dir", str(real), "--scenario", scenario, "--out", dump_dir + "-job"], [])
+        cmd[cmd.index(str(JOB))] = str(ROOT / "benchmarks" / "real_entry.py")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_env(),
                             start_new_session=True)
     q: queue.Queue = queue.Queue()
     threading.Thread(target=_reader, args=(proc.stdout, q), daemon=True).start()
@@ -89,11 +115,13 @@ def time_one(scenario: str, workdir: Path, limit_s: float, culprit: int = 1) -> 
             lines.append(line)
             if line.startswith("STOP ") and stop is None:
                 stop = float(line.split()[1])
-            elif stop is not None and line.startswith("distdoctor run: HANG "):
+            elif (stop is not None or real) and line.startswith("distdoctor run: HANG "):
                 kind = line.split()[3].lower()
-            elif stop is not None and line.startswith("verdict:") and verdict_at is None:
+            elif (stop is not None or real) and line.startswith("verdict:") and verdict_at is None:
                 verdict_at = at
                 kind = kind if kind != "none" else "closing"
+                if real is not None:
+                    stop = _last_progress(dump_dir)
             if verdict_at is not None:
                 block.append(line)
                 if len(block) > 6:
@@ -159,8 +187,25 @@ def main() -> None:
             print(f"{scenario:11s} {', '.join(f'{s:.1f}' for s in secs) or '-':>20s} s   verdict "
                   f"{'/'.join(res['verdicts'])}; culprit named: {'/'.join(map(str, res['culprit_named']))}",
                   flush=True)
-    real = Path(args.real) if args.real else None
+    real = Path(args.real).resolve() if args.real else None
     note = None if real and real.is_dir() else "the real-library scenario suite (tests/doctor/real/) is not here"
+    if real and real.is_dir():
+        for scenario in REAL_HANGS:
+            if not any(f"def {scenario}(" in p.read_text() for p in real.glob("train_*.py")):
+                results.append({"scenario": scenario, "absent": True})
+                continue
+            rounds = [time_one(scenario, workdir, args.limit, REAL_CULPRIT.get(scenario, -1), real)
+                      for _ in range(args.rounds)]
+            secs = [r["seconds"] for r in rounds if r["seconds"] is not None]
+            res = {"scenario": f"real:{scenario}", "seconds": secs, "max_s": max(secs) if secs else None,
+                   "verdicts": [r["verdict"] for r in rounds], "first_lines": rounds[-1]["first_lines"]}
+            if scenario in REAL_CULPRIT:
+                res["culprit_named"] = [r["culprit_named"] for r in rounds]
+            results.append(res)
+            if not args.json:
+                print(f"{'real:' + scenario:26s} {', '.join(f'{s:.1f}' for s in secs) or '-':>12s} s   verdict "
+                      f"{'/'.join(res['verdicts'])}" + (f"; culprit named: {'/'.join(map(str, res['culprit_named']))}"
+                                                       if "culprit_named" in res else ""), flush=True)
     summary = {"machine": f"{platform.node()} ({os.cpu_count()} cores), load {os.getloadavg()[0]:.1f}",
                "torch": _torch_version(), "results": results, "real_suite": note or str(real)}
     if args.json:
