@@ -69,6 +69,31 @@ def _command(dump_dir: str, job_args: list[str], run_args: list[str]) -> list[st
             "--master-port", str(_free_port()), str(JOB), *job_args]
 
 
+def _stop(proc: subprocess.Popen, dump_dir: str) -> None:
+    """End the job the way a user would (SIGTERM to `distdoctor run`, which passes it to torchrun, which stops
+    its workers), then make sure: torchrun starts each worker in its own session, so killing run's process group
+    alone would leave them behind. Whatever still has this job's dump directory in its environment is killed."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    needle = f"DISTDOCTOR_DUMP_DIR={dump_dir}\0".encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in f.read() + b"\0":
+                    os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            continue
+
+
 def _reader(stream, q: queue.Queue) -> None:
     for line in iter(stream.readline, ""):
         q.put((time.time(), line.rstrip("\n")))
@@ -127,11 +152,7 @@ def time_one(scenario: str, workdir: Path, limit_s: float, culprit: int = 1, rea
                 if len(block) > 6:
                     break
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        _stop(proc, dump_dir)
     text = "\n".join(block)
     named = any(f"[{culprit}]" in ln or f"rank {culprit} " in ln for ln in block[:4])
     return {"scenario": scenario, "seconds": round(verdict_at - stop, 2) if stop and verdict_at else None,
@@ -143,9 +164,15 @@ def run_pause(workdir: Path, pause_s: float, steps: int, every: int, limit_s: fl
     dump_dir = str(workdir / f"pause-{time.time_ns()}")
     job = ["--scenario", "pause", "--pause", str(pause_s), "--steps", str(steps), "--every", str(every)]
     t0 = time.time()
-    proc = subprocess.run(_command(dump_dir, job, []), capture_output=True, text=True, env=_env(),
-                          timeout=limit_s, start_new_session=True)
-    out = proc.stdout.splitlines()
+    proc = subprocess.Popen(_command(dump_dir, job, []), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env=_env(), start_new_session=True)
+    try:
+        stdout, _ = proc.communicate(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        stdout = ""
+    finally:
+        _stop(proc, dump_dir)
+    out = stdout.splitlines()
     said = [ln for ln in out if ln.startswith("distdoctor run:") or ln.startswith("hang:")]
     return {"scenario": f"pause {pause_s:g} s every {every} steps", "exit_code": proc.returncode,
             "wall_s": round(time.time() - t0, 1), "suspected": sum("HANG SUSPECTED" in ln for ln in out),

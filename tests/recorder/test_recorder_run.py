@@ -11,7 +11,7 @@ import pytest
 
 from distdoctor.trace.model import loads
 
-from recorder_helpers import WORKERS, free_port, kill_group
+from recorder_helpers import WORKERS, free_port, kill_group, kill_job_processes
 
 
 def run_distdoctor(args, timeout, env=None, cwd=None):
@@ -76,6 +76,7 @@ def test_run_torchrun_two_ranks(tmp_path, cli_env, wait_for):
         out, err = proc.communicate(timeout=120)
     finally:
         kill_group(proc)
+        kill_job_processes(dumps)
     assert proc.returncode == 0, err[-3000:]
     assert "SIGUSR1 sent to 2 rank(s)" in err
     # one file per rank; the torchrun agent (which also ran the hook) wrote nothing
@@ -154,3 +155,24 @@ def test_run_leaves_no_hidden_files_and_no_empty_dump_dir(tmp_path, cli_env):
                                 env=cli_env)
     assert rc == 0, err
     assert sorted(p.name for p in kept.iterdir()) == ["rank_0.jsonl"]
+
+
+def test_run_ignores_hang_dumps_of_an_earlier_run(tmp_path):
+    """A reused --dump-dir holds an old run's suspected-hang dump: the new run must not take it for a hang now."""
+    import json
+    import time
+
+    from distdoctor.trace.run_watch import JobWatch
+
+    old = {"format": "distdoctor-trace", "version": 1, "rank": 0, "world_size": 2, "dump_reason": "hang suspected",
+           "dump_time": time.time() - 3600, "hang": {"status": "suspected", "detected_at": time.time() - 3600}}
+    (tmp_path / "rank_0.jsonl").write_text(json.dumps(old) + "\n")
+    said = []
+    watch = JobWatch(str(tmp_path), child=None, kill_on_hang=False, say=said.append,
+                     shout=lambda m, nl=True: said.append(m))
+    watch.poll()
+    assert watch.episode is None and watch.headers == {} and said == []
+    new = dict(old, dump_time=time.time(), hang={"status": "suspected", "detected_at": time.time()})
+    (tmp_path / "rank_0.jsonl").write_text(json.dumps(new) + "\n")
+    watch.poll()  # nobody registered to ask: the episode opens, its verdict waits for the deadline
+    assert watch.episode is not None and watch.episode["status"] == "suspected"

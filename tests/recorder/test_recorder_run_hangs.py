@@ -7,6 +7,8 @@ keep the tests short (the default figures are measured by benchmarks/time_to_ver
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 from distdoctor.trace.model import loads
 
 from procs import run_in_session
-from recorder_helpers import free_port
+from recorder_helpers import free_port, kill_job_processes
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +30,11 @@ def run_job(tmp_path, cli_env, run_args, job_args, nproc=4, timeout=240):
            sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
            "--master-port", str(free_port()), str(JOB), *job_args]
     env = dict(cli_env, OMP_NUM_THREADS="1")
-    done = run_in_session(cmd, timeout=timeout, env=env)
+    try:
+        done = run_in_session(cmd, timeout=timeout, env=env)
+    finally:
+        orphans = kill_job_processes(dumps)  # torchrun's workers live in their own sessions
+    assert orphans == [], f"ranks outlived distdoctor run: {orphans}"
     return done, dumps
 
 
@@ -101,3 +107,38 @@ def test_crash_is_named_and_never_ok(tmp_path, cli_env):
     # its neighbours, failed by gloo or stopped by torchrun, each kept a dump (none lost to a SIGTERM mid-dump)
     assert all((dumps / f"rank_{r}.jsonl").exists() for r in range(2)), os.listdir(dumps)
     assert hidden_left(dumps) == []
+
+
+def test_ranks_left_by_a_killed_launcher_are_stopped(tmp_path, cli_env):
+    """torchrun killed outright (SIGKILL: no cleanup) leaves its workers, each in its own session, blocked in
+    the hang forever: distdoctor run stops them once the command has ended."""
+    dumps = tmp_path / "dumps"
+    cmd = [sys.executable, "-m", "distdoctor", "run", "--dump-dir", str(dumps), "--suspect-floor", "1", "--",
+           sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(free_port()), str(JOB), "--scenario", "sleep", "--at", "2"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(cli_env, OMP_NUM_THREADS="1"), start_new_session=True)
+    try:
+        while "HANG SUSPECTED" not in proc.stdout.readline():
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+        torchrun = [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == proc.pid]
+        assert len(torchrun) == 1
+        os.kill(torchrun[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        orphans = kill_job_processes(dumps)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert orphans == [], f"ranks outlived distdoctor run: {orphans}"
+    assert "ranks 0, 1 still running after the command ended (its launcher is gone): stopping them" in err, err
+    assert proc.returncode == 128 + signal.SIGKILL
+
+
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1

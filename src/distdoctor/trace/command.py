@@ -182,6 +182,7 @@ def run_command(dump_dir, hang_timeout, suspect_floor, suspect_factor, kill_on_h
             signal.signal(s, handler)
     if rc < 0:
         rc = 128 - rc
+    watch.stop_orphans()
 
     dumps = summarize_dumps(dump_dir)
     if dumps:

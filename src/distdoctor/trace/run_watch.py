@@ -33,6 +33,7 @@ from distdoctor.trace.watchdog import REQUEST_FILE
 POLL_S = 0.25
 FANOUT_WAIT_S = 6.0
 KILL_GRACE_S = 30.0
+ORPHAN_GRACE_S = 10.0
 ORDER = {"resumed": 0, "suspected": 1, "confirmed": 2}
 
 
@@ -51,13 +52,18 @@ def registered_ranks(dump_dir: str) -> dict[int, tuple[int, str]]:
 
 
 def alive(pid: int) -> bool:
+    """The process exists and is not a zombie (an orphan nobody reaped yet has ended all the same)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True
 
 
 def signal_ranks(dump_dir: str, signum: int = signal.SIGUSR1, ranks=None) -> list[int]:
@@ -91,8 +97,10 @@ class JobWatch:
         self.headers: dict[int, dict] = {}
         self._stamps: dict[str, tuple[int, int]] = {}
         self._by_path: dict[str, dict] = {}
+        self._old: dict[str, tuple[int, int]] = {}
         self.episode: dict | None = None
-        self.closed_at = 0.0
+        self.started = time.time()
+        self.closed_at = self.started  # a hang detected before this run started is an older run's
         self.verdicts = 0
         self.printed_stamps: dict | None = None  # the dump files a printed verdict was made from
         self._requests = 0
@@ -120,10 +128,13 @@ class JobWatch:
             except OSError:
                 continue
             stamp = (st.st_mtime_ns, st.st_size)
-            if self._stamps.get(path) == stamp:
+            if self._stamps.get(path) == stamp or self._old.get(path) == stamp:
                 continue
             header = read_header(path)
             if header is None:
+                continue
+            if (header.get("dump_time") or 0) < self.started - 1:
+                self._old[path] = stamp  # a dump of an earlier run in a reused directory
                 continue
             self._stamps[path] = stamp
             self._by_path[path] = header
@@ -205,6 +216,25 @@ class JobWatch:
         elif status == "suspected":
             self.shout("distdoctor run: watching for progress; a hang is confirmed after --hang-timeout "
                        f"({_hang_timeout(self.headers)}) without progress.")
+
+    def stop_orphans(self, grace_s: float = ORPHAN_GRACE_S) -> list[int]:
+        """The command ended but some of its ranks still run (torchrun starts each in its own session, so a
+        launcher killed without cleaning up leaves them behind, blocked forever in a hang): stop them, SIGTERM
+        (they dump) then SIGKILL. Returns the ranks stopped."""
+        host = socket.gethostname()
+        left = {r: pid for r, (pid, where) in registered_ranks(self.dump_dir).items() if where == host and alive(pid)}
+        if not left:
+            return []
+        self.say(f"{_ranks(left)} still running after the command ended (its launcher is gone): stopping them")
+        for pid in left.values():
+            _kill(pid, signal.SIGTERM)
+        deadline = time.time() + grace_s
+        while time.time() < deadline and any(alive(pid) for pid in left.values()):
+            time.sleep(0.1)
+        for pid in left.values():
+            if alive(pid):
+                _kill(pid, signal.SIGKILL)
+        return sorted(left)
 
     # ---- analysis ------------------------------------------------------------------------------------------
     def report_text(self, problem: str | None = None) -> str:
@@ -303,6 +333,13 @@ def _ranks(ranks) -> str:
 
 def _clock(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def _kill(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except OSError:
+        pass
 
 
 def _unlink(path: str) -> None:
