@@ -44,8 +44,8 @@ def _free_port() -> int:
 def _set_recorder(on: bool, dump_dir: str) -> None:
     import distdoctor.trace as trace
 
-    if on:
-        trace.enable(dump_dir=dump_dir, hang_timeout=0)
+    if on:  # as `distdoctor run` starts it: hang detection on (the watchdog ticks every second)
+        trace.enable(dump_dir=dump_dir, hang_timeout=300, suspect_floor=10)
     else:
         trace.disable()
 

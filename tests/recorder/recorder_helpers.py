@@ -80,3 +80,26 @@ def poll_until(predicate, timeout: float, what: str):
             return value
         time.sleep(0.1)
     pytest.fail(f"timed out after {timeout} s waiting for {what}")
+
+
+def kill_job_processes(dump_dir) -> list[int]:
+    """Kill every process that still has this job's DISTDOCTOR_DUMP_DIR in its environment; returns their pids.
+    torchrun starts each worker in its own session, so a process-group kill does not reach them: this is how a
+    test makes sure no rank of its job outlives it (and can assert that none had to be killed)."""
+    needle = f"DISTDOCTOR_DUMP_DIR={dump_dir}\0".encode()
+    killed = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                found = needle in f.read() + b"\0"
+            with open(f"/proc/{pid}/stat") as f:
+                zombie = f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+        except OSError:
+            continue
+        if found and not zombie and int(pid) != os.getpid():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+                killed.append(int(pid))
+            except OSError:
+                pass
+    return killed

@@ -14,6 +14,8 @@ import pytest
 
 from distdoctor.trace.model import loads
 
+from recorder_helpers import WORKERS, free_port, kill_group
+
 pytestmark = pytest.mark.slow
 
 
@@ -138,3 +140,28 @@ def test_sigterm_dumps_then_terminates(ranks_factory, tmp_path, wait_for):
     assert rank0.dump_reason == rank1.dump_reason == "signal: SIGTERM"
     assert [(e.op, e.seq, e.state) for e in rank0.entries][-1] == ("all_reduce", 2, "started")
     assert names(next(v for n, v in rank1.stacks.items() if n.startswith("MainThread")))[-1] == "fetch_batch"
+
+
+def test_sigterm_while_dumping_an_exception_keeps_the_dump(tmp_path):
+    """torchrun stops a rank with SIGTERM when a neighbour failed first — sometimes while this rank is still
+    writing the dump of its own exception. The dump must land (with the exception, not replaced by the SIGTERM
+    one), and the process must still end as SIGTERM would. (Before: the handler killed the process mid-write
+    and the rank had no dump at all, so the innocent rank was reported first as missing.)"""
+    dumps = tmp_path / "dumps"
+    env = dict(os.environ, DISTDOCTOR_DUMP_DIR=str(dumps))
+    proc = subprocess.Popen([sys.executable, str(WORKERS / "exception_sigterm.py"), str(free_port()), "12000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "raising"
+        time.sleep(0.1)  # the exception is raised 50 ms after the line: its (large) dump is being written now
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        kill_group(proc)
+    assert proc.returncode in (-signal.SIGTERM, 128 + signal.SIGTERM), (proc.returncode, err[-2000:])
+    trace = read(dumps / "rank_0.jsonl")
+    assert trace is not None, os.listdir(dumps)
+    assert trace.dump_reason == "exception: ValueError: bad batch 7" and len(trace.entries) == 12000
+    assert trace.exception["type"] == "ValueError" and trace.exception["where"].startswith("<module> (")
+    assert "ValueError: bad batch 7" in err  # the traceback was still printed before the process ended

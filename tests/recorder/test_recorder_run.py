@@ -11,7 +11,7 @@ import pytest
 
 from distdoctor.trace.model import loads
 
-from recorder_helpers import WORKERS, free_port, kill_group
+from recorder_helpers import WORKERS, free_port, kill_group, kill_job_processes
 
 
 def run_distdoctor(args, timeout, env=None, cwd=None):
@@ -76,6 +76,7 @@ def test_run_torchrun_two_ranks(tmp_path, cli_env, wait_for):
         out, err = proc.communicate(timeout=120)
     finally:
         kill_group(proc)
+        kill_job_processes(dumps)
     assert proc.returncode == 0, err[-3000:]
     assert "SIGUSR1 sent to 2 rank(s)" in err
     # one file per rank; the torchrun agent (which also ran the hook) wrote nothing
@@ -88,8 +89,9 @@ def test_run_torchrun_two_ranks(tmp_path, cli_env, wait_for):
     assert [(e.op, e.seq, e.state) for e in rank0.entries][-1] == ("all_reduce", 2, "started")
     assert "2 rank dump(s)" in err and "next: distdoctor diagnose" in err
     # run printed diagnose's report of the dumps: rank 1 never reached all_reduce #2, it was loading data
-    assert "verdict: PROBLEM" in err and "missing_ranks: ranks [1] at all_reduce #2" in err, err[-3000:]
-    assert "load_next_batch" in err
+    print(out)
+    assert "verdict: PROBLEM" in out and "missing_ranks: ranks [1] at all_reduce #2" in out, out[-3000:]
+    assert "load_next_batch" in out
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -120,3 +122,57 @@ def test_run_hook_enables_and_chains_an_existing_sitecustomize(tmp_path, cli_env
     assert out.split() == ["True", "False", "False", "7.0", "99"]  # enabled, dormant, torch not imported
     assert marker.read_text() == "ran"
     assert "no dumps written" in err
+
+
+def test_run_refuses_a_dump_dir_it_cannot_write(tmp_path, cli_env):
+    """Refused at start, in one line, before the job runs: not after a hang, with the dumps lost."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    marker = tmp_path / "ran"
+    for bad in (blocker / "dumps", blocker, "/proc/distdoctor-dumps"):
+        rc, out, err = run_distdoctor(["--dump-dir", str(bad), "--", sys.executable, "-c",
+                                       f"open({str(marker)!r}, 'w')"], timeout=60, env=cli_env)
+        assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.startswith("distdoctor run: error:") and "--dump-dir" in err and str(bad) in err, err
+        assert not marker.exists()
+
+
+def test_run_leaves_no_hidden_files_and_no_empty_dump_dir(tmp_path, cli_env):
+    """A job that dumps nothing leaves no directory behind; pid files of ranks that were killed (no chance to
+    remove their own) and the request file are removed when the job ends."""
+    dumps = tmp_path / "d"
+    rc, _, err = run_distdoctor(["--dump-dir", str(dumps), "--", sys.executable, "-c", "pass"], timeout=60,
+                                env=cli_env)
+    assert rc == 0 and not dumps.exists(), err
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "rank_0.jsonl").write_text("old dump\n")
+    script = (f"import os; d = {str(kept)!r}; "
+              "open(os.path.join(d, '.rank_3.pid'), 'w').write('999999999\\n' + os.uname().nodename + '\\n'); "
+              "open(os.path.join(d, '.request.json'), 'w').write('{}'); "
+              "open(os.path.join(d, '.rank_3.jsonl.tmp-999999999-0'), 'w').write('torn')")
+    rc, _, err = run_distdoctor(["--dump-dir", str(kept), "--", sys.executable, "-c", script], timeout=60,
+                                env=cli_env)
+    assert rc == 0, err
+    assert sorted(p.name for p in kept.iterdir()) == ["rank_0.jsonl"]
+
+
+def test_run_ignores_hang_dumps_of_an_earlier_run(tmp_path):
+    """A reused --dump-dir holds an old run's suspected-hang dump: the new run must not take it for a hang now."""
+    import json
+    import time
+
+    from distdoctor.trace.run_watch import JobWatch
+
+    old = {"format": "distdoctor-trace", "version": 1, "rank": 0, "world_size": 2, "dump_reason": "hang suspected",
+           "dump_time": time.time() - 3600, "hang": {"status": "suspected", "detected_at": time.time() - 3600}}
+    (tmp_path / "rank_0.jsonl").write_text(json.dumps(old) + "\n")
+    said = []
+    watch = JobWatch(str(tmp_path), child=None, kill_on_hang=False, say=said.append,
+                     shout=lambda m, nl=True: said.append(m))
+    watch.poll()
+    assert watch.episode is None and watch.headers == {} and said == []
+    new = dict(old, dump_time=time.time(), hang={"status": "suspected", "detected_at": time.time()})
+    (tmp_path / "rank_0.jsonl").write_text(json.dumps(new) + "\n")
+    watch.poll()  # nobody registered to ask: the episode opens, its verdict waits for the deadline
+    assert watch.episode is not None and watch.episode["status"] == "suspected"

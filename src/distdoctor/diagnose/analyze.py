@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from distdoctor.diagnose import p2p
+from distdoctor.diagnose import hang_status, p2p
 from distdoctor.diagnose.crash import crash_findings, crashed_ranks
 from distdoctor.diagnose.explain import Explainer, consequences_of, sort_findings
 from distdoctor.diagnose.findings import Finding, fmt_group, fmt_ranks, group_desc
@@ -63,6 +63,7 @@ class Report:
                           "waits_for": w.waits_for} for w in self.waits],
             "groups": {name: {"members": v.members, "inferred": v.inferred, "desc": group_desc(v.desc)}
                        for name, v in sorted(self.views.items())},
+            "hang": hang_status.summarize(self.traces),
         }
 
 

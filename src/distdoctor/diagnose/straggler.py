@@ -1,65 +1,159 @@
-"""Stragglers: no hang, but a rank arrives late at collectives, consistently.
+"""Stragglers: no hang, but a rank arrives late at collectives, consistently — and the same answer every run.
 
-For every collective that all members issued (matched by group and seq), each member's lateness is its
-`t_created` minus the earliest member's. A rank is a straggler when, over at least MIN_SAMPLES collectives, it is
-the last to arrive in at least LAST_SHARE of them and its median lateness is at least MIN_LATE_S and at least
-RATIO times the median lateness of the other ranks. Assumption: clocks of the ranks agree to well under
-MIN_LATE_S (one host, or NTP-synced hosts); a constant clock offset between hosts would read as lateness.
+Samples. Every collective that all members of its group issued (matched by group and seq, every group, gradient
+buckets and small collectives alike) gives each member an arrival time: `t_created` (when the rank issued it),
+else `t_started`. A rank's lateness at that collective is its arrival minus the median arrival of the OTHER
+members: a rank that is late is late against the group's typical member, and ranks that are on time sit near 0
+whatever one slow rank does.
+
+Classes. Collectives are compared within a class: the same group, op and sizes, which recurs once (or a few
+times) per training step. A straggler is late where it joins after its own slow phase (its first collective of
+the step, a DDP gradient bucket) and on time at collectives that follow a synchronizing one; pooling both, as a
+single mean or a single "last to arrive" count did, made the answer flip between runs of the same job.
+
+Decision, per class with at least MIN_SAMPLES occurrences: rank r is late when its median lateness m is
+  - at least MIN_LATE_S, and
+  - at least MIN_STEP_SHARE of the step (when it is known: how often the class recurs, in collectives of its
+    group, timed on the earliest arrivals), and
+  - at least Z robust standard errors above zero, the noise being 1.4826 x the median absolute deviation of
+    every member's lateness from its own median in that class (a slow rank's own scatter counts too).
+A rank is a straggler if it is late in any class; it is named with its largest median lateness, in ms and as
+a share of the step. Medians and MADs ignore a few hiccups (a GC pause, a descheduled process) that move a mean.
+
+Assumption: the clocks of the ranks agree to well under MIN_LATE_S (one host, or NTP-synced hosts); a constant
+offset between hosts reads as lateness.
 """
 
 from __future__ import annotations
 
-from statistics import median
+from collections import defaultdict
 
-from distdoctor.diagnose.findings import Finding
+import numpy as np
+
+from distdoctor.diagnose.findings import Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView, SeqEntries
 
 MIN_SAMPLES = 4
-LAST_SHARE = 0.6
 MIN_LATE_S = 0.02
-RATIO = 3.0
+MIN_STEP_SHARE = 0.05
+Z = 4.0
+MAX_PERIOD = 64
 
 
 def _field(seqs, name: str) -> dict:
     return seqs.field(name) if isinstance(seqs, SeqEntries) else {s: getattr(e, name) for s, e in seqs.items()}
 
 
-def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
-    late: dict[int, list[float]] = {}
-    last_count: dict[int, int] = {}
-    samples = 0
-    example: dict[int, tuple[str, int, str]] = {}
-    for view in views.values():
-        ranks = [r for r, seqs in view.by_rank.items() if seqs]
-        if len(ranks) < 2 or len(ranks) < len(view.members):
+def _arrivals(view: GroupView):
+    """(ranks, seqs, arrival matrix seq x rank, class key per seq) over the seqs every member issued."""
+    ranks = sorted(r for r, seqs in view.by_rank.items() if seqs)
+    if len(ranks) < 2 or len(ranks) < len(view.members):
+        return None
+    common = sorted(set.intersection(*(set(view.by_rank[r]) for r in ranks)))
+    if len(common) < MIN_SAMPLES:
+        return None
+    created = {r: _field(view.by_rank[r], "t_created") for r in ranks}
+    started = {r: _field(view.by_rank[r], "t_started") for r in ranks}
+    ops, sizes = _field(view.by_rank[ranks[0]], "op"), _field(view.by_rank[ranks[0]], "in_sizes")
+    rows, keys, kept = [], [], []
+    for seq in common:
+        row = [created[r][seq] if created[r][seq] is not None else started[r][seq] for r in ranks]
+        if any(t is None for t in row):
             continue
-        common = set.intersection(*(set(view.by_rank[r]) for r in ranks))
-        created = {r: _field(view.by_rank[r], "t_created") for r in ranks}  # without building entries
-        for seq in common:
-            times = {r: created[r][seq] for r in ranks}
-            if any(t is None for t in times.values()):
+        rows.append(row)
+        keys.append((ops[seq], repr(sizes[seq])))
+        kept.append(seq)
+    if len(rows) < MIN_SAMPLES:
+        return None
+    return ranks, kept, np.asarray(rows, dtype=np.float64), keys
+
+
+def _median_of_others(a: np.ndarray) -> np.ndarray:
+    """For each cell, the median of the other cells of its row (rows are collectives, columns ranks)."""
+    n = a.shape[1]
+    order = np.argsort(a, axis=1, kind="stable")
+    s = np.take_along_axis(a, order, axis=1)
+    pos = np.empty_like(order)
+    np.put_along_axis(pos, order, np.arange(n)[None, :].repeat(a.shape[0], axis=0), axis=1)
+    m = n - 1  # the others
+
+    def others_at(j):  # the j-th smallest of the others, for every cell
+        jj = np.where(j < pos, j, j + 1)
+        return np.take_along_axis(s, jj, axis=1)
+
+    if m % 2:
+        return others_at(np.full_like(pos, m // 2))
+    return (others_at(np.full_like(pos, m // 2 - 1)) + others_at(np.full_like(pos, m // 2))) / 2
+
+
+def _step_period(rows: list[int], firsts: np.ndarray) -> float | None:
+    """The step, from one class's occurrences (their positions `rows` in the group's sequence): the smallest k
+    for which every k-th occurrence is the same number of collectives later (the class occurs k times per step;
+    three quarters of them, so a phase change or a call at start-up does not hide it), timed as the median of
+    the first arrivals' differences."""
+    pos = np.asarray(rows)
+    for k in range(1, min(MAX_PERIOD, len(pos) // 2) + 1):
+        gaps = pos[k:] - pos[:-k]
+        same = gaps == np.median(gaps)
+        if np.mean(same) >= 0.75:
+            return float(np.median((firsts[pos[k:]] - firsts[pos[:-k]])[same]))
+    return None
+
+
+def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
+    best: dict[int, dict] = {}
+    all_late: dict[int, list[float]] = defaultdict(list)
+    last_count: dict[int, int] = defaultdict(int)  # collectives the rank arrived last at (kept for the JSON)
+    samples = 0
+    for view in views.values():
+        got = _arrivals(view)
+        if got is None:
+            continue
+        ranks, seqs, a, keys = got
+        late = a - _median_of_others(a)
+        samples += len(a)
+        for j in np.argmax(a, axis=1):
+            last_count[ranks[j]] += 1
+        firsts = a.min(axis=1)
+        by_class: dict[tuple, list[int]] = defaultdict(list)
+        for i, k in enumerate(keys):
+            by_class[k].append(i)
+        for (op, sizes), rows in by_class.items():
+            if len(rows) < MIN_SAMPLES:
                 continue
-            first = min(times.values())
-            samples += 1
-            last = max(times, key=times.get)
-            last_count[last] = last_count.get(last, 0) + 1
-            if last not in example:
-                example[last] = (view.name, seq, view.by_rank[last][seq].op)
-            for r, t in times.items():
-                late.setdefault(r, []).append(t - first)
-    if samples < MIN_SAMPLES:
-        return []
+            x = late[rows]
+            step = _step_period(rows, firsts)
+            med = np.median(x, axis=0)
+            noise = max(1.4826 * float(np.median(np.abs(x - med))), 1e-4)
+            se = 1.2533 * noise / np.sqrt(len(rows))
+            for j, r in enumerate(ranks):
+                all_late[r].append(float(med[j]))
+                m = float(med[j])
+                if m < MIN_LATE_S or m < Z * se or (step and m < MIN_STEP_SHARE * step):
+                    continue
+                if r not in best or m > best[r]["late_s"]:
+                    best[r] = {"late_s": m, "step_s": step, "group": view.name, "op": op, "sizes": sizes,
+                               "samples": len(rows), "noise_s": noise, "seq": seqs[rows[0]],
+                               "others_ms": {str(q): round(float(med[i]) * 1e3, 2) for i, q in enumerate(ranks)
+                                             if q != r}}
     out = []
-    medians = {r: median(v) for r, v in late.items()}
-    for r, count in sorted(last_count.items()):
-        others = [m for q, m in medians.items() if q != r]
-        ref = median(others) if others else 0.0
-        if (count >= LAST_SHARE * samples and medians[r] >= MIN_LATE_S and medians[r] >= RATIO * max(ref, 1e-9)):
-            group, seq, op = example[r]
-            out.append(Finding(
-                "straggler", [r], group=group, seq=seq, op=op,
-                detail=f"rank {r} arrived last at {count} of {samples} collectives, a median {medians[r] * 1e3:.0f} ms "
-                       f"after the first rank (other ranks: median {ref * 1e3:.1f} ms).",
-                evidence={"last_arrivals": count, "collectives": samples,
-                          "median_late_ms": {str(q): round(m * 1e3, 2) for q, m in sorted(medians.items())}}))
+    for r, b in sorted(best.items()):
+        share = f" ({b['late_s'] / b['step_s']:.0%} of a {b['step_s'] * 1e3:.0f} ms step)" if b["step_s"] else ""
+        others = [v for v in b["others_ms"].values()]
+        detail = (f"rank {r} arrives a median {b['late_s'] * 1e3:.0f} ms late{share} at {b['op']} on "
+                  f"{fmt_group(b['group'])} ({b['samples']} calls, lateness noise ±{b['noise_s'] * 1e3:.1f} ms); "
+                  f"the other ranks: {min(others):+.1f} to {max(others):+.1f} ms.")
+        out.append(Finding(
+            "straggler", [r], group=b["group"], seq=b["seq"], op=b["op"], detail=detail,
+            evidence={"late_ms": round(b["late_s"] * 1e3, 2), "last_arrivals": last_count[r], "collectives": samples,
+                      "step_ms": round(b["step_s"] * 1e3, 2) if b["step_s"] else None,
+                      "step_share": round(b["late_s"] / b["step_s"], 4) if b["step_s"] else None,
+                      "collective": {"group": b["group"], "op": b["op"], "sizes": b["sizes"]},
+                      "samples": b["samples"], "noise_ms": round(b["noise_s"] * 1e3, 3),
+                      "median_late_ms": {str(q): round(float(np.max(v)) * 1e3, 2)
+                                         for q, v in sorted(all_late.items())}}))
+    if len(out) > 1:  # one line says which ranks, each finding says how late
+        names = fmt_ranks([f.ranks[0] for f in out])
+        for f in out:
+            f.evidence["stragglers"] = names
     return out

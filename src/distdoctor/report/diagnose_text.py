@@ -3,6 +3,7 @@ evidence, then where each rank is, then the files that could not be used."""
 
 from __future__ import annotations
 
+from distdoctor.diagnose import hang_status
 from distdoctor.diagnose.analyze import Report
 from distdoctor.diagnose.command import merged_note
 from distdoctor.diagnose.findings import fmt_group
@@ -20,6 +21,7 @@ def render_text(report: Report) -> str:
     lines.append(f"verdict: {head} - {n_find} finding{'s' if n_find != 1 else ''}; world size {report.world_size}, "
                  f"{len(ts.ranks)} trace{'s' if len(ts.ranks) != 1 else ''} loaded"
                  + (f", {n_bad} file{'s' if n_bad != 1 else ''} unusable" if n_bad else ""))
+    lines.extend(hang_status.text_lines(report))
     if report.verdict == "ok":
         lines.append("No desync, hang or straggler found in these traces.")
     for i, f in enumerate(report.findings, 1):

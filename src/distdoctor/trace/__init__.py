@@ -8,7 +8,9 @@ Recorder API (importing this package does not import torch):
     distdoctor.trace.dump("after step 10")                        # on demand; also on hang/SIGUSR1/exception
 
 Environment (what `distdoctor run` sets): DISTDOCTOR_TRACE=1 enables it through the sitecustomize hook;
-DISTDOCTOR_DUMP_DIR, DISTDOCTOR_HANG_TIMEOUT (seconds, 0 = off), DISTDOCTOR_BUFFER (entries per rank),
+DISTDOCTOR_DUMP_DIR, DISTDOCTOR_HANG_TIMEOUT (seconds, 0 = off), DISTDOCTOR_SUSPECT_FLOOR and
+DISTDOCTOR_SUSPECT_FACTOR (a hang is suspected after max(floor, factor x the longest recent collective wait)),
+DISTDOCTOR_BUFFER (entries per rank),
 DISTDOCTOR_STACKS=0 (no thread stacks in dumps), DISTDOCTOR_DUMP_ON_EXIT=1 (dump at every exit).
 """
 

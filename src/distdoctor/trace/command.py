@@ -1,4 +1,4 @@
-"""`distdoctor run [--dump-dir DIR] [--hang-timeout S] [--buffer N] -- CMD...`: run a job with the recorder on.
+"""`distdoctor run [OPTIONS] -- CMD...`: run a job with the recorder on, and say what is wrong while it runs.
 
 No code change: the command runs with DISTDOCTOR_TRACE=1 and a directory holding our `sitecustomize.py` first
 on PYTHONPATH, so every Python process it starts (torchrun's agent, each worker, `python train.py`) enables
@@ -7,8 +7,11 @@ is set too, so Flight Recorder records from the first collective. The child stay
 terminal's Ctrl-C reaches it directly, so SIGINT is not forwarded twice); SIGTERM, SIGHUP and SIGQUIT are
 forwarded; SIGUSR1 goes to every rank that registered its pid in the dump directory, which then dumps (never
 to the launcher, whose default SIGUSR1 action would kill it). The exit code is the command's (128+N when a
-signal N ended it). Afterwards it says where the dumps are, prints `distdoctor diagnose`'s text report of them
-(on stderr, like everything `run` itself says) and the line to run diagnose again for other forms.
+signal N ended it).
+
+While it runs, run_watch.JobWatch turns a rank's hang dump into a dump of every rank and a verdict. Verdicts
+(suspected / confirmed / resumed, and the report at the end) go to stdout; what `run` itself does (dumps
+written, signals sent, the next command to try) goes to stderr.
 """
 
 from __future__ import annotations
@@ -18,12 +21,16 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 
 import click
 
 from distdoctor.errors import InputError
-from distdoctor.trace.recorder import DEFAULT_BUFFER, DEFAULT_HANG_TIMEOUT
+from distdoctor.trace.dumpfile import ensure_private_dir, write_atomic
+from distdoctor.trace.recorder import (DEFAULT_BUFFER, DEFAULT_HANG_TIMEOUT, DEFAULT_SUSPECT_FACTOR,
+                                       DEFAULT_SUSPECT_FLOOR)
+from distdoctor.trace.run_watch import POLL_S, JobWatch, read_header, signal_ranks
 
 HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hook")
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -34,13 +41,21 @@ def _say(message: str) -> None:
     click.echo(f"distdoctor run: {message}", err=True)
 
 
-def child_env(dump_dir: str, hang_timeout: float, buffer: int, stacks: bool, dump_on_exit: bool) -> dict:
+def _shout(message: str, nl: bool = True) -> None:
+    click.echo(message, nl=nl)  # stdout: verdicts
+    click.get_text_stream("stdout").flush()
+
+
+def child_env(dump_dir: str, hang_timeout: float, buffer: int, stacks: bool, dump_on_exit: bool,
+              suspect_floor: float = DEFAULT_SUSPECT_FLOOR, suspect_factor: float = DEFAULT_SUSPECT_FACTOR) -> dict:
     env = dict(os.environ)
     env.update({
         "DISTDOCTOR_TRACE": "1",
         "DISTDOCTOR_RUN": "1",
         "DISTDOCTOR_DUMP_DIR": dump_dir,
         "DISTDOCTOR_HANG_TIMEOUT": repr(float(hang_timeout)),
+        "DISTDOCTOR_SUSPECT_FLOOR": repr(float(suspect_floor)),
+        "DISTDOCTOR_SUSPECT_FACTOR": repr(float(suspect_factor)),
         "DISTDOCTOR_BUFFER": str(buffer),
         "DISTDOCTOR_STACKS": "1" if stacks else "0",
         "DISTDOCTOR_DUMP_ON_EXIT": "1" if dump_on_exit else "0",
@@ -51,51 +66,40 @@ def child_env(dump_dir: str, hang_timeout: float, buffer: int, stacks: bool, dum
     return env
 
 
-def signal_ranks(dump_dir: str, signum: int = signal.SIGUSR1) -> list[int]:
-    """Send `signum` to every live rank registered in dump_dir; returns the pids signalled."""
-    sent = []
-    for path in glob.glob(os.path.join(dump_dir, ".rank_*.pid")):
-        try:
-            with open(path) as f:
-                pid = int(f.read().strip())
-            os.kill(pid, signum)
-            sent.append(pid)
-        except (OSError, ValueError):
-            continue
-    return sent
-
-
 def summarize_dumps(dump_dir: str) -> list[tuple[int, str]]:
-    """(rank, dump_reason) for each rank_<r>.jsonl in dump_dir, by rank."""
-    from distdoctor.trace.model import loads
-
+    """(rank, dump_reason) for each rank_<r>.jsonl in dump_dir, by rank (from the header line alone)."""
     found = []
     for path in glob.glob(os.path.join(dump_dir, "rank_*.jsonl")):
-        try:
-            with open(path) as f:
-                trace = loads(f.read(), path)
-            found.append((trace.rank, trace.dump_reason or "?"))
-        except (OSError, ValueError) as exc:
-            found.append((-1, f"{os.path.basename(path)} unreadable: {exc}"))
+        header = read_header(path)
+        if header is None:
+            found.append((-1, f"{os.path.basename(path)} unreadable"))
+        else:
+            found.append((header["rank"], str(header.get("dump_reason") or "?")))
     return sorted(found)
 
 
-def _auto_diagnose(dump_dir: str) -> None:
-    """Print diagnose's text report for the dumps (stderr), when the analyzer is part of this build."""
+def prepare_dump_dir(dump_dir: str) -> bool:
+    """Make sure the ranks can write their dumps here before the job starts; returns whether we created it.
+    Refused (one line, exit 2) otherwise: a hang found later must not end in dumps that cannot be written."""
+    created = not os.path.exists(dump_dir)
     try:
-        from distdoctor.diagnose.analyze import analyze
-        from distdoctor.report.diagnose_text import render_text
-        from distdoctor.trace.loaders import load_traces
-    except ImportError:
-        return
+        ensure_private_dir(dump_dir)
+        probe = os.path.join(dump_dir, f".probe-{os.getpid()}")
+        write_atomic(probe, b"")
+        os.unlink(probe)
+    except OSError as exc:
+        raise InputError("--dump-dir", f"{dump_dir} cannot be written ({exc.strerror or exc})") from None
+    return created
+
+
+def _preload_analyzer() -> None:
+    """Import the analyzer in the background while the job starts: a verdict later is a second sooner."""
     try:
-        traces = load_traces([dump_dir])
-        if traces.ranks:
-            click.echo("", err=True)
-            click.echo(render_text(analyze(traces)), err=True, nl=False)
-            click.echo("", err=True)
-    except Exception as exc:  # the job's exit code and the dumps matter more than this summary
-        _say(f"warning: could not analyze the dumps ({type(exc).__name__}: {exc})")
+        import distdoctor.diagnose.analyze  # noqa: F401
+        import distdoctor.report.diagnose_text  # noqa: F401
+        import distdoctor.trace.loaders  # noqa: F401
+    except Exception:
+        pass
 
 
 @click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -103,23 +107,35 @@ def _auto_diagnose(dump_dir: str) -> None:
               help="Where each rank writes rank_<r>.jsonl (and rank_<r>.fr.pkl). "
                    "Default: ./distdoctor-dumps/<UTC time>.")
 @click.option("--hang-timeout", type=float, default=DEFAULT_HANG_TIMEOUT, show_default=True,
-              help="Dump when no collective completed for this many seconds (0: never).")
+              help="A hang is confirmed when no collective progressed for this many seconds (0: no hang "
+                   "detection at all).")
+@click.option("--suspect-floor", type=float, default=DEFAULT_SUSPECT_FLOOR, show_default=True,
+              help="A hang is suspected (every rank dumps, the verdict is printed, the job keeps running) when a "
+                   "collective is in flight longer than max(this, --suspect-factor x the longest recent "
+                   "collective wait). 0: only confirmed hangs.")
+@click.option("--suspect-factor", type=float, default=DEFAULT_SUSPECT_FACTOR, show_default=True,
+              help="See --suspect-floor.")
+@click.option("--kill-on-hang", is_flag=True,
+              help="Stop the job (SIGTERM, then SIGKILL after 30 s) once a hang is confirmed.")
 @click.option("--buffer", type=int, default=DEFAULT_BUFFER, show_default=True,
               help="Calls kept per rank (ring buffer); also Flight Recorder's TORCH_FR_BUFFER_SIZE.")
 @click.option("--no-stacks", is_flag=True, help="Leave the Python stacks of all threads out of dumps.")
 @click.option("--dump-on-exit", is_flag=True, help="Also dump at a clean exit (for straggler analysis).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run_command(dump_dir, hang_timeout, buffer, no_stacks, dump_on_exit, command) -> int:
+def run_command(dump_dir, hang_timeout, suspect_floor, suspect_factor, kill_on_hang, buffer, no_stacks,
+                dump_on_exit, command) -> int:
     """Run COMMAND (after --) with the distdoctor recorder on in every process that uses torch.distributed.
 
     \b
     distdoctor run -- torchrun --nproc-per-node 4 train.py
-    distdoctor run --hang-timeout 120 -- python train.py
+    distdoctor run --hang-timeout 120 --kill-on-hang -- python train.py
     """
     if not command:
         raise InputError("command", "nothing to run; usage: distdoctor run [OPTIONS] -- CMD [ARGS]...")
-    if hang_timeout < 0:
-        raise InputError("--hang-timeout", f"must be >= 0 seconds, got {hang_timeout:g}")
+    for name, value in (("--hang-timeout", hang_timeout), ("--suspect-floor", suspect_floor),
+                        ("--suspect-factor", suspect_factor)):
+        if value < 0:
+            raise InputError(name, f"must be >= 0, got {value:g}")
     if buffer < 1:
         raise InputError("--buffer", f"must be at least 1 call, got {buffer}")
     if shutil.which(command[0]) is None:
@@ -130,12 +146,17 @@ def run_command(dump_dir, hang_timeout, buffer, no_stacks, dump_on_exit, command
     if glob.glob(os.path.join(dump_dir, "rank_*.jsonl")):
         _say(f"warning: {dump_dir} already holds dumps; new ones replace them rank by rank "
              "(use a fresh --dump-dir to keep runs apart)")
+    created = prepare_dump_dir(dump_dir)
 
-    env = child_env(dump_dir, hang_timeout, buffer, not no_stacks, dump_on_exit)
+    env = child_env(dump_dir, hang_timeout, buffer, not no_stacks, dump_on_exit, suspect_floor, suspect_factor)
     try:
         child = subprocess.Popen(list(command), env=env)
     except OSError as exc:
+        if created:
+            os.rmdir(dump_dir)
         raise InputError(command[0], f"cannot start it ({exc.strerror or exc})") from None
+    threading.Thread(target=_preload_analyzer, daemon=True).start()
+    watch = JobWatch(dump_dir, child, kill_on_hang, _say, _shout)
 
     def forward(signum, _frame):
         if signum == signal.SIGUSR1:
@@ -149,27 +170,31 @@ def run_command(dump_dir, hang_timeout, buffer, no_stacks, dump_on_exit, command
 
     previous = {s: signal.signal(s, forward) for s in (*FORWARDED, signal.SIGINT, signal.SIGUSR1)}
     try:
-        while True:
+        while child.poll() is None:
             try:
-                rc = child.wait()
-                break
-            except KeyboardInterrupt:  # pragma: no cover - handler above replaces SIGINT
-                continue
+                watch.poll()
+            except Exception as exc:  # watching must never take the job down
+                _say(f"warning: watching the dumps failed ({type(exc).__name__}: {exc})")
+            time.sleep(POLL_S)
+        rc = child.wait()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
     if rc < 0:
         rc = 128 - rc
+    watch.stop_orphans()
 
     dumps = summarize_dumps(dump_dir)
     if dumps:
         _say(f"{len(dumps)} rank dump(s) in {dump_dir}")
         for rank, reason in dumps:
             _say(f"  rank {rank}: {reason}")
-        _auto_diagnose(dump_dir)
+    watch.closing_report(rc)
+    if dumps:
         _say(f"next: distdoctor diagnose {dump_dir}")
     else:
         _say(f"no dumps written (no hang, no uncaught exception, nothing pending at exit); dump dir {dump_dir}")
+    watch.clean_up(created)
     if rc != 0:
         _say(f"command exited with code {rc}")
     return rc

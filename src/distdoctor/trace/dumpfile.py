@@ -4,7 +4,8 @@ Atomic write: the bytes go to a hidden temporary file in the same directory (`.r
 created O_EXCL with mode 0600), are fsync'ed, then `os.replace`d over the final name and the directory is
 fsync'ed. A reader therefore sees either the previous complete dump or the new complete one, never a torn file,
 even if the process is killed mid-write; a killed writer can leave only a hidden `.tmp-` file behind.
-A directory we create is 0700: dumps carry file paths, host names and stack traces.
+A directory we create is 0700: dumps carry file paths, host names and stack traces. Flight Recorder's own dump
+is taken here too.
 """
 
 from __future__ import annotations
@@ -65,6 +66,41 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
             os.close(dir_fd)
     except OSError:
         pass  # some filesystems refuse fsync on directories; the rename itself is still atomic
+
+
+def fr_enabled() -> bool:
+    """Flight Recorder records (TORCH_FR_BUFFER_SIZE, or its older name, is positive)."""
+    for name in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
+        try:
+            if int(os.environ.get(name, "0") or 0) > 0:
+                return True
+        except ValueError:
+            pass
+    return False
+
+
+def flight_recorder_dump() -> bytes | None:
+    """Flight Recorder's own pickle dump, when this torch has it and it is switched on.
+
+    Without FR's stack traces unless DISTDOCTOR_FR_STACKS=1: symbolizing them costs 5-12 s on the first dump
+    (measured here, torch 2.13 CPU), which would delay a crashing process's exit, and our own entries already
+    carry the Python frames of each call.
+    """
+    if not fr_enabled():
+        return None
+    stacks = os.environ.get("DISTDOCTOR_FR_STACKS", "0") == "1"
+    try:
+        import torch
+
+        c = torch._C._distributed_c10d
+        if hasattr(c, "_dump_fr_trace"):
+            return bytes(c._dump_fr_trace(True, stacks, False))
+        if hasattr(c, "_dump_nccl_trace"):
+            return bytes(c._dump_nccl_trace(True, stacks, False))
+    except Exception as exc:
+        print(f"distdoctor.trace: warning: Flight Recorder dump failed: {type(exc).__name__}: {exc}",
+              file=sys.stderr, flush=True)
+    return None
 
 
 def frames_of(frame, limit: int = MAX_STACK_DEPTH) -> list[Frame]:

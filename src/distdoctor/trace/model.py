@@ -180,6 +180,8 @@ class RankTrace:
     pid: int | None = None
     # When this view joins several dumps of the rank (loaders/merge.py): their paths and how they were aligned.
     merged: dict | None = None
+    hang: dict | None = None  # recorder: the hang episode this dump belongs to (diagnose/hang_status.py reads it)
+    exception: dict | None = None  # recorder: the uncaught exception that ended the rank (type, message, ...)
     # Facts about every entry, gathered once for the analysis (trace/summary.py); not part of the trace's value.
     summary: object | None = field(default=None, repr=False, compare=False)
 
@@ -223,6 +225,7 @@ def dumps(trace: RankTrace) -> str:
         "host": trace.host,
         "pid": trace.pid,
     }
+    header.update({k: v for k, v in (("hang", trace.hang), ("exception", trace.exception)) if v is not None})
     lines = [json.dumps(header)]
     lines.extend(json.dumps(asdict(e)) for e in trace.entries)
     if trace.stacks is not None:
@@ -258,6 +261,8 @@ def loads(text: str, path: str = "") -> RankTrace:
             dump_time=header.get("dump_time"),
             host=header.get("host"),
             pid=header.get("pid"),
+            hang=header.get("hang") if isinstance(header.get("hang"), dict) else None,
+            exception=header.get("exception") if isinstance(header.get("exception"), dict) else None,
         )
         for lineno, line in enumerate(lines[1:], start=2):
             obj = json.loads(line)

@@ -1,15 +1,12 @@
 """The in-process recorder: every torch.distributed collective and p2p call into a bounded per-rank ring buffer.
 
-How it records. `enable()` replaces the public functions of `torch.distributed.distributed_c10d` (and the same
-names re-exported by `torch.distributed`) with thin wrappers. A wrapper binds the call's arguments with a
-describer (distdoctor.trace.describe), appends one small `_Record` (slots; shapes and dtypes, never tensors;
-caller frames as (code, line) pairs, formatted only at dump time) to a `deque(maxlen=buffer_size)`, calls the
-original, and marks the record completed. Async calls return a `TracedWork` (a `Work` subclass delegating to
-the real one) whose wait()/is_completed() complete the record; the watchdog also polls pending async works.
-No I/O and no locks on the hot path. A thread-local guard keeps nested calls (all_gather_object ->
-all_gather, batch_isend_irecv -> isend) from being recorded twice: the outermost call wins, except for the
-object collectives, which are not wrapped, so their inner tensor collectives are recorded with the same
-sequence numbers Flight Recorder gives them.
+How it records. `enable()` has patch.py replace the public functions of `torch.distributed.distributed_c10d`
+with thin wrappers. A wrapper binds the call's arguments with a describer (distdoctor.trace.describe),
+appends one small `_Record` (slots; shapes and dtypes, never tensors; caller frames as (code, line) pairs,
+formatted only at dump time) to a `deque(maxlen=buffer_size)`, calls the original, and marks the record
+completed (and keeps how long it took, for the adaptive hang threshold). Async calls return a `TracedWork`
+whose wait()/is_completed() complete the record; the watchdog also polls pending async works. No I/O and no
+locks on the hot path.
 
 Numbering: `seq` counts collectives per group from 1 in issue order, as Flight Recorder's collective_seq_id does
 (barriers included). `p2p_seq` counts per (group, direction, peer) from 1, so the n-th send 0->1 matches the
@@ -27,13 +24,13 @@ level) and collectives issued from C++ (DDP's gradient buckets) are not seen her
 The recorder becomes active in a process only when a process group exists (init_process_group is wrapped;
 enable() finds one; or the first collective finds one made through an unwrapped reference, as
 init_device_mesh does): only then do the watchdog, signal and exception hooks start. That keeps it harmless in
-processes that merely import torch, such as the torchrun agent.
+processes that merely import torch, such as the torchrun agent. When to dump is the watchdog's business
+(watchdog.py, hangwatch.py); this module writes the dump.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.abc
+import dataclasses
 import itertools
 import operator
 import os
@@ -44,12 +41,15 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from distdoctor.trace import model
-from distdoctor.trace.describe import DESCRIBERS, Call, describe_p2p_op
-from distdoctor.trace.dumpfile import all_thread_stacks, ensure_private_dir, write_atomic
+from distdoctor.trace import model, patch
+from distdoctor.trace.describe import Call
+from distdoctor.trace.dumpfile import all_thread_stacks, ensure_private_dir, flight_recorder_dump, write_atomic
 
 DEFAULT_BUFFER = 2000
 DEFAULT_HANG_TIMEOUT = 300.0
+DEFAULT_SUSPECT_FLOOR = 10.0  # a hang is suspected after max(floor, factor x the longest recent collective wait)
+DEFAULT_SUSPECT_FACTOR = 3.0
+WAITS_KEPT = 256  # completed collectives whose wait times set the adaptive threshold
 DEFAULT_DUMP_DIR = "distdoctor-dumps"
 CALLER_FRAMES = 4
 _REDUCING = ("all_reduce", "reduce", "reduce_scatter")
@@ -84,9 +84,12 @@ class RecorderConfig:
     stacks: bool = True  # dumps include every thread's Python stack
     dump_on_exit: bool = False  # also dump at a clean exit (else only when a collective is still pending)
     frames: int = CALLER_FRAMES  # caller frames kept per call
+    suspect_floor: float | None = DEFAULT_SUSPECT_FLOOR  # None or 0: no suspected stage, only the hang timeout
+    suspect_factor: float = DEFAULT_SUSPECT_FACTOR
 
     @classmethod
-    def resolve(cls, dump_dir=None, hang_timeout=None, buffer_size=None, stacks=None, dump_on_exit=None):
+    def resolve(cls, dump_dir=None, hang_timeout=None, buffer_size=None, stacks=None, dump_on_exit=None,
+                suspect_floor=None, suspect_factor=None):
         """Explicit arguments win over DISTDOCTOR_* environment variables, which win over defaults."""
         if dump_dir is None:
             dump_dir = os.environ.get("DISTDOCTOR_DUMP_DIR") or DEFAULT_DUMP_DIR
@@ -99,12 +102,18 @@ class RecorderConfig:
         if dump_on_exit is None:
             dump_on_exit = os.environ.get("DISTDOCTOR_DUMP_ON_EXIT", "0") == "1"
         frames = _env_number("DISTDOCTOR_FRAMES", int, CALLER_FRAMES)
+        if suspect_floor is None:
+            suspect_floor = _env_number("DISTDOCTOR_SUSPECT_FLOOR", float, DEFAULT_SUSPECT_FLOOR)
+        if suspect_factor is None:
+            suspect_factor = _env_number("DISTDOCTOR_SUSPECT_FACTOR", float, DEFAULT_SUSPECT_FACTOR)
+        if suspect_floor < 0 or suspect_factor < 0:
+            raise ValueError("suspect_floor and suspect_factor must be >= 0")
         if buffer_size < 1:
             raise ValueError(f"buffer_size must be at least 1, got {buffer_size}")
         if hang_timeout is not None and hang_timeout < 0:
             raise ValueError(f"hang_timeout must be >= 0 seconds, got {hang_timeout}")
         return cls(os.path.abspath(os.fspath(dump_dir)), hang_timeout or None, int(buffer_size), bool(stacks),
-                   bool(dump_on_exit), int(frames))
+                   bool(dump_on_exit), int(frames), float(suspect_floor) or None, float(suspect_factor))
 
 
 class _Record:
@@ -141,15 +150,19 @@ class Recorder:
         self.groups: dict[object, tuple[str, list[int], str]] = {}  # process group -> (name, ranks, desc)
         self.group_infos: dict[str, model.GroupInfo] = {}  # every group seen, kept after destroy
         self._index = itertools.count()
-        self.last_progress = time.time()
-        self.hang_dumped = False
+        self.last_progress = time.time()  # last collective issued or completed here
+        self.waits: deque[float] = deque(maxlen=WAITS_KEPT)  # how long recent collectives took (hangwatch.py)
         self.active = False
         self.rank: int | None = None
         self.world_size: int | None = None
         self.dumps_written = 0
         self.final_dump_reason: str | None = None
+        self.exception: dict | None = None  # the uncaught exception ending this rank (dump header)
+        self.last_trace: model.RankTrace | None = None  # the last dump written, for header-only rewrites
+        self.after_dump = None  # the watchdog's hook: a SIGTERM that arrived mid-dump ends the process now
         self._dump_lock = threading.RLock()
         self._dumping = False
+        self._dump_thread: int | None = None
         self.watchdog = None
         self.pid: int | None = None
         self.forked = False
@@ -157,7 +170,7 @@ class Recorder:
 
     # ---- hot path ------------------------------------------------------------------------------------------
     def begin(self, raw: str, op: str, call: Call, is_p2p: bool) -> _Record | None:
-        c10d = _c10d
+        c10d = patch.c10d
         pg = call.group if call.group is not None else c10d._world.default_pg
         if pg is None or pg is c10d.GroupMember.NON_GROUP_MEMBER:
             return None  # torch returns without communicating; nothing to record
@@ -206,7 +219,7 @@ class Recorder:
         f = sys._getframe(2) if left else None
         while f is not None and left:
             code = f.f_code
-            if code.co_filename not in _SKIP_FILES:
+            if code.co_filename not in patch.SKIP_FILES:
                 frames.append((code, f.f_lasti))
                 left -= 1
             f = f.f_back
@@ -227,7 +240,7 @@ class Recorder:
         r.work = None
         self.pending.discard(r)
         self.last_progress = now
-        self.hang_dumped = False
+        self.waits.append(now - r.t_created)
 
     def fail(self, r: _Record, exc: BaseException) -> None:
         r.error = f"{type(exc).__name__}: {exc}"[:500]
@@ -254,7 +267,7 @@ class Recorder:
                     r.work = None
 
     def _learn_group(self, pg) -> tuple[str, list[int], str]:
-        c10d = _c10d
+        c10d = patch.c10d
         name = str(c10d._get_process_group_name(pg))
         ranks = list(c10d.get_process_group_ranks(pg))
         desc = str(getattr(pg, "group_desc", "") or "")
@@ -268,7 +281,7 @@ class Recorder:
         """A process group exists: remember who we are and start the watchdog and hooks (once)."""
         if self.active:
             return
-        c10d = _c10d
+        c10d = patch.c10d
         try:
             self.rank = c10d.get_rank()
             self.world_size = c10d.get_world_size()
@@ -295,7 +308,8 @@ class Recorder:
     def activate_late(self) -> bool:
         """A process group made through a reference to init_process_group taken before we patched it
         (torch.distributed.device_mesh does that): notice it at the first collective and come alive then."""
-        if self.forked or _c10d is None or _c10d._world.default_pg is None:
+        c10d = patch.c10d
+        if self.forked or c10d is None or c10d._world.default_pg is None:
             return False
         self.activate()
         return self.active
@@ -305,6 +319,34 @@ class Recorder:
         if self.watchdog is not None:
             self.watchdog.stop()
             self.watchdog = None
+
+    def group_alive(self) -> bool:
+        """False once the default process group is gone (destroyed through a reference we did not wrap)."""
+        c10d = patch.c10d
+        return c10d is None or c10d._world.default_pg is not None
+
+    def pending_summary(self) -> str:
+        pending = sorted(list(self.pending), key=lambda r: r.index)
+        if not pending:
+            return "no collective pending"
+        first = pending[0]
+        where = f"seq {first.seq}" if first.seq is not None else f"peer {first.peer}"
+        return f"{len(pending)} pending, oldest {first.op} on group {first.group} {where}"
+
+    def at_destroy(self) -> None:
+        """destroy_process_group() of the whole job: its end the normal way. Dump now, while the group and
+        Flight Recorder still exist, when a collective is still pending or dump_on_exit asks for it (the exit
+        hook that would otherwise do it is removed with the watchdog)."""
+        if self.final_dump_reason is not None:
+            return
+        if self.pending:
+            reason = f"exit: process group destroyed with {self.pending_summary()}"
+        elif self.config.dump_on_exit:
+            reason = "exit: normal exit (destroy_process_group)"
+        else:
+            return
+        self.final_dump_reason = reason
+        self.dump(reason)
 
     # ---- dumping -------------------------------------------------------------------------------------------
     def snapshot(self, reason: str, extra_stacks: dict | None = None) -> model.RankTrace:
@@ -317,15 +359,17 @@ class Recorder:
             stacks = all_thread_stacks(skip_ident=skip, trim_dir=_THIS_DIR + os.sep)
         if extra_stacks:  # e.g. the traceback of the exception that is ending a thread replaces its live stack
             stacks = {**(stacks or {}), **extra_stacks}
+        hang = self.watchdog.hang_header() if self.watchdog is not None else None
         return model.RankTrace(
             rank=self.rank if self.rank is not None else -1, source="native", version=str(model.NATIVE_VERSION),
             world_size=self.world_size, groups=dict(self.group_infos), entries=entries, stacks=stacks,
-            dump_reason=reason, dump_time=time.time(), host=socket.gethostname(), pid=os.getpid())
+            dump_reason=reason, dump_time=time.time(), host=socket.gethostname(), pid=os.getpid(), hang=hang,
+            exception=self.exception)
 
     def _refresh_groups(self) -> None:
         """Every group this rank belongs to, used or not (the loaders then need no inference for ours)."""
         try:
-            world = _c10d._world
+            world = patch.c10d._world
             for pg, name in list(world.pg_names.items()):
                 if pg not in self.groups:
                     self._learn_group(pg)
@@ -350,388 +394,100 @@ class Recorder:
         return base + ".jsonl", base + ".fr.pkl"
 
     def dump(self, reason: str, extra_stacks: dict | None = None) -> str | None:
-        """Write rank_<r>.jsonl (and rank_<r>.fr.pkl when Flight Recorder is on). Never raises."""
+        """Write rank_<r>.jsonl (and rank_<r>.fr.pkl when Flight Recorder is on). Never raises.
+
+        One dump at a time: another thread waits for the one in progress (then writes its own); a signal
+        handler running on the dumping thread itself returns at once (the watchdog defers a SIGTERM that
+        arrives mid-dump until the dump is on disk: see watchdog.py)."""
         if self.rank is None or self.pid != os.getpid():
             return None  # never activated here, or a forked child that must not overwrite its parent's dump
+        path = None
         with self._dump_lock:
             if self._dumping:  # a signal arrived while this thread was already dumping
                 return None
-            self._dumping = True
+            self._dumping, self._dump_thread = True, threading.get_ident()
             try:
                 ensure_private_dir(self.config.dump_dir)
                 path, fr_path = self.dump_paths()
                 trace = self.snapshot(reason, extra_stacks)
                 write_atomic(path, model.dumps(trace).encode())
+                self.last_trace = trace
                 fr = flight_recorder_dump()
                 if fr is not None:
                     write_atomic(fr_path, fr)
                 self.dumps_written += 1
-                return path
             except Exception as exc:
                 _warn(f"dump to {self.config.dump_dir} failed: {type(exc).__name__}: {exc}")
-                return None
+                path = None
             finally:
-                self._dumping = False
+                self._dumping, self._dump_thread = False, None
+        if self.after_dump is not None:
+            self.after_dump()
+        return path
 
+    def dumping_here(self) -> bool:
+        """This thread is in the middle of a dump (a signal handler interrupted it)."""
+        return self._dumping and self._dump_thread == threading.get_ident()
 
-def flight_recorder_dump() -> bytes | None:
-    """Flight Recorder's own pickle dump, when this torch has it and it is switched on.
-
-    Without FR's stack traces unless DISTDOCTOR_FR_STACKS=1: symbolizing them costs 5-12 s on the first dump
-    (measured here, torch 2.13 CPU), which would delay a crashing process's exit, and our own entries already
-    carry the Python frames of each call.
-    """
-    stacks = os.environ.get("DISTDOCTOR_FR_STACKS", "0") == "1"
-    if _env_number("TORCH_FR_BUFFER_SIZE", int, 0) <= 0 and _env_number("TORCH_NCCL_TRACE_BUFFER_SIZE", int, 0) <= 0:
-        return None
-    try:
-        import torch
-
-        c = torch._C._distributed_c10d
-        if hasattr(c, "_dump_fr_trace"):
-            return bytes(c._dump_fr_trace(True, stacks, False))
-        if hasattr(c, "_dump_nccl_trace"):
-            return bytes(c._dump_nccl_trace(True, stacks, False))
-    except Exception as exc:
-        _warn(f"Flight Recorder dump failed: {type(exc).__name__}: {exc}")
-    return None
-
-
-# ---- patching ----------------------------------------------------------------------------------------------
-
-_recorder: Recorder | None = None
-_c10d = None
-_SKIP_FILES: set[str] = set()  # frames in these files are torch's or ours, not the caller's
-_originals: dict[str, object] = {}
-_tls = threading.local()
-_patch_lock = threading.Lock()
-
-
-def _make_wrapper(raw: str, orig, op: str, describer, is_p2p: bool):
-    @functools.wraps(orig)
-    def traced(*args, **kwargs):
-        rec = _recorder
-        if rec is None or getattr(_tls, "busy", False) or not (rec.active or rec.activate_late()):
-            return orig(*args, **kwargs)
-        _tls.busy = True
-        try:
+    def rewrite_header(self, reason: str, hang: dict | None) -> bool:
+        """Rewrite the last dump with a new reason and hang status, keeping its entries and stacks (the picture
+        at that moment): how a suspected hang that resumed is recorded without a fresh, mid-run snapshot."""
+        with self._dump_lock:
+            trace = self.last_trace
+            if trace is None or self._dumping or self.pid != os.getpid():
+                return False
+            trace.dump_reason, trace.hang = reason, hang
             try:
-                record = rec.begin(raw, op, describer(*args, **kwargs), is_p2p)
-            except Exception:
-                record = None  # odd arguments: let torch raise its own error
-            try:
-                result = orig(*args, **kwargs)
-            except BaseException as exc:
-                if record is not None:
-                    rec.fail(record, exc)
-                raise
-        finally:
-            _tls.busy = False
-        if record is None:
-            return result
-        if record.async_op and result is not None:
-            record.state = "started"
-            record.t_started = time.time()
-            record.work = result
-            return _traced_work(result, (record,), rec)
-        if is_p2p and record.peer is None and isinstance(result, int):
-            rec.learn_peer(record, result)  # recv from any source: torch tells us who sent
-        # rec.complete(record), inlined: this is the common path
-        record.t_completed = rec.last_progress = time.time()
-        record.state = "completed"
-        rec.pending.discard(record)
-        rec.hang_dumped = False
-        return result
-
-    traced._distdoctor_original = orig
-    return traced
-
-
-def _make_batch_wrapper(orig):
-    @functools.wraps(orig)
-    def traced(p2p_op_list):
-        rec = _recorder
-        if rec is None or getattr(_tls, "busy", False) or not (rec.active or rec.activate_late()):
-            return orig(p2p_op_list)
-        _tls.busy = True
-        try:
-            records = []
-            try:
-                for p in p2p_op_list:
-                    if getattr(p.op, "_distdoctor_original", None) is None:
-                        p.op = _c10d.isend if p.op is _originals.get("isend") else (
-                            _c10d.irecv if p.op is _originals.get("irecv") else p.op)
-                    desc = describe_p2p_op(p)
-                    r = rec.begin("batch_isend_irecv:" + ("isend" if desc.direction == "send" else "irecv"),
-                                  desc.direction, desc, True)
-                    if r is not None:
-                        records.append(r)
-            except Exception:
-                pass
-            try:
-                works = orig(p2p_op_list)
-            except BaseException as exc:
-                for r in records:
-                    rec.fail(r, exc)
-                raise
-        finally:
-            _tls.busy = False
-        if not records or not works:
-            return works
-        now = time.time()
-        for r in records:
-            r.state, r.t_started = "started", now
-        if len(works) == len(records):
-            for r, w in zip(records, works):
-                r.work = w
-            return [_traced_work(w, (r,), rec) for r, w in zip(records, works)]
-        for r in records:  # coalesced: one Work stands for the whole batch
-            r.work = works[0]
-        return [_traced_work(w, tuple(records), rec) for w in works]
-
-    traced._distdoctor_original = orig
-    return traced
-
-
-_TracedWork = None
-
-
-def _traced_work(inner, records, rec):
-    global _TracedWork
-    if _TracedWork is None:
-        _TracedWork = _define_traced_work()
-    return _TracedWork(inner, records, rec)
-
-
-def _define_traced_work():
-    Work = _c10d.Work
-
-    class TracedWork(Work):
-        """A Work that completes its trace records when waited on; everything else goes to the real Work."""
-
-        def __init__(self, inner, records, recorder):
-            super().__init__()
-            self._inner, self._records, self._recorder = inner, records, recorder
-
-        def _done(self):
-            now = time.time()
-            for r in self._records:
-                self._recorder.complete(r, now)
-
-        def wait(self, *args, **kwargs):
-            result = self._inner.wait(*args, **kwargs)
-            self._done()
-            return result
-
-        def is_completed(self):
-            done = self._inner.is_completed()
-            if done:
-                self._done()
-            return done
-
-        def get_future(self):
-            return self._inner.get_future()
-
-        def exception(self):
-            return self._inner.exception()
-
-        def is_success(self):
-            return self._inner.is_success()
-
-        def result(self):
-            return self._inner.result()
-
-        def source_rank(self):
-            return self._inner.source_rank()
-
-        def _source_rank(self):
-            return self._inner._source_rank()
-
-        def synchronize(self):
-            result = self._inner.synchronize()
-            self._done()
-            return result
-
-        def boxed(self):
-            return self._inner.boxed()
-
-        def __getattr__(self, name):
-            if name == "_inner":  # not set yet (e.g. while copying): never recurse
-                raise AttributeError(name)
-            return getattr(self._inner, name)
-
-    for name in ("get_future_result", "block_current_stream", "_get_duration", "_get_op_type"):
-        if hasattr(Work, name):
-            setattr(TracedWork, name, (lambda n: lambda self, *a, **k: getattr(self._inner, n)(*a, **k))(name))
-    return TracedWork
-
-
-def _make_init_wrapper(orig):
-    @functools.wraps(orig)
-    def init_process_group(*args, **kwargs):
-        result = orig(*args, **kwargs)
-        if _recorder is not None:
-            _recorder.activate()
-        return result
-
-    init_process_group._distdoctor_original = orig
-    return init_process_group
-
-
-def _make_destroy_wrapper(orig):
-    @functools.wraps(orig)
-    def destroy_process_group(group=None):
-        rec = _recorder
-        whole = group is None or group is _c10d._world.default_pg
-        result = orig(group)
-        if rec is not None:
-            if whole:
-                rec.deactivate()
-            rec.groups.clear()  # do not keep destroyed process groups alive
-        return result
-
-    destroy_process_group._distdoctor_original = orig
-    return destroy_process_group
-
-
-def _check_op(op) -> None:
-    ok = [_c10d.isend, _c10d.irecv, _originals.get("isend"), _originals.get("irecv")]
-    if op not in ok:
-        raise ValueError("Invalid ``op``. Expected ``op`` to be of type ``torch.distributed.isend`` or "
-                         "``torch.distributed.irecv``.")
-
-
-def _patch() -> None:
-    """Replace the torch.distributed functions with recording wrappers (idempotent)."""
-    global _c10d
-    with _patch_lock:
-        if _originals:
-            return
-        import torch.distributed as dist
-        import torch.distributed.distributed_c10d as c10d
-
-        _c10d = c10d
-        from distdoctor.trace import describe
-
-        _SKIP_FILES.update({c10d.__file__, __file__, describe.__file__})
-        wrappers = {}
-        for name, (op, describer, is_p2p) in DESCRIBERS.items():
-            if hasattr(c10d, name):
-                wrappers[name] = _make_wrapper(name, getattr(c10d, name), op, describer, is_p2p)
-        for name, factory in (("batch_isend_irecv", _make_batch_wrapper),
-                              ("init_process_group", _make_init_wrapper),
-                              ("destroy_process_group", _make_destroy_wrapper)):
-            if hasattr(c10d, name):
-                wrappers[name] = factory(getattr(c10d, name))
-        if hasattr(c10d, "_check_op"):
-            wrappers["_check_op"] = _check_op
-        for name, wrapper in wrappers.items():
-            orig = getattr(c10d, name)
-            _originals[name] = orig
-            setattr(c10d, name, wrapper)
-            if getattr(dist, name, None) is orig:
-                setattr(dist, name, wrapper)
-
-
-def _unpatch() -> None:
-    with _patch_lock:
-        if not _originals:
-            return
-        import torch.distributed as dist
-
-        for name, orig in _originals.items():
-            wrapper = getattr(_c10d, name)
-            setattr(_c10d, name, orig)
-            if getattr(dist, name, None) is wrapper:
-                setattr(dist, name, orig)
-        _originals.clear()
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Patches torch.distributed right after it is first imported, so enabling costs nothing until then."""
-
-    def find_spec(self, name, path, target=None):
-        if name != "torch.distributed":
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
-            return spec
-        exec_module = loader.exec_module
-
-        def exec_then_patch(module):
-            exec_module(module)
-            _remove_import_hook()
-            try:
-                _patch()
-            except Exception as exc:  # never break `import torch`
-                _warn(f"cannot patch torch.distributed ({type(exc).__name__}: {exc}); recorder stays off")
-
-        loader.exec_module = exec_then_patch
-        return spec
-
-
-_import_hook = _PatchOnImport()
-
-
-def _remove_import_hook() -> None:
-    try:
-        sys.meta_path.remove(_import_hook)
-    except ValueError:
-        pass
+                write_atomic(self.dump_paths()[0], model.dumps(trace).encode())
+                return True
+            except Exception as exc:
+                _warn(f"dump to {self.config.dump_dir} failed: {type(exc).__name__}: {exc}")
+                return False
 
 
 # ---- public API --------------------------------------------------------------------------------------------
 
-def enable(dump_dir=None, hang_timeout=None, buffer_size=None, stacks=None, dump_on_exit=None) -> Recorder:
+def enable(dump_dir=None, hang_timeout=None, buffer_size=None, stacks=None, dump_on_exit=None,
+           suspect_floor=None, suspect_factor=None) -> Recorder:
     """Start recording in this process (idempotent; a second call updates the settings given)."""
-    global _recorder
-    config = RecorderConfig.resolve(dump_dir, hang_timeout, buffer_size, stacks, dump_on_exit)
-    if _recorder is not None:
-        old = _recorder.config
-        _recorder.config = RecorderConfig(
-            config.dump_dir if dump_dir is not None else old.dump_dir,
-            config.hang_timeout if hang_timeout is not None else old.hang_timeout,
-            old.buffer_size, config.stacks if stacks is not None else old.stacks,
-            config.dump_on_exit if dump_on_exit is not None else old.dump_on_exit, old.frames)
-        return _recorder
-    _recorder = Recorder(config)
+    config = RecorderConfig.resolve(dump_dir, hang_timeout, buffer_size, stacks, dump_on_exit, suspect_floor,
+                                    suspect_factor)
+    rec = patch.current
+    if rec is not None:
+        old = rec.config
+        given = {"dump_dir": dump_dir, "hang_timeout": hang_timeout, "stacks": stacks, "dump_on_exit": dump_on_exit,
+                 "suspect_floor": suspect_floor, "suspect_factor": suspect_factor}
+        rec.config = dataclasses.replace(old, **{k: getattr(config, k) for k, v in given.items() if v is not None})
+        return rec
+    rec = patch.current = Recorder(config)
     dist = sys.modules.get("torch.distributed")
     initialized = bool(dist is not None and hasattr(dist, "is_initialized") and dist.is_available()
                        and dist.is_initialized())
     if not initialized and "TORCH_FR_BUFFER_SIZE" not in os.environ:
         os.environ["TORCH_FR_BUFFER_SIZE"] = str(config.buffer_size)  # read when the process group is created
     if dist is not None and hasattr(dist, "init_process_group"):
-        _patch()
-    elif _import_hook not in sys.meta_path:
-        sys.meta_path.insert(0, _import_hook)
+        patch.patch()
+    elif patch.import_hook not in sys.meta_path:
+        sys.meta_path.insert(0, patch.import_hook)
     if initialized:
-        _recorder.activate()
-    return _recorder
+        rec.activate()
+    return rec
 
 
 def disable() -> None:
     """Stop recording and restore torch.distributed's functions. The buffer is dropped."""
-    global _recorder
-    rec, _recorder = _recorder, None
-    _remove_import_hook()
+    rec, patch.current = patch.current, None
+    patch.remove_import_hook()
     if rec is not None:
         rec.deactivate()
-    _unpatch()
+    patch.unpatch()
 
 
 def dump(reason: str = "manual") -> str | None:
     """Write this rank's dump now; returns its path (None when the recorder is off or no group exists)."""
-    rec = _recorder
+    rec = patch.current
     return rec.dump(f"manual: {reason}" if reason != "manual" else reason) if rec is not None else None
 
 
 def get_recorder() -> Recorder | None:
-    return _recorder
+    return patch.current

@@ -1,42 +1,53 @@
-"""When to dump: hang watchdog, SIGUSR1, SIGTERM, uncaught exceptions, exit with a collective pending.
+"""When to dump: hangs (suspected, confirmed, resumed), SIGUSR1, SIGTERM, uncaught exceptions, exit.
 
-Hang rule: dump once when no collective has completed for `hang_timeout` seconds since the last collective
-was issued or completed (or since the process group came up). This fires both on a rank blocked inside a
-collective and on a rank that never reaches the next one (stuck in its data loader while the others wait),
-which is the rank the operator most needs to see. It re-arms when a collective completes.
+Hangs: each tick the hang rule of hangwatch.py says whether this rank is now suspected (a call in flight past
+the adaptive threshold) or confirmed (no progress for the hang timeout) to hang, or resumed; the watchdog
+dumps (or, on a resume, rewrites the last dump's header) accordingly.
 
 SIGUSR1 while the main thread is blocked inside a collective: Python runs signal handlers only on the main
 thread, between bytecodes, so a plain handler would wait until the collective returns — never, in a hang.
 So the watchdog thread also owns the signal wakeup fd (`signal.set_wakeup_fd`, when no one else holds it):
 CPython's C-level handler writes the signal number there immediately, and the watchdog dumps from its own
 thread. The Python-level handler counts the signal too (covering programs that later take the wakeup fd for
-asyncio) and chains any previous handler; counting both ways, a signal is dumped once.
+asyncio) and chains any previous handler; counting both ways, a signal is dumped once. When `distdoctor run`
+left a request in the dump directory (`.request.json`: another rank detected a hang), the dump is made for
+that hang episode instead of as a plain `signal: SIGUSR1` dump.
 
 SIGTERM (torchrun's way of stopping the surviving ranks when one failed) dumps and then terminates as the
 default action would (by the signal itself from the main thread, or exit status 143 from the watchdog when the
 main thread is blocked); only installed where nobody handles SIGTERM and the watchdog owns the wakeup fd.
+A SIGTERM that arrives while this rank is writing a dump — typically the dump of the exception that is ending
+it — waits for that dump to be on disk, and an exception's dump is never replaced by the SIGTERM one.
 
 Exceptions: sys.excepthook and threading.excepthook are chained; the dump carries the exception's traceback
-as an extra stack. Exit: an atexit hook dumps when a collective is still pending (or always with
-dump_on_exit), unless an exception dump already told the story.
+as an extra stack and, in its header, the exception's type, message and where it was raised. Exit: an
+atexit hook dumps when a collective is still pending (or always with dump_on_exit), unless an exception dump
+already told the story; `destroy_process_group()` does the same (recorder.at_destroy).
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import select
 import signal
+import socket
 import sys
 import threading
 import time
 
 from distdoctor.trace.dumpfile import ensure_private_dir, frames_of_traceback, thread_key, write_atomic
+from distdoctor.trace.hangwatch import HangWatch
+
+REQUEST_FILE = ".request.json"  # written by `distdoctor run` before it sends SIGUSR1 for a hang episode
+TERM_WAIT_S = 30.0  # how long the watchdog lets the main thread finish a dump before it ends the process
 
 
 class Watchdog:
     def __init__(self, recorder):
         self.rec = recorder
+        self.hang = HangWatch(recorder)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.ident: int | None = None
@@ -45,9 +56,12 @@ class Watchdog:
         self.sig_bytes = 0  # SIGUSR1 seen on the wakeup fd
         self.sig_handled = 0  # SIGUSR1 seen by the Python handler
         self.sig_dumped = 0
+        self._requests_done: set[str] = set()
         self._prev_usr1 = None
         self._term_lock = threading.Lock()
         self._terminating = False
+        self._term_deferred = False  # SIGTERM came while the main thread was dumping: end once the dump landed
+        self._in_excepthook = False
         self._prev_excepthook = None
         self._prev_thread_hook = None
 
@@ -57,6 +71,7 @@ class Watchdog:
             self._install_signal()
         self._install_excepthooks()
         atexit.register(self._at_exit)
+        self.rec.after_dump = self._after_dump
         self._write_pid_file()
         self._thread = threading.Thread(target=self._run, name="distdoctor-watchdog", daemon=True)
         self._thread.start()
@@ -79,11 +94,15 @@ class Watchdog:
         atexit.unregister(self._at_exit)
         self._remove_pid_file()
 
+    def hang_header(self) -> dict | None:
+        return self.hang.header()
+
     # ---- the thread ----------------------------------------------------------------------------------------
     def _run(self) -> None:
         self.ident = threading.get_ident()
-        timeout = self.rec.config.hang_timeout
-        tick = min(1.0, timeout / 4) if timeout else 1.0
+        cfg = self.rec.config
+        limits = [x for x in (cfg.hang_timeout, cfg.suspect_floor if cfg.hang_timeout else None) if x]
+        tick = min([1.0] + [x / 4 for x in limits])
         while not self._stop.is_set():
             self._wait(tick)
             if self._stop.is_set():
@@ -115,18 +134,38 @@ class Watchdog:
         requested = max(self.sig_bytes, self.sig_handled)
         if requested > self.sig_dumped:
             self.sig_dumped = requested
-            rec.dump("signal: SIGUSR1")
-        timeout = rec.config.hang_timeout
-        from distdoctor.trace import recorder
-
-        if recorder._c10d is not None and recorder._c10d._world.default_pg is None:
+            self._signal_dump()
+        if not rec.group_alive():
             return  # the process group is gone (destroyed through a reference we did not wrap): no hang to see
-        if timeout and not rec.hang_dumped:
-            idle = time.time() - rec.last_progress
-            if idle > timeout:
-                rec.hang_dumped = True
-                rec.dump(f"hang: no collective completed for {idle:.1f} s "
-                         f"(hang timeout {timeout:g} s; {_pending_summary(rec)})")
+        action = self.hang.tick()
+        if action is not None:
+            kind, reason = action
+            if kind == "rewrite" and rec.rewrite_header(reason, self.hang.header()):
+                return
+            rec.dump(reason)
+
+    def _signal_dump(self) -> None:
+        """SIGUSR1: for the hang episode `distdoctor run` asks about, when there is a new request; else plain."""
+        request = self._read_request()
+        if request is None:
+            self.rec.dump("signal: SIGUSR1")
+            return
+        self._requests_done.add(request["id"])
+        hang = request.get("hang")
+        if not isinstance(hang, dict) or self.hang.adopt(hang):
+            self.rec.dump(str(request.get("reason") or "signal: SIGUSR1")[:500])
+
+    def _read_request(self) -> dict | None:
+        try:
+            with open(os.path.join(self.rec.config.dump_dir, REQUEST_FILE)) as f:
+                request = json.load(f)
+        except (OSError, ValueError):
+            return None
+        if not isinstance(request, dict) or not isinstance(request.get("id"), str):
+            return None
+        if request["id"] in self._requests_done or self.rec.rank not in (request.get("ranks") or []):
+            return None  # handled, or not addressed to this rank: this SIGUSR1 is someone else's
+        return request
 
     # ---- signals -------------------------------------------------------------------------------------------
     def _install_signal(self) -> None:
@@ -180,19 +219,42 @@ class Watchdog:
             return True
 
     def _on_sigterm(self, signum, frame) -> None:
-        """Main thread, when it runs Python: dump, then terminate by the default action."""
-        if self._claim_termination():
-            self.rec.final_dump_reason = "signal: SIGTERM"
-            self.rec.dump("signal: SIGTERM")
+        """Main thread, when it runs Python: dump, then terminate by the default action. When the main thread
+        was itself writing a dump (this handler interrupted it), the dump is finished first (_after_dump)."""
+        if self.rec.dumping_here() or self._in_excepthook:
+            self._term_deferred = True
+            return
+        self._terminate(from_main=True)
+
+    def _terminate(self, from_main: bool) -> None:
+        if not self._claim_termination():
+            return
+        rec = self.rec
+        if rec.final_dump_reason is None:
+            rec.final_dump_reason = "signal: SIGTERM"
+            rec.dump("signal: SIGTERM")  # waits for a dump another thread is writing
+        else:  # an exception's dump tells the story: let it land, never replace it
+            with rec._dump_lock:
+                pass
+        self._remove_pid_file()
+        if from_main:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
+        os._exit(128 + signal.SIGTERM)
 
     def _terminate_from_watchdog(self) -> None:
-        """The main thread is blocked (in a collective): dump from here and exit as SIGTERM would have."""
-        if self._claim_termination():
-            self.rec.final_dump_reason = "signal: SIGTERM"
-            self.rec.dump("signal: SIGTERM")
-            os._exit(128 + signal.SIGTERM)
+        """The main thread is blocked (in a collective) or busy dumping: end the process from here, as SIGTERM
+        would have, once a dump the main thread is writing has landed (bounded by TERM_WAIT_S)."""
+        deadline = time.monotonic() + TERM_WAIT_S
+        while (self._term_deferred or self.rec._dumping) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._terminate(from_main=False)
+
+    def _after_dump(self) -> None:
+        if (self._term_deferred and not self._in_excepthook
+                and threading.current_thread() is threading.main_thread()):
+            self._term_deferred = False
+            self._terminate(from_main=True)
 
     def _on_sigusr1(self, signum, frame) -> None:
         self.sig_handled += 1
@@ -214,6 +276,10 @@ class Watchdog:
         self.rec.final_dump_reason = reason
         frames = frames_of_traceback(tb)
         name = thread.name if thread is not None else "thread"
+        last = frames[-1] if frames else None
+        self.rec.exception = {"type": exc_type.__name__, "message": str(exc)[:2000], "thread": name,
+                              "where": str(last) if last else None, "exit_code": 1 if thread is
+                              threading.main_thread() else None}
         # The thread's stack is where it raised (its live stack is only the hook by now), also under a name
         # that says so.
         extra = {f"exception in {name}": frames}
@@ -222,9 +288,17 @@ class Watchdog:
         self.rec.dump(reason, extra_stacks=extra)
 
     def _excepthook(self, exc_type, exc, tb) -> None:
-        if self.rec.active:
-            self._exception_dump(exc_type, exc, tb, threading.current_thread())
-        (self._prev_excepthook or sys.__excepthook__)(exc_type, exc, tb)
+        main = threading.current_thread() is threading.main_thread()
+        self._in_excepthook = main
+        try:
+            if self.rec.active:
+                self._exception_dump(exc_type, exc, tb, threading.current_thread())
+            (self._prev_excepthook or sys.__excepthook__)(exc_type, exc, tb)
+        finally:
+            self._in_excepthook = False
+        if self._term_deferred and main:  # a SIGTERM came while the exception was being dumped
+            self._term_deferred = False
+            self._terminate(from_main=True)
 
     def _thread_excepthook(self, args) -> None:
         if self.rec.active and args.thread is not self._thread:
@@ -233,10 +307,11 @@ class Watchdog:
 
     def _at_exit(self) -> None:
         rec = self.rec
+        self._remove_pid_file()
         if rec.final_dump_reason is not None:
             return
         if rec.pending:
-            rec.dump(f"exit: process exiting with {_pending_summary(rec)}")
+            rec.dump(f"exit: process exiting with {rec.pending_summary()}")
         elif rec.config.dump_on_exit:
             rec.dump("exit: normal exit")
 
@@ -249,21 +324,14 @@ class Watchdog:
             return
         try:
             ensure_private_dir(self.rec.config.dump_dir)
-            write_atomic(self._pid_path(), f"{os.getpid()}\n".encode())
+            write_atomic(self._pid_path(), f"{os.getpid()}\n{socket.gethostname()}\n".encode())
         except OSError:
             pass
 
     def _remove_pid_file(self) -> None:
+        if os.environ.get("DISTDOCTOR_RUN") != "1" or self.rec.pid != os.getpid():
+            return
         try:
             os.unlink(self._pid_path())
         except OSError:
             pass
-
-
-def _pending_summary(rec) -> str:
-    pending = sorted(list(rec.pending), key=lambda r: r.index)
-    if not pending:
-        return "no collective pending"
-    first = pending[0]
-    where = f"seq {first.seq}" if first.seq is not None else f"peer {first.peer}"
-    return f"{len(pending)} pending, oldest {first.op} on group {first.group} {where}"

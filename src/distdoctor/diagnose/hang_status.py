@@ -1,0 +1,123 @@
+"""Was the job hung when the ranks dumped, and how sure is the recorder? The `hang` object of `diagnose`.
+
+The recorder's watchdog (trace/hangwatch.py) writes the hang episode a dump belongs to into the dump's header:
+`suspected` (a call in flight past the adaptive threshold max(floor, factor x the longest recent collective
+wait)), `confirmed` (no progress for the hang timeout) or `resumed` (progress came back; the dump keeps the
+picture from the moment the hang was suspected), with the threshold and how it was derived, and this rank's own
+state: the call it was blocked in and for how long, or none. This module merges the headers of all ranks:
+
+- status: `resumed` when a rank's resume came after every rank's detection; else `confirmed` if any rank
+  confirmed; else `suspected`.
+- blocked_for_s: the longest any rank had been blocked when it dumped (for `resumed`: how long until progress).
+- threshold_s and threshold (floor_s, factor, recent_wait_s, waits_seen, derived) from the first detection.
+- blocked_ranks (in a call, with where), idle_ranks (in no call: often the culprit), not_dumped (ranks with a
+  trace but no dump for this hang).
+
+Traces without hang headers (Flight Recorder dumps, older recorder dumps, dumps made on request) give None.
+"""
+
+from __future__ import annotations
+
+import time
+
+from distdoctor.diagnose.findings import fmt_ranks
+from distdoctor.diagnose.progress import where_now
+from distdoctor.trace.model import TraceSet
+
+ORDER = {"resumed": 0, "suspected": 1, "confirmed": 2}
+
+
+def summarize(ts: TraceSet) -> dict | None:
+    headers = {r: t.hang for r, t in sorted(ts.ranks.items())
+               if isinstance(t.hang, dict) and t.hang.get("status") in ORDER}
+    if not headers:
+        return None
+    detections = [h.get("detected_at") or 0.0 for h in headers.values()]
+    resumes = [h for h in headers.values() if h["status"] == "resumed"]
+    last_resume = max((h.get("resumed_at") or 0.0 for h in resumes), default=None)
+    if last_resume is not None and last_resume >= max(detections):
+        status = "resumed"
+    elif any(h["status"] == "confirmed" for h in headers.values()):
+        status = "confirmed"
+    else:
+        status = "suspected"
+    first = min(headers.values(), key=lambda h: (h.get("requested", False), h.get("detected_at") or 0.0))
+    mine = {r: h.get("this_rank") or {} for r, h in headers.items()}
+    blocked = {r: m for r, m in mine.items() if m.get("blocked_in")}
+    out = {
+        "status": status,
+        "blocked_for_s": max((m.get("blocked_for_s") or 0.0 for m in blocked.values()), default=None),
+        "threshold_s": first.get("threshold_s"),
+        "threshold": _threshold(first),
+        "hang_timeout_s": first.get("hang_timeout_s"),
+        "detected_by": first.get("detected_by"),
+        "detected_at": first.get("detected_at"),
+        "since": first.get("since"),
+        "blocked_ranks": sorted(blocked),
+        "idle_ranks": sorted(r for r in mine if r not in blocked),
+        "not_dumped": sorted(r for r in ts.ranks if r not in headers),
+        "blocked_in": {str(r): m["blocked_in"] for r, m in blocked.items()},
+        "now": {str(r): w for r in mine if r not in blocked and (w := where_now(ts.ranks[r]))},
+    }
+    if status == "resumed":
+        out["resumed_after_s"] = max(h.get("resumed_after_s") or 0.0 for h in resumes)
+    return out
+
+
+def _threshold(h: dict) -> dict | None:
+    if h.get("threshold_s") is None:
+        return None
+    floor, factor, wait = h.get("floor_s"), h.get("factor"), h.get("recent_wait_s")
+    return {"floor_s": floor, "factor": factor, "recent_wait_s": wait, "waits_seen": h.get("waits_seen"),
+            "derived": f"max(floor {floor:g} s, {factor:g} x longest recent collective wait {wait:.2f} s)"}
+
+
+def describe(hang: dict) -> str:
+    """One line for the text reports."""
+    when = time.strftime("%H:%M:%S", time.localtime(hang["detected_at"])) if hang.get("detected_at") else "?"
+    by = f"detected by rank {hang['detected_by']} at {when}"
+    parts = []
+    if hang["status"] == "resumed":
+        parts.append(f"resumed after {hang.get('resumed_after_s', 0):.1f} s (the job made progress again; "
+                     f"the dumps show the moment it was suspected, {by})")
+    else:
+        if hang["blocked_ranks"]:
+            parts.append(f"{hang['status']}: " + _blocked(hang))
+        else:
+            parts.append(f"{hang['status']}: no rank was in a collective when it dumped")
+        if hang["idle_ranks"]:
+            now = "; ".join(f"rank {r} now at {w}" for r, w in list(hang["now"].items())[:3])
+            parts.append(f"{fmt_ranks(hang['idle_ranks'])} in no collective" + (f" ({now})" if now else ""))
+        if hang["not_dumped"]:
+            parts.append(f"{fmt_ranks(hang['not_dumped'])} did not dump for it")
+        parts.append(by)
+    if hang["status"] == "confirmed":
+        parts.append(f"no progress for the hang timeout ({hang.get('hang_timeout_s') or 0:g} s)")
+    elif hang.get("threshold"):
+        parts.append(f"threshold {hang['threshold_s']:g} s = {hang['threshold']['derived']}")
+    return "; ".join(parts)
+
+
+def text_lines(report) -> list[str]:
+    """The report's hang line, for report/diagnose_text.py (none when no dump carries a hang episode)."""
+    hang = summarize(report.traces)
+    return [f"hang: {describe(hang)}"] if hang else []
+
+
+def _blocked(hang: dict) -> str:
+    """Who is blocked where, the largest crowd first: a rank blocked elsewhere than the others stands out."""
+    by_call: dict[str, list[int]] = {}
+    for r, c in hang["blocked_in"].items():
+        by_call.setdefault(_call(c), []).append(int(r))
+    where = sorted(by_call.items(), key=lambda kv: (-len(kv[1]), kv[1]))
+    longest = f"{hang['blocked_for_s']:.1f} s"
+    if len(where) == 1:
+        return f"{fmt_ranks(where[0][1])} blocked up to {longest} in {where[0][0]}"
+    more = f" and {len(where) - 4} more places" if len(where) > 4 else ""
+    return f"blocked up to {longest}: " + ", ".join(f"{fmt_ranks(rs)} in {call}" for call, rs in where[:4]) + more
+
+
+def _call(c: dict) -> str:
+    group = "the default group '0'" if c.get("group") == "0" else f"group '{c.get('group')}'"
+    src = " (Flight Recorder)" if c.get("source") == "flight_recorder" else ""
+    return f"{c.get('op')} #{c.get('seq')} on {group}{src}"

@@ -1,0 +1,255 @@
+"""Is this rank hung? The adaptive hang rule, the hang episode a rank is in, and a look into Flight Recorder.
+
+In flight: a collective or p2p call this rank issued that has not completed, seen by the recorder (calls made
+from Python) or in Flight Recorder (what C++ issues, such as DDP's gradient buckets: an entry not yet retired).
+`since` is when the oldest one was issued.
+
+Suspected: a call in flight for longer than threshold = max(floor, factor x L), L being the longest wait among
+the last WAITS_KEPT completed collectives of this rank: the job's own recent collective latency. A job whose
+ranks routinely wait 30 s in a barrier for a checkpointing rank 0 raises its own threshold after the first such
+wait, so only the first pause is reported (suspected, then resumed). Confirmed: still no progress after the
+hang timeout (blocked that long, or — the rule for the rank that never reaches the next collective — nothing
+issued or completed for that long). Resumed: this rank made progress (issued or completed a collective, here
+or in Flight Recorder) after the episode opened. A rank that is asked to dump for an episode another rank
+detected (`adopt`) joins that episode; every dump's header carries it (`header()`).
+
+Flight Recorder is read (about 30 ms for 2000 entries on this machine, so not every tick) only when the
+recorder saw no Python-level call for QUIET_S and nothing is pending at the Python level, and then: every tick
+while an episode is open; every STILL_PEEK_S while the main thread sits at the same place (inside one C call:
+a backward blocked on a gradient bucket, or a sleep); and every PROGRESS_PEEK_S otherwise, so a job whose
+collectives are all issued from C++ shows progress and is never taken for idle.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+
+from distdoctor.trace.dumpfile import fr_enabled
+
+QUIET_S = 2.0
+STILL_PEEK_S = 2.0
+PROGRESS_PEEK_S = 30.0
+ORDER = {"resumed": 0, "suspected": 1, "confirmed": 2}
+
+
+class FlightRecorderPeek:
+    """The oldest entry Flight Recorder has not retired, and whether anything moved since the last look."""
+
+    def __init__(self) -> None:
+        self.available = fr_enabled()
+        self._decoder = None
+        self._dump = None
+        self.key = None
+        self.inflight: dict[int, float] = {}  # record id -> created, seen unretired (for wait samples)
+
+    def _setup(self) -> bool:
+        try:
+            import msgspec
+            import torch
+
+            c = torch._C._distributed_c10d
+            self._dump = getattr(c, "_dump_fr_trace_json", None) or getattr(c, "_dump_nccl_trace_json", None)
+        except Exception:
+            self._dump = None
+        if self._dump is None:
+            self.available = False
+            return False
+
+        # only the fields read here: msgspec skips the others without building them
+        entry = msgspec.defstruct("FrEntry", [
+            ("record_id", int, -1), ("retired", bool, True), ("time_created_ns", int, 0),
+            ("collective_seq_id", int, 0), ("p2p_seq_id", int, 0), ("is_p2p", bool, False),
+            ("profiling_name", str, ""), ("process_group", list, [])])
+        dump = msgspec.defstruct("FrDump", [("entries", list[entry], [])])
+        self._decoder = msgspec.json.Decoder(dump)
+        return True
+
+    def look(self, now: float) -> tuple[dict | None, bool, list[float]]:
+        """(oldest entry in flight or None, progress since the last look, waits of entries seen retiring)."""
+        if not self.available or (self._decoder is None and not self._setup()):
+            return None, False, []
+        try:
+            entries = self._decoder.decode(self._dump(True, True)).entries
+        except Exception:
+            self.available = False
+            return None, False, []
+        open_ = [e for e in entries if not e.retired]
+        key = (entries[-1].record_id if entries else None, tuple(e.record_id for e in open_))
+        moved = self.key is not None and key != self.key
+        self.key = key
+        still = {e.record_id for e in open_}
+        waits = [now - t for rid, t in self.inflight.items() if rid not in still]
+        self.inflight = {e.record_id: e.time_created_ns / 1e9 for e in open_}
+        if not open_:
+            return None, moved, waits
+        e = min(open_, key=lambda x: x.time_created_ns)
+        group = str(e.process_group[0]) if e.process_group else "?"
+        return {"since": e.time_created_ns / 1e9, "group": group, "op": e.profiling_name.split(":")[-1],
+                "seq": e.p2p_seq_id if e.is_p2p else e.collective_seq_id, "source": "flight_recorder"}, moved, waits
+
+
+class HangWatch:
+    def __init__(self, rec) -> None:
+        self.rec = rec
+        self.episode: dict | None = None
+        self.fr = FlightRecorderPeek()
+        self.fr_flight: dict | None = None
+        self.fr_flight_at = 0.0
+        self.fr_progress_at = 0.0
+        self.last_peek = 0.0
+        self._main_pos = None
+        self._main_still_since = time.time()
+        self._opened_at = 0.0
+        self._episodes = 0
+        self._lock = threading.Lock()
+
+    # ---- what this rank is doing ---------------------------------------------------------------------------
+    def threshold(self) -> dict | None:
+        cfg = self.rec.config
+        if not cfg.suspect_floor:
+            return None
+        waits = list(self.rec.waits)
+        longest = max(waits) if waits else 0.0
+        return {"threshold_s": round(max(cfg.suspect_floor, cfg.suspect_factor * longest), 3),
+                "floor_s": cfg.suspect_floor, "factor": cfg.suspect_factor, "recent_wait_s": round(longest, 3),
+                "waits_seen": len(waits)}
+
+    def in_flight(self) -> dict | None:
+        """The oldest call in flight: the recorder's own pending calls, else Flight Recorder's last look (valid
+        while the recorder saw nothing newer)."""
+        pending = list(self.rec.pending)
+        if pending:
+            r = min(pending, key=lambda x: x.t_created)
+            return {"since": r.t_created, "group": r.group, "op": r.op,
+                    "seq": r.seq if r.seq is not None else r.p2p_seq, "source": "recorder"}
+        if self.fr_flight is not None and self.fr_flight_at >= self.rec.last_progress:
+            return self.fr_flight
+        return None
+
+    def progress_at(self) -> float:
+        return max(self.rec.last_progress, self.fr_progress_at)
+
+    def _main_is_still(self, now: float) -> bool:
+        frame = sys._current_frames().get(threading.main_thread().ident)
+        pos = (id(frame), frame.f_lasti) if frame is not None else None
+        if pos != self._main_pos:
+            self._main_pos, self._main_still_since = pos, now
+        return now - self._main_still_since >= 1.0
+
+    def _peek(self, now: float) -> None:
+        rec = self.rec
+        if not self.fr.available or rec.pending or now - rec.last_progress < QUIET_S:
+            return
+        age = now - self.last_peek
+        open_episode = self.episode is not None and self.episode["status"] != "resumed"
+        if not (open_episode and age >= 0.9 or self._main_is_still(now) and age >= STILL_PEEK_S
+                or age >= PROGRESS_PEEK_S):
+            return
+        self.last_peek = now
+        flight, moved, waits = self.fr.look(now)
+        self.fr_flight, self.fr_flight_at = flight, now
+        if moved:
+            self.fr_progress_at = now
+        rec.waits.extend(waits)
+
+    # ---- the rule ------------------------------------------------------------------------------------------
+    def tick(self, now: float | None = None) -> tuple[str, str] | None:
+        """One look; returns ("dump", reason), ("rewrite", reason) (record a resume in the last dump) or None."""
+        now = time.time() if now is None else now
+        timeout = self.rec.config.hang_timeout
+        if not timeout:
+            return None
+        self._peek(now)
+        with self._lock:
+            ep = self.episode
+            if ep is not None and ep["status"] != "resumed":
+                return self._follow(ep, now, timeout)
+            flight = self.in_flight()
+            th = self.threshold()
+            if flight is not None:
+                blocked = now - flight["since"]
+                limit = min(th["threshold_s"], timeout) if th else timeout
+                if blocked >= limit:
+                    status = "confirmed" if blocked >= timeout else "suspected"
+                    self._open(status, flight["since"], flight, th, now)
+                    return "dump", self._reason(status, blocked, flight, th)
+            quiet_since = self.progress_at()
+            if not self.fr.available:
+                # Without Flight Recorder the collectives C++ issues (DDP's buckets) are invisible: a rank whose
+                # main thread keeps moving is then not taken for idle.
+                self._main_is_still(now)
+                quiet_since = max(quiet_since, self._main_still_since)
+            idle = now - quiet_since
+            if idle >= timeout and (ep is None or ep.get("since") != round(quiet_since, 3)):
+                self._open("confirmed", quiet_since, None, th, now)
+                return "dump", self._reason("confirmed", idle, None, th)
+        return None
+
+    def _follow(self, ep: dict, now: float, timeout: float) -> tuple[str, str] | None:
+        if self.progress_at() > self._opened_at:
+            before = ep["status"]
+            ep["status"], ep["resumed_at"] = "resumed", self.progress_at()
+            ep["resumed_after_s"] = round(self.progress_at() - ep["since"], 3)
+            return "rewrite", (f"hang resumed: progress after {ep['resumed_after_s']:.1f} s "
+                               f"(hang {before} at {_clock(ep['detected_at'])})")
+        if ep["status"] == "suspected" and now - ep["since"] >= timeout:
+            ep["status"], ep["confirmed_at"] = "confirmed", now
+            return "dump", self._reason("confirmed", now - ep["since"], self.in_flight(), self.threshold())
+        return None
+
+    def _open(self, status: str, since: float, flight: dict | None, th: dict | None, now: float) -> None:
+        self._episodes += 1
+        rank = self.rec.rank
+        self.episode = {"status": status, "id": f"{socket.gethostname()}:{os.getpid()}:{self._episodes}",
+                        "detected_by": rank, "detected_at": round(now, 3), "since": round(since, 3),
+                        "hang_timeout_s": self.rec.config.hang_timeout, **(th or {}),
+                        "blocked_in": _public(flight), "requested": False}
+        self._opened_at = now
+
+    def _reason(self, status: str, blocked: float, flight: dict | None, th: dict | None) -> str:
+        what = (f"{flight['op']} #{flight['seq']} on group {flight['group']}"
+                + (" (Flight Recorder)" if flight["source"] == "flight_recorder" else "")) if flight else None
+        if status == "suspected":
+            return (f"hang suspected: {what} in flight for {blocked:.1f} s (threshold {th['threshold_s']:g} s = "
+                    f"max(floor {th['floor_s']:g} s, {th['factor']:g} x longest recent wait "
+                    f"{th['recent_wait_s']:.2f} s))")
+        pending = self.rec.pending_summary() if self.rec.pending else (
+            f"in flight: {what}" if what else "no collective pending")
+        return (f"hang: no collective completed for {blocked:.1f} s (hang timeout "
+                f"{self.rec.config.hang_timeout:g} s; {pending})")
+
+    def adopt(self, hang: dict) -> bool:
+        """Another rank detected a hang and `distdoctor run` asks this rank to dump for it. Returns False when
+        this rank already dumped for an episode at least as grave (no second dump)."""
+        with self._lock:
+            ep = self.episode
+            status = hang.get("status") if hang.get("status") in ORDER else "suspected"
+            if ep is not None and ep["status"] != "resumed" and ORDER[ep["status"]] >= ORDER[status]:
+                return False
+            self.episode = {**hang, "status": status, "requested": True}
+            self._opened_at = time.time() if ep is None or ep["status"] == "resumed" else self._opened_at
+            return True
+
+    def header(self) -> dict | None:
+        """The dump header's `hang`: the episode and this rank's own state at the moment of the dump."""
+        ep = self.episode
+        if ep is None:
+            return None
+        now = time.time()
+        flight = self.in_flight()
+        mine = {"blocked_in": _public(flight), "blocked_for_s": round(now - flight["since"], 3) if flight else None,
+                "idle_for_s": round(now - self.progress_at(), 3)}
+        return {**ep, "this_rank": mine}
+
+
+def _public(flight: dict | None) -> dict | None:
+    return None if flight is None else {k: flight[k] for k in ("group", "seq", "op", "source")} | {
+        "since": round(flight["since"], 3)}
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))

@@ -1,0 +1,349 @@
+"""What `distdoctor run` does while the job runs, and what it says when it ends.
+
+While the job runs (`JobWatch.poll`, every POLL_S): it reads the header line of each rank's dump when the file
+changed. When a rank's watchdog dumped for a suspected or confirmed hang (trace/hangwatch.py), it writes the
+episode to `.request.json` in the dump directory and sends SIGUSR1 to every registered rank on this host that
+has not dumped for it yet — the rank stuck outside any collective, whose stack is the answer, included; ranks
+blocked inside a collective dump from their watchdog thread. Once every registered, live rank dumped (or after
+FANOUT_WAIT_S) it analyzes the dumps and prints the verdict on stdout, marked SUSPECTED or CONFIRMED. The job
+keeps running: when a rank reports progress (its dump rewritten as `resumed`) it prints `resumed after X s`
+and keeps watching. Only with --kill-on-hang, a confirmed hang stops the job (SIGTERM to the command, which
+torchrun passes to its workers, each dumping once more; SIGKILL after KILL_GRACE_S).
+
+At the end (`closing_report`): the verdict on the dumps (on stdout), and never `verdict: OK` when the command
+failed or a rank died of an exception: the closing line names the crashed ranks, their exception and the
+command's exit code. Then it removes what ranks left behind in the dump directory (pid files of ranks that
+were killed, the request file, temporary files of writers that died) and the directory itself when it is empty
+and `run` created it.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+from distdoctor.trace.dumpfile import write_atomic
+from distdoctor.trace.watchdog import REQUEST_FILE
+
+POLL_S = 0.25
+FANOUT_WAIT_S = 6.0
+KILL_GRACE_S = 30.0
+ORPHAN_GRACE_S = 10.0
+ORDER = {"resumed": 0, "suspected": 1, "confirmed": 2}
+
+
+def registered_ranks(dump_dir: str) -> dict[int, tuple[int, str]]:
+    """rank -> (pid, host) of every rank that registered in dump_dir (`.rank_<r>.pid`)."""
+    found = {}
+    for path in glob.glob(os.path.join(dump_dir, ".rank_*.pid")):
+        try:
+            rank = int(os.path.basename(path)[len(".rank_"):-len(".pid")])
+            with open(path) as f:
+                lines = f.read().split()
+            found[rank] = (int(lines[0]), lines[1] if len(lines) > 1 else socket.gethostname())
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie (an orphan nobody reaped yet has ended all the same)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+def signal_ranks(dump_dir: str, signum: int = signal.SIGUSR1, ranks=None) -> list[int]:
+    """Send `signum` to every live rank of this host registered in dump_dir (or those of `ranks`)."""
+    host = socket.gethostname()
+    sent = []
+    for rank, (pid, where) in sorted(registered_ranks(dump_dir).items()):
+        if where != host or (ranks is not None and rank not in ranks):
+            continue
+        try:
+            os.kill(pid, signum)
+            sent.append(pid)
+        except OSError:
+            continue
+    return sent
+
+
+def read_header(path: str) -> dict | None:
+    try:
+        with open(path, "rb") as f:
+            header = json.loads(f.readline())
+        return header if isinstance(header, dict) and isinstance(header.get("rank"), int) else None
+    except (OSError, ValueError):
+        return None
+
+
+class JobWatch:
+    def __init__(self, dump_dir: str, child: subprocess.Popen, kill_on_hang: bool, say, shout) -> None:
+        self.dump_dir, self.child, self.kill_on_hang = dump_dir, child, kill_on_hang
+        self.say, self.shout = say, shout  # stderr (what run does), stdout (verdicts)
+        self.headers: dict[int, dict] = {}
+        self._stamps: dict[str, tuple[int, int]] = {}
+        self._by_path: dict[str, dict] = {}
+        self._old: dict[str, tuple[int, int]] = {}
+        self.episode: dict | None = None
+        self.started = time.time()
+        self.closed_at = self.started  # a hang detected before this run started is an older run's
+        self.verdicts = 0
+        self.printed_stamps: dict | None = None  # the dump files a printed verdict was made from
+        self._requests = 0
+        self._kill_at: float | None = None
+
+    # ---- while the job runs --------------------------------------------------------------------------------
+    def poll(self) -> None:
+        for rank in self._scan():
+            self._consider(self.headers[rank])
+        ep = self.episode
+        if ep is not None and not ep["printed"] and (self._all_dumped(ep) or time.time() >= ep["deadline"]):
+            self._print_verdict(ep)
+        if self._kill_at is not None and time.time() >= self._kill_at and self.child.poll() is None:
+            self.say("the command did not stop within "
+                     f"{KILL_GRACE_S:g} s of SIGTERM: killing it and its ranks")
+            signal_ranks(self.dump_dir, signal.SIGKILL)
+            self.child.kill()
+            self._kill_at = None
+
+    def _scan(self) -> list[int]:
+        changed = []
+        for path in glob.glob(os.path.join(self.dump_dir, "rank_*.jsonl")):
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            stamp = (st.st_mtime_ns, st.st_size)
+            if self._stamps.get(path) == stamp or self._old.get(path) == stamp:
+                continue
+            header = read_header(path)
+            if header is None:
+                continue
+            if (header.get("dump_time") or 0) < self.started - 1:
+                self._old[path] = stamp  # a dump of an earlier run in a reused directory
+                continue
+            self._stamps[path] = stamp
+            self._by_path[path] = header
+            self.headers[header["rank"]] = header
+            changed.append(header["rank"])
+        return changed
+
+    def _consider(self, header: dict) -> None:
+        hang = header.get("hang")
+        if not isinstance(hang, dict) or hang.get("status") not in ORDER:
+            return
+        status, ep = hang["status"], self.episode
+        if status == "resumed":
+            if ep is not None and (hang.get("resumed_at") or 0) >= ep["detected_at"]:
+                if not ep["printed"]:
+                    self._print_verdict(ep)
+                self.shout(f"distdoctor run: resumed after {hang.get('resumed_after_s', 0):.1f} s: rank "
+                           f"{header['rank']} made progress again (hang {ep['status']} at {_clock(ep['detected_at'])})"
+                           "; still watching.")
+                self.closed_at = max(hang.get("resumed_at") or 0, time.time() - 1)
+                self.episode = None
+            return
+        if (hang.get("detected_at") or 0) <= self.closed_at:
+            return  # a dump made for an episode that has resumed since
+        if ep is None or ORDER[status] > ORDER[ep["status"]]:
+            self._fan_out(header["rank"], hang)
+
+    def _fan_out(self, rank: int, hang: dict) -> None:
+        status = hang["status"]
+        self._requests += 1
+        episode = {k: v for k, v in hang.items() if k != "this_rank"}
+        mine = hang.get("this_rank") or {}
+        where = mine.get("blocked_in") or hang.get("blocked_in")
+        what = (f"{where['op']} #{where['seq']} on group {where['group']} in flight for "
+                f"{mine.get('blocked_for_s') or 0:.1f} s") if where else "no collective progress"
+        reason = (f"hang suspected on rank {rank}: {what}" if status == "suspected" else
+                  f"hang: confirmed on rank {rank}: {what} (hang timeout {hang.get('hang_timeout_s') or 0:g} s)")
+        todo = sorted(r for r in registered_ranks(self.dump_dir) if not self._dumped_for(r, status))
+        request = {"id": f"{socket.gethostname()}:{os.getpid()}:{self._requests}", "status": status, "ranks": todo,
+                   "hang": episode, "reason": reason + "; dumped at distdoctor run's request"}
+        try:
+            write_atomic(os.path.join(self.dump_dir, REQUEST_FILE), json.dumps(request).encode())
+        except OSError as exc:
+            self.say(f"warning: cannot write the dump request ({exc}); only the ranks that saw the hang dumped")
+        signal_ranks(self.dump_dir, signal.SIGUSR1, ranks=set(todo))
+        now = time.time()
+        self.episode = {"status": status, "detected_at": hang.get("detected_at") or now, "rank": rank,
+                        "deadline": now + FANOUT_WAIT_S, "printed": False}
+
+    def _dumped_for(self, rank: int, status: str) -> bool:
+        hang = (self.headers.get(rank) or {}).get("hang")
+        return (isinstance(hang, dict) and hang.get("status") in ORDER and ORDER[hang["status"]] >= ORDER[status]
+                and (hang.get("detected_at") or 0) > self.closed_at)
+
+    def _all_dumped(self, ep: dict) -> bool:
+        host = socket.gethostname()
+        return all(self._dumped_for(r, ep["status"]) for r, (pid, where) in registered_ranks(self.dump_dir).items()
+                   if where != host or alive(pid))
+
+    def _print_verdict(self, ep: dict) -> None:
+        ep["printed"] = True
+        status = ep["status"]
+        late = [r for r in registered_ranks(self.dump_dir) if not self._dumped_for(r, status)]
+        self.shout("")
+        self.shout(f"distdoctor run: HANG {status.upper()} at {_clock(ep['detected_at'])}; every rank was asked "
+                   "to dump"
+                   + (f" ({_ranks(late)} did not within {FANOUT_WAIT_S:g} s)" if late else "")
+                   + (". The job keeps running." if status == "suspected" or not self.kill_on_hang else "."))
+        self.shout(self.report_text(problem=f"hang {status}"), nl=False)
+        self.verdicts += 1
+        self.printed_stamps = dict(self._stamps)
+        if status == "confirmed" and self.kill_on_hang and self.child.poll() is None:
+            self.shout("distdoctor run: stopping the job (--kill-on-hang): SIGTERM to the command.")
+            try:
+                self.child.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            self._kill_at = time.time() + KILL_GRACE_S
+        elif status == "suspected":
+            self.shout("distdoctor run: watching for progress; a hang is confirmed after --hang-timeout "
+                       f"({_hang_timeout(self.headers)}) without progress.")
+
+    def stop_orphans(self, grace_s: float = ORPHAN_GRACE_S) -> list[int]:
+        """The command ended but some of its ranks still run (torchrun starts each in its own session, so a
+        launcher killed without cleaning up leaves them behind, blocked forever in a hang): stop them, SIGTERM
+        (they dump) then SIGKILL. Returns the ranks stopped."""
+        host = socket.gethostname()
+        left = {r: pid for r, (pid, where) in registered_ranks(self.dump_dir).items() if where == host and alive(pid)}
+        if not left:
+            return []
+        self.say(f"{_ranks(left)} still running after the command ended (its launcher is gone): stopping them")
+        for pid in left.values():
+            _kill(pid, signal.SIGTERM)
+        deadline = time.time() + grace_s
+        while time.time() < deadline and any(alive(pid) for pid in left.values()):
+            time.sleep(0.1)
+        for pid in left.values():
+            if alive(pid):
+                _kill(pid, signal.SIGKILL)
+        return sorted(left)
+
+    # ---- analysis ------------------------------------------------------------------------------------------
+    def report_text(self, problem: str | None = None) -> str:
+        """diagnose's text report of the dumps; when `problem` is known (a hang, a crash, a failed command) and
+        the traces alone look fine, the verdict line says the problem instead of OK."""
+        try:
+            from distdoctor.diagnose.analyze import analyze
+            from distdoctor.report.diagnose_text import render_text
+            from distdoctor.trace.loaders import load_traces
+        except ImportError:
+            return ""
+        try:
+            traces = load_traces([self.dump_dir])
+            if not traces.ranks:
+                return ""
+            report = analyze(traces)
+            text = render_text(report)
+        except Exception as exc:  # the job's exit code and the dumps matter more than this summary
+            self.say(f"warning: could not analyze the dumps ({type(exc).__name__}: {exc})")
+            return ""
+        if problem and report.verdict == "ok":
+            keep = [ln for ln in text.splitlines() if not ln.startswith("No desync, hang or straggler found")]
+            if keep and keep[0].startswith("verdict: OK"):
+                rest = keep[0].split(" - ", 1)[-1].split("; ", 1)[-1]
+                keep[0] = f"verdict: PROBLEM - {problem} (no finding in the traces themselves); {rest}"
+            text = "\n".join(keep) + "\n"
+        return text
+
+    # ---- when the job ended --------------------------------------------------------------------------------
+    def closing_report(self, rc: int) -> None:
+        self._scan()
+        # the first to die first: the others often died of it (a peer's connection closed)
+        crashed = {r: h for r, h in sorted(self.headers.items(), key=lambda x: (x[1].get("dump_time") or 0, x[0]))
+                   if _crash(h)}
+        problem = None
+        if crashed or rc != 0:
+            problem = "; ".join([f"rank {r} crashed: {_crash(h)}" for r, h in crashed.items()]
+                                + ([f"the command exited with code {rc}"] if rc != 0 else []))
+        before = self.printed_stamps or {}
+        changed = [p for p, st in self._stamps.items() if before.get(p) != st]
+        # dumps only rewritten to say a printed hang resumed: run already said so, and they still show that moment
+        resumes_only = self.printed_stamps is not None and all(
+            str(self._by_path[p].get("dump_reason") or "").startswith("hang resumed") for p in changed)
+        if self.headers and changed and (problem or not resumes_only):
+            self.shout("")
+            self.shout(self.report_text(problem), nl=False)
+        if problem:
+            self.shout(f"distdoctor run: the job failed: {problem}.")
+        elif self.verdicts:
+            self.shout("distdoctor run: the job ended with exit code 0.")
+
+    def clean_up(self, created_dir: bool) -> None:
+        """Remove what ranks left behind here: pid files (of ranks killed before they could), the request, and
+        temporary files of writers that died; the directory itself when empty and made by us."""
+        host = socket.gethostname()
+        for rank, (pid, where) in registered_ranks(self.dump_dir).items():
+            if where == host and not alive(pid):
+                _unlink(os.path.join(self.dump_dir, f".rank_{rank}.pid"))
+        _unlink(os.path.join(self.dump_dir, REQUEST_FILE))
+        for path in glob.glob(os.path.join(self.dump_dir, ".*.tmp-*")):
+            try:
+                pid = int(path.rsplit(".tmp-", 1)[1].split("-")[0])
+            except (ValueError, IndexError):
+                continue
+            if not alive(pid):
+                _unlink(path)
+        if created_dir:
+            try:
+                os.rmdir(self.dump_dir)  # only when empty
+            except OSError:
+                pass
+
+
+def _crash(header: dict) -> str | None:
+    exc = header.get("exception")
+    if isinstance(exc, dict) and exc.get("type"):
+        where = f" (in {exc['where']})" if exc.get("where") else ""
+        thread = f" in thread {exc['thread']}" if exc.get("thread") not in (None, "MainThread") else ""
+        return f"{exc['type']}: {str(exc.get('message', ''))[:200]}{thread}{where}"
+    reason = header.get("dump_reason") or ""
+    return reason[len("exception: "):] if reason.startswith("exception: ") else None
+
+
+def _hang_timeout(headers: dict) -> str:
+    for h in headers.values():
+        hang = h.get("hang")
+        if isinstance(hang, dict) and hang.get("hang_timeout_s"):
+            return f"{hang['hang_timeout_s']:g} s"
+    return "its value"
+
+
+def _ranks(ranks) -> str:
+    ranks = sorted(ranks)
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def _kill(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except OSError:
+        pass
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -1,0 +1,231 @@
+"""The hang rule on a recorder driven by hand (no torch, no processes): the adaptive threshold, suspected ->
+confirmed -> resumed, the idle rule, requests from `distdoctor run`; then `diagnose`'s `hang` object merged
+from the headers of several ranks, in the JSON and the text report."""
+
+from __future__ import annotations
+
+from collections import deque
+from types import SimpleNamespace
+
+import pytest
+
+from distdoctor.diagnose import hang_status
+from distdoctor.diagnose.analyze import analyze
+from distdoctor.report.diagnose_text import render_text
+from distdoctor.trace.hangwatch import HangWatch
+from distdoctor.trace.loaders import load_traces
+from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace, dumps
+from distdoctor.trace.recorder import RecorderConfig
+
+
+class Call(SimpleNamespace):
+    __hash__ = object.__hash__
+
+
+class FakeRecorder:
+    def __init__(self, timeout=300.0, floor=10.0, factor=3.0):
+        self.config = RecorderConfig("/nonexistent", timeout or None, suspect_floor=floor or None,
+                                     suspect_factor=factor)
+        self.pending: set = set()
+        self.waits: deque = deque(maxlen=256)
+        self.last_progress = 0.0
+        self.rank = 2
+
+    def pending_summary(self) -> str:
+        return f"{len(self.pending)} pending"
+
+    def call(self, t: float, seq: int = 7):
+        r = Call(t_created=t, group="0", op="all_reduce", seq=seq, p2p_seq=None)
+        self.pending.add(r)
+        self.last_progress = t
+        return r
+
+    def done(self, r, t: float):
+        self.pending.discard(r)
+        self.last_progress = t
+        self.waits.append(t - r.t_created)
+
+
+def watch(rec) -> HangWatch:
+    w = HangWatch(rec)
+    w.fr.available = False  # no Flight Recorder without torch
+    return w
+
+
+def test_suspected_after_the_floor_then_resumed():
+    rec = FakeRecorder()
+    w = watch(rec)
+    r = rec.call(100.0)
+    assert w.tick(105.0) is None
+    kind, reason = w.tick(110.5)
+    assert kind == "dump"
+    assert reason == ("hang suspected: all_reduce #7 on group 0 in flight for 10.5 s (threshold 10 s = "
+                      "max(floor 10 s, 3 x longest recent wait 0.00 s))")
+    h = w.header()
+    assert h["status"] == "suspected" and h["detected_by"] == 2 and h["since"] == 100.0
+    assert h["threshold_s"] == 10.0 and h["blocked_in"]["seq"] == 7 and h["this_rank"]["blocked_in"]["op"] == "all_reduce"
+    assert w.tick(111.0) is None  # once per episode
+    rec.done(r, 130.0)
+    kind, reason = w.tick(131.0)
+    assert kind == "rewrite" and reason.startswith("hang resumed: progress after 30.0 s (hang suspected at ")
+    assert w.header()["status"] == "resumed" and w.header()["resumed_after_s"] == 30.0
+    # the threshold learned from that wait: 3 x 30 s
+    rec.call(200.0)
+    assert w.tick(250.0) is None
+    assert w.tick(290.5)[0] == "dump" and w.header()["threshold_s"] == 90.0
+
+
+def test_threshold_follows_the_longest_recent_wait():
+    rec = FakeRecorder()
+    rec.waits.extend([0.01] * 100 + [5.0])
+    w = watch(rec)
+    rec.call(0.0)
+    assert w.tick(14.9) is None
+    assert w.tick(15.1)[0] == "dump"
+    assert w.header()["recent_wait_s"] == 5.0 and w.header()["waits_seen"] == 101
+
+
+def test_confirmed_after_the_hang_timeout_and_floor_above_timeout():
+    rec = FakeRecorder(timeout=20.0)
+    w = watch(rec)
+    rec.call(100.0)
+    assert w.tick(111.0)[0] == "dump"
+    kind, reason = w.tick(121.0)
+    assert kind == "dump" and reason == "hang: no collective completed for 21.0 s (hang timeout 20 s; 1 pending)"
+    assert w.header()["status"] == "confirmed"
+    assert w.tick(125.0) is None
+    # a floor above the timeout: straight to confirmed
+    rec2 = FakeRecorder(timeout=5.0, floor=10.0)
+    w2 = watch(rec2)
+    rec2.call(0.0)
+    assert w2.tick(5.5)[1].startswith("hang: no collective completed for 5.5 s")
+    assert w2.header()["status"] == "confirmed"
+
+
+def test_idle_rank_is_confirmed_only_after_the_timeout():
+    rec = FakeRecorder(timeout=20.0)
+    rec.last_progress = 100.0
+    w = watch(rec)
+    w.fr.available, w.fr.look = True, lambda now: (None, False, [])  # Flight Recorder on, showing nothing
+    assert w.tick(115.0) is None  # nothing in flight: a pause outside collectives is never suspected
+    kind, reason = w.tick(121.0)
+    assert reason == "hang: no collective completed for 21.0 s (hang timeout 20 s; no collective pending)"
+    assert w.header()["blocked_in"] is None and w.header()["this_rank"]["blocked_in"] is None
+    assert w.tick(130.0) is None
+    rec.last_progress = 131.0  # it issued something: resumed
+    assert w.tick(131.5)[0] == "rewrite"
+
+
+def test_without_flight_recorder_a_moving_main_thread_is_not_idle():
+    """C++-issued collectives (DDP) are invisible then: the rule must not call a busy rank idle."""
+    rec = FakeRecorder(timeout=20.0)
+    rec.last_progress = 100.0
+    w = watch(rec)
+    assert w.tick(121.0) is None  # this (main) thread is running
+    w._main_pos = w._main_still_since = None
+    w._main_is_still = lambda now: True  # a main thread sitting in one call since 100
+    w._main_still_since = 100.0
+    assert w.tick(121.0)[1].startswith("hang: no collective completed for 21.0 s")
+
+
+def test_no_timeout_no_rule_and_floor_zero_only_confirms():
+    rec = FakeRecorder(timeout=0)
+    w = watch(rec)
+    rec.call(0.0)
+    assert w.tick(10_000.0) is None
+    rec = FakeRecorder(timeout=30.0, floor=0)
+    w = watch(rec)
+    rec.call(0.0)
+    assert w.tick(29.0) is None and w.tick(31.0)[1].startswith("hang: no collective completed")
+
+
+def test_requests_from_run_are_adopted_once():
+    rec = FakeRecorder()
+    w = watch(rec)
+    episode = {"status": "suspected", "detected_by": 0, "detected_at": 50.0, "since": 40.0, "threshold_s": 10.0}
+    assert w.adopt(episode) is True
+    h = w.header()
+    assert h["requested"] is True and h["detected_by"] == 0 and h["this_rank"]["blocked_in"] is None
+    assert w.adopt(episode) is False  # already dumped for it
+    assert w.adopt({**episode, "status": "confirmed"}) is True
+    own = watch(FakeRecorder())
+    own.rec.call(0.0)
+    own.tick(11.0)
+    assert own.adopt(episode) is False  # it detected the hang itself
+
+
+# ---- diagnose's `hang` object ----------------------------------------------------------------------------------
+
+def _trace(rank, hang, entries, stacks=None):
+    return RankTrace(rank=rank, source="native", world_size=3, groups={"0": GroupInfo("0", [0, 1, 2])},
+                     entries=entries, stacks=stacks, dump_reason="x", dump_time=111.0, hang=hang)
+
+
+def _ar(seq, state, t):
+    return Entry(index=seq, group="0", op="all_reduce", seq=seq, in_sizes=[[8]], out_sizes=[[8]],
+                 in_dtypes=["float32"], out_dtypes=["float32"], state=state, t_created=t)
+
+
+EPISODE = {"status": "suspected", "id": "h:1:1", "detected_by": 0, "detected_at": 110.0, "since": 100.0,
+           "hang_timeout_s": 300.0, "threshold_s": 10.0, "floor_s": 10.0, "factor": 3.0, "recent_wait_s": 0.02,
+           "waits_seen": 40, "blocked_in": {"group": "0", "seq": 2, "op": "all_reduce", "source": "recorder",
+                                            "since": 100.0}, "requested": False}
+
+
+def _set(tmp_path, hang0, hang1):
+    blocked = {"blocked_in": EPISODE["blocked_in"], "blocked_for_s": 11.0, "idle_for_s": 11.0}
+    traces = [
+        _trace(0, {**hang0, "this_rank": blocked}, [_ar(1, "completed", 90.0), _ar(2, "started", 100.0)]),
+        _trace(1, {**hang1, "this_rank": {"blocked_in": None, "blocked_for_s": None, "idle_for_s": 20.0}},
+               [_ar(1, "completed", 90.0)],
+               stacks={"MainThread (1)": [Frame("<module>", "/job/train.py", 9), Frame("load", "/job/train.py", 30)]}),
+        _trace(2, None, [_ar(1, "completed", 90.0), _ar(2, "started", 100.5)]),
+    ]
+    for t in traces:
+        (tmp_path / f"rank_{t.rank}.jsonl").write_text(dumps(t))
+    return load_traces([str(tmp_path)])
+
+
+def test_hang_object_merges_the_ranks_headers(tmp_path):
+    ts = _set(tmp_path, EPISODE, {**EPISODE, "requested": True})
+    h = hang_status.summarize(ts)
+    assert h["status"] == "suspected" and h["blocked_for_s"] == 11.0 and h["threshold_s"] == 10.0
+    assert h["threshold"]["derived"] == "max(floor 10 s, 3 x longest recent collective wait 0.02 s)"
+    assert (h["blocked_ranks"], h["idle_ranks"], h["not_dumped"]) == ([0], [1], [2])
+    assert h["now"] == {"1": "load (/job/train.py:30)"} and h["detected_by"] == 0
+    report = analyze(ts)
+    assert report.to_json()["hang"] == h
+    line = next(ln for ln in render_text(report).splitlines() if ln.startswith("hang: "))
+    assert line.startswith("hang: suspected: rank 0 blocked up to 11.0 s in all_reduce #2 on the default group '0'")
+    assert "rank 1 in no collective (rank 1 now at load (/job/train.py:30))" in line
+    assert "rank 2 did not dump for it" in line and "threshold 10 s = max(floor 10 s" in line
+
+
+def test_hang_object_says_resumed_and_confirmed(tmp_path):
+    resumed = {**EPISODE, "status": "resumed", "resumed_at": 131.0, "resumed_after_s": 31.0}
+    h = hang_status.summarize(_set(tmp_path, resumed, {**EPISODE, "requested": True}))
+    assert h["status"] == "resumed" and h["resumed_after_s"] == 31.0
+    assert hang_status.describe(h).startswith("resumed after 31.0 s")
+    h = hang_status.summarize(_set(tmp_path, {**EPISODE, "status": "confirmed"}, EPISODE))
+    assert h["status"] == "confirmed" and "no progress for the hang timeout (300 s)" in hang_status.describe(h)
+
+
+def test_no_hang_headers_no_hang_object(tmp_path):
+    ts = _set(tmp_path, EPISODE, EPISODE)
+    for t in ts.ranks.values():
+        t.hang = None
+    assert hang_status.summarize(ts) is None
+    assert analyze(ts).to_json()["hang"] is None
+
+
+@pytest.mark.parametrize("bad", [[1, 2], "suspected", {"status": "panicking"}])
+def test_odd_hang_headers_are_ignored(tmp_path, bad):
+    t = _trace(0, None, [_ar(1, "completed", 1.0)])
+    text = dumps(t).splitlines()
+    import json
+
+    header = json.loads(text[0])
+    header["hang"] = bad
+    (tmp_path / "rank_0.jsonl").write_text("\n".join([json.dumps(header), *text[1:]]) + "\n")
+    ts = load_traces([str(tmp_path)])
+    assert hang_status.summarize(ts) is None
