@@ -306,10 +306,11 @@ def launch(scenario: str, out: str, stall: float = 3.0, deadline: float = 60.0) 
         if not live:
             break
         # A rank that raised ends by itself; a stalled one is killed once its stall dump has not changed for a
-        # second and, under the recorder, the recorder has dumped it too.
+        # second and, under the recorder, the recorder has written both its files for it too.
         states = {r: _fr_state(out, r) or {} for r in live}
         dumped = all(st.get("state") == "stall" and time.time() - st["at"] >= STABLE_S and
-                     (recorder is None or os.path.exists(os.path.join(recorder, f"rank_{r}.jsonl")))
+                     (recorder is None or all(os.path.exists(os.path.join(recorder, f"rank_{r}.{ext}"))
+                                              for ext in ("jsonl", "fr.pkl")))
                      for r, st in states.items())
         timed_out = time.monotonic() - t0 > deadline
         if dumped or timed_out:

@@ -76,7 +76,7 @@ def run_suite(out: str, names: list[str] | None = None, parallel: int = 4, seed:
               env: dict | None = None) -> dict[str, dict]:
     """Run the scenarios (at most `parallel` at once) and build their mode directories. Returns, per scenario:
     run_rc (distdoctor run's exit code), job (jobs.py's status line), leftover (pids still alive in its
-    session when distdoctor run returned), seconds, stderr (path of distdoctor run's stderr), modes."""
+    session when distdoctor run returned), seconds, stderr and stdout (paths of distdoctor run's streams: its verdicts are on stdout), modes."""
     names = list(names or SCENARIOS)
     os.makedirs(out, exist_ok=True)
     queue, running, results = list(names), {}, {}
@@ -115,7 +115,7 @@ def _collect(out: str, name: str, rc: int, leftover: list[int], seconds: float, 
         with open(os.path.join(d, "status.json")) as f:
             job = json.load(f)
     return {"run_rc": rc, "job": job, "leftover": leftover, "seconds": round(seconds, 1),
-            "stderr": os.path.join(d, "run.stderr"), "modes": build_modes(d, seed, name),
+            "stderr": os.path.join(d, "run.stderr"), "stdout": os.path.join(d, "run.stdout"), "modes": build_modes(d, seed, name),
             "mix": mixed_choice(seed, name)}
 
 

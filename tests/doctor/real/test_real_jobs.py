@@ -186,9 +186,9 @@ def _params():
 
 # ---- the tests ----------------------------------------------------------------------------------------------------
 
-def _run_report(stderr_path: str) -> tuple[str | None, list[int] | None, str]:
+def _run_report(stdout_path: str) -> tuple[str | None, list[int] | None, str]:
     """(kind or 'ok' or None, ranks, findings text) from the last report `distdoctor run` printed."""
-    text = Path(stderr_path).read_text(errors="replace")
+    text = Path(stdout_path).read_text(errors="replace")
     at = text.rfind("verdict: ")
     if at < 0:
         return None, None, ""
@@ -204,7 +204,7 @@ def test_first_finding(real_jobs, scenario, mode):
     want = expected(scenario, views_of(mode, scenario))
     result = real_jobs[scenario]
     if mode == "run":
-        kind, ranks, text = _run_report(result["stderr"])
+        kind, ranks, text = _run_report(result["stdout"])
         assert kind is not None, "distdoctor run printed no verdict"
         assert (kind, ranks) == (("ok", []) if want is None else want), text[:1500]
     else:
