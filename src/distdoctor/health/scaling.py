@@ -240,10 +240,13 @@ def write_png(doc: dict, path: str) -> None:
 @click.option("--batch", type=click.IntRange(min=1), default=32, show_default=True, help="Weak scaling: samples per rank.")
 @click.option("--global-batch", type=click.IntRange(min=1), default=64, show_default=True,
               help="Strong scaling: samples per step over all ranks.")
-@click.option("--layers", type=click.IntRange(min=1), default=4, show_default=True)
-@click.option("--hidden", type=click.IntRange(min=1), default=1024, show_default=True)
+@click.option("--layers", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Linear layers of the measured model (more: more gradient to all-reduce).")
+@click.option("--hidden", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Width of each layer (hidden x hidden weights).")
 @click.option("--steps", type=click.IntRange(min=1), default=10, show_default=True, help="Timed steps per measurement.")
-@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Untimed steps before each measurement.")
 @click.option("--png", "png", default=None, type=click.Path(dir_okay=False), help="Write the plot and table here.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: one JSON document on stdout and nothing else there.")
