@@ -247,6 +247,13 @@ def summarize_bench(job, opts: BenchOptions) -> dict:
             "per_rank_time_us": per_rank_summary(rows, n)}
 
 
+def check_root(opts: BenchOptions, n: int) -> None:
+    """A root outside the world is refused, never wrapped around (root 7 of 4 ranks is not root 3)."""
+    if get_spec(opts.op).rooted and opts.root >= n:
+        raise InputError("-r/--root", f"rank {opts.root} does not exist in a world of {n} ranks "
+                                      f"({opts.op} needs a root from 0 to {n - 1})")
+
+
 def spec_reduces(op: str) -> bool:
     return op in ("all_reduce", "reduce", "reduce_scatter")
 
@@ -268,6 +275,8 @@ def run_bench(cfg: WorldConfig, opts: BenchOptions, on_event=None) -> dict | Non
     n = resolve_nproc(cfg)
     if n is not None and n < 2:
         raise InputError("--nproc", "bench needs a world of at least 2 ranks")
+    if n is not None:
+        check_root(opts, n)
     if opts.links:
         job = run_job("distdoctor.bench:bench_and_links",
                       {"links": {"nbytes": opts.link_bytes, "iters": opts.link_iters}, **opts.worker_args()}, cfg,
