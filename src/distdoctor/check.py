@@ -196,7 +196,10 @@ def check_progress(n_hint: str):
     The live display is started only at the first progress event, i.e. once the workers exist: CPU workers are
     forked, and no display thread should be running (and holding the stderr lock) at fork time.
     """
-    quiet = os.environ.get("RANK", "0") != "0"  # under torchrun only rank 0 speaks
+    from distdoctor.launchers import detect
+
+    launch = detect()
+    quiet = launch is not None and launch.rank != 0  # under a launcher only rank 0 speaks
     if not quiet:
         click.echo(f"distdoctor check: starting {n_hint} …", err=True)
     state: dict = {"progress": None, "tasks": {}, "stage": None}
