@@ -254,6 +254,53 @@ def check_root(opts: BenchOptions, n: int) -> None:
                                       f"({opts.op} needs a root from 0 to {n - 1})")
 
 
+def rank_bytes(op: str, size_bytes: int, dtype: str, n: int, check: bool) -> int:
+    """Host memory one rank needs at its peak for one row (an estimate that errs high): the call's input and
+    output buffers, the float64 values the input is cast from, and with -c the float64 reference (built from
+    every member's input), the output read back and its difference from the reference."""
+    spec = get_spec(op)
+    count = count_for(op, size_bytes, dtype, n)
+    out = spec.out_numel(count, n)
+    verify = (2 * max(count, out) + 3 * out) * 8 if check else 0
+    return (count + out) * itemsize(dtype) + max(count * 8, verify)
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel says can be allocated without swapping (MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_memory(opts: BenchOptions, n: int, cfg: WorldConfig) -> None:
+    """Refuse a sweep whose largest buffers cannot fit, with the numbers, instead of running until the kernel
+    kills a rank. Every rank of this host needs its buffers at once (a GPU world: its reference on the host)."""
+    from distdoctor.launchers import detect
+
+    avail = available_memory()
+    if avail is None:
+        return
+    launch = detect()
+    local = (launch.local_world_size or launch.world_size) if launch else n
+    need = rank_bytes(opts.op, opts.maxbytes, opts.dtype, n, opts.check)
+    if need * local <= avail:
+        return
+    fits = [s for s in opts.sizes() if rank_bytes(opts.op, s, opts.dtype, n, opts.check) * local <= avail]
+    advice = f"use -e {fits[-1]} or less" if fits else "no size of this sweep fits"
+    raise InputError("-e/--maxbytes", f"{opts.maxbytes} B of {opts.op} {opts.dtype} needs about {_gib(need)} per "
+                                      f"rank x {local} ranks on this host = {_gib(need * local)}, but "
+                                      f"{_gib(avail)} is available (MemAvailable): {advice}")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
 def spec_reduces(op: str) -> bool:
     return op in ("all_reduce", "reduce", "reduce_scatter")
 
@@ -277,6 +324,7 @@ def run_bench(cfg: WorldConfig, opts: BenchOptions, on_event=None) -> dict | Non
         raise InputError("--nproc", "bench needs a world of at least 2 ranks")
     if n is not None:
         check_root(opts, n)
+        check_memory(opts, n, cfg)
     if opts.links:
         job = run_job("distdoctor.bench:bench_and_links",
                       {"links": {"nbytes": opts.link_bytes, "iters": opts.link_iters}, **opts.worker_args()}, cfg,

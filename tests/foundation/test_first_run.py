@@ -78,6 +78,24 @@ def test_bench_refuses_a_root_outside_the_world():
     one_line_error(out, "-r/--root: rank 7 does not exist in a world of 4 ranks")
 
 
+def test_bench_refuses_buffers_beyond_the_memory_with_the_numbers():
+    start = time.monotonic()
+    out = distdoctor("bench", "--nproc", "4", "-e", "100G", timeout=60)
+    assert time.monotonic() - start < 30  # refused before any rank starts, not after the kernel kills one
+    one_line_error(out, "-e/--maxbytes: 107374182400 B of all_reduce float32 needs about", "x 4 ranks on this host",
+                   "is available (MemAvailable): use -e ")
+
+
+def test_memory_estimate_grows_with_the_size_and_the_check():
+    from distdoctor.bench import rank_bytes
+
+    small, big = rank_bytes("all_reduce", 1 << 20, "float32", 4, True), rank_bytes("all_reduce", 1 << 30, "float32",
+                                                                                   4, True)
+    assert big == small * 1024 and small >= 2 * (1 << 20)  # at least the input and output buffers
+    assert rank_bytes("all_reduce", 1 << 20, "float32", 4, False) < small
+    assert rank_bytes("all_gather", 1 << 20, "float32", 4, True) >= 2 * (1 << 20)
+
+
 def test_validate_refuses_an_address_of_another_host_at_once():
     # 192.0.2.1 (TEST-NET-1) is no address of this host: a standalone world could never meet there.
     start = time.monotonic()
