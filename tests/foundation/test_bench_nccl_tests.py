@@ -14,7 +14,6 @@ writeResultFooter; JSON_FILE_VERSION 3):
 
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
@@ -215,5 +214,13 @@ def test_bad_baselines_are_refused_before_any_rank_starts(tmp_path):
     assert out.returncode == 2 and "--tolerance" in out.stderr
 
 
-if __name__ == "__main__":  # read a -J file by hand: python test_bench_nccl_tests.py FILE
-    print(json.dumps(read_like_analyze_perf_json(json.loads(Path(sys.argv[1]).read_text()), True), indent=1))
+@pytest.mark.slow
+def test_bench_html_page_loads_in_chromium(run):
+    from chromium_cdp import errors, find_browser, load_page
+
+    if find_browser() is None:
+        pytest.skip("no chromium on this machine (Debian: apt-get install chromium)")
+    page = load_page(str(run["dir"] / "bench.html"))
+    assert errors(page) == []
+    assert page["text"].split()[:5] == ["distdoctor", "bench", "FAIL:", "size", "1024"]
+    assert "baseline in-place" in (run["dir"] / "bench.html").read_text()  # the H100 baseline is drawn
