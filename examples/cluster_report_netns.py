@@ -77,7 +77,7 @@ def main() -> int:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser:
         subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        "--window-size=1100,1450", f"--screenshot={out / 'cluster-report.png'}",
+                        "--window-size=1100,1700", f"--screenshot={out / 'cluster-report.png'}",
                         f"file://{out / 'cluster-report.html'}"], capture_output=True, timeout=60, check=False)
         print(f"screenshot: {out / 'cluster-report.png'}")
     shutil.rmtree(work, ignore_errors=True)
