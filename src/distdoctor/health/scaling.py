@@ -178,7 +178,7 @@ def render_text(doc: dict) -> str:
         table.add_row(str(p["world_size"]), p["mode"], f"{p['per_rank_batch']:g}", f"{p['samples_per_s']:.1f}",
                       f"{p['step_ms']:.2f}", f"{p['compute_ms']:.2f}", f"{100 * p['exposed_allreduce_share']:.1f}%",
                       eff, "projected" if p["projected"] else "measured")
-    console = Console(record=True, width=130, file=StringIO())
+    console = Console(record=True, width=130, file=StringIO(), force_jupyter=False)  # text, even in a notebook
     console.print(table)
     ab = doc.get("alpha_beta")
     if ab:
