@@ -259,3 +259,18 @@ def test_unreachable_rank0_is_one_line_within_the_timeout():
     assert time.monotonic() - start < 20
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "frame #" not in out.stderr
     assert "cannot reach rank 0's rendezvous at localhost:" in out.stderr and "within 2 s" in out.stderr
+
+
+@pytest.mark.slow
+def test_validate_under_a_real_srun(tmp_path):
+    import slurm_cluster
+
+    reason = slurm_cluster.unavailable_reason()
+    if reason:
+        pytest.skip(f"no private SLURM cluster: {reason}")
+    with slurm_cluster.private_slurm(str(tmp_path)) as env:
+        out = run(["srun", "-n", "4", "--overcommit", "--kill-on-bad-exit=0", sys.executable, "-m", "distdoctor",
+                   *SMALL], timeout=180, env={**job_env(), **env})
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc = one_report(out.stdout)
+    assert doc["passed"] and doc["world_size"] == 4 and doc["counts"]["pass"] == 46
