@@ -37,7 +37,7 @@ check can actually fail, and when it does it names the rank.
 | 5.1 AllReduce correctness | sums a Python list | `validate`: every rank's result against an exact float64 reference, on 4 ranks |
 | 5.2 real AllReduce | shows the code pattern | the lab's worker on 4 ranks; a rank that dies is named, nothing hangs |
 | 5.3 bandwidth table | a formula with 600 GB/s NVLink | `bench`: measured algbw/busbw, nccl-tests' table and JSON |
-| 5.4 scaling efficiency | an `O(log N)` model | `scaling`: DDP measured on 1, 2, 4 ranks, then projected |
+| 5.4 scaling efficiency | an `O(log N)` model | `scaling`: DDP measured on 1 and 2 ranks, then projected |
 | 5.5 health checker | lists of tensors | `HealthMonitor` on a real DDP run; a NaN planted on rank 1 |
 | 5.6 debugging playbook | a text | a real hang recorded and explained; a lost rank; a straggler |
 | 5.7 DP vs DDP | a comparison table | `parity`: DDP (plain, accumulated, no_sync) against one process |
@@ -147,14 +147,15 @@ display(Image(filename=png))"""),
     ("md", """## Exercise 5.4: scaling efficiency, measured
 
 The lab models communication as `log2(n)/n` of the compute. `distdoctor scaling` trains a small MLP with DDP
-on 1, 2 and 4 ranks, weak (fixed batch per rank) and strong (fixed global batch), and measures samples/s,
+on 1 and 2 ranks, weak (fixed batch per rank) and strong (fixed global batch), and measures samples/s,
 the all-reduce time not hidden behind backward, and efficiency = samples/s at n / (n x one process). It then
 fits an alpha-beta all-reduce model to bench rows measured in the same job and projects to 1024 ranks
-(marked projected, never mixed with the measured points). On 2 CPU cores shared by 4 ranks efficiency
-is low by construction: the point is the method."""),
+(marked projected, never mixed with the measured points). On 2 CPU cores efficiency is low by
+construction (gloo over loopback, ranks sharing the cores): the point is the method; `max_ranks` is the
+number of GPUs on a GPU node."""),
     ("code", """from distdoctor.health.scaling import render_text, run_scaling
 
-scaling = run_scaling(WorldConfig(timeout_s=60), max_ranks=4, batch=16, global_batch=64, layers=2, hidden=128,
+scaling = run_scaling(WorldConfig(timeout_s=60), max_ranks=2, batch=16, global_batch=64, layers=2, hidden=128,
                       steps=3, warmup=1)
 print(render_text(scaling))"""),
 
@@ -165,7 +166,7 @@ each rank of a DDP job: every few steps it compares replica fingerprints across 
 consistency), follows the loss trend, times every rank (stragglers) and watches memory; on a NaN it finds the
 first module, rank and step where it appeared. The demo trains a tiny MLP on 2 ranks; at step 3 rank 1's
 `fc2` output becomes NaN."""),
-    ("code", """healthy = run_job("distdoctor.health.demo:run_demo", {"steps": 20, "every": 5}, WorldConfig(nproc=2, timeout_s=60))
+    ("code", """healthy = run_job("distdoctor.health.demo:run_demo", {"steps": 10, "every": 5}, WorldConfig(nproc=2, timeout_s=60))
 summary = healthy.results[0]
 print(summary["table"])"""),
     ("code", """nan = run_job("distdoctor.health.demo:run_demo", {"steps": 12, "every": 4, "inject": ["nan:1:fc2"]},

@@ -174,14 +174,23 @@ def test_diagnose_reads_only_the_directory_and_summarizes_what_it_skips(tmp_path
 
 
 @pytest.mark.slow
-def test_the_documented_straggler_is_named_and_every_result_stays_pass():
+def test_the_documented_straggler_is_named_and_every_result_stays_pass(tmp_path):
     # 20 calls on the 2-rank shard groups: without validate's lockstep, ranks 2 and 3 run 4 s ahead of the
     # delayed rank 1 and time out (--timeout 3) waiting for it in the next group; then ranks were named lost.
     out = distdoctor("validate", "--nproc", "4", "--ops", "all_reduce,broadcast,all_gather", "--dtypes",
                      "float32,float64", "--sizes", "1", "--inject", "delay:1:0.2", "--timeout", "3", "--format",
-                     "json", timeout=180)
+                     "json", "--html", tmp_path / "validate.html", timeout=180)
     doc = json.loads(out.stdout)
     assert out.returncode == 1, out.stderr[-2000:]  # a straggler fails the run...
     assert doc["lost"] == [] and doc["counts"]["fail"] == 0  # ...while every result is right
     assert [s["rank"] for s in doc["stragglers"]] == [1] and doc["culprit_ranks"] == [1]
     assert 0.15 <= doc["stragglers"][0]["median_late_s"] < 1.0
+    assert doc["per_rank_late_s"]["1"] == pytest.approx(doc["stragglers"][0]["median_late_s"], abs=1e-4)
+    # The page of the same run, in a real browser: it loads cleanly and names the straggler.
+    from chromium_cdp import errors, find_browser, load_page
+
+    if find_browser() is None:
+        pytest.skip("no chromium on this machine (Debian: apt-get install chromium) to load the page in")
+    page = load_page(str(tmp_path / "validate.html"))
+    assert errors(page) == []
+    assert "rank 1: straggler: arrives" in page["text"] and "median lateness at the barrier" in page["text"]
