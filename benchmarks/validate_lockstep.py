@@ -52,7 +52,9 @@ def main() -> None:
     print()
     for name, values in walls.items():
         med = statistics.median(values)
-        print(f"barrier {name:<14} median {med:6.1f} s  = {med / base:.2f}x no barrier")
+        paired = statistics.median(v / b for v, b in zip(values, walls["none"]))  # each round against its own
+        print(f"barrier {name:<14} median {med:6.1f} s  = {med / base:.2f}x no barrier; paired per round "
+              f"{paired:.2f}x")
 
 
 if __name__ == "__main__":
