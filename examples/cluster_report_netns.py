@@ -14,13 +14,10 @@ Chromium. Steps:
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -28,27 +25,12 @@ sys.path.insert(0, SRC)
 
 from distdoctor.testing import netns  # noqa: E402
 
-PORT = 29410
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from links_slow_host import run_bench  # noqa: E402 - torchrun on every virtual host, rank 0's JSON back
 
 
-def bench_on_every_host(cluster: netns.VirtualCluster, args: list[str], timeout: float = 300) -> dict:
-    env = dict(os.environ, PYTHONPATH=SRC, PYTHONUNBUFFERED="1")
-    n = len(cluster.hosts)
-    procs = [cluster.popen(h, [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(n), "--node-rank",
-                               str(h), "--nproc-per-node", "1", "--master-addr", cluster.hosts[0].addr,
-                               "--master-port", str(PORT), "--max-restarts", "0", "-m", "distdoctor", "bench", *args,
-                               "--format", "json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                           text=True) for h in range(n)]
-    start = time.monotonic()
-    try:
-        out = procs[0].communicate(timeout=timeout)[0]
-        for p in procs[1:]:
-            p.wait(timeout=max(1, timeout - (time.monotonic() - start)))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    return json.loads(out)
+def bench_on_every_host(cluster: netns.VirtualCluster, args: list[str]) -> dict:
+    return run_bench(cluster, ["-m", "distdoctor", "bench", *args, "--format", "json"])[0]
 
 
 def main() -> int:

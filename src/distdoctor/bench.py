@@ -108,8 +108,8 @@ def count_for(op: str, size_bytes: int, dtype: str, n: int) -> int:
     return count // n * n if op == "all_to_all" else count
 
 
-def time_call(call, iters: int, warmup: int, group, device) -> float:
-    """Seconds per call on this rank: warmup, barrier, then iters back-to-back calls, nothing else timed."""
+def _warm_up(call, warmup: int, group, device) -> bool:
+    """Untimed calls, then a barrier so that every rank starts timing together; True on a CUDA device."""
     import torch
     import torch.distributed as dist
 
@@ -119,7 +119,14 @@ def time_call(call, iters: int, warmup: int, group, device) -> float:
     if cuda:
         torch.cuda.synchronize(device)
     dist.barrier(group=group)
-    if cuda:
+    return cuda
+
+
+def time_call(call, iters: int, warmup: int, group, device) -> float:
+    """Seconds per call on this rank: warmup, barrier, then iters back-to-back calls, nothing else timed."""
+    import torch
+
+    if _warm_up(call, warmup, group, device):
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(iters):
@@ -137,15 +144,8 @@ def time_iterations(call, iters: int, warmup: int, group, device) -> list[float]
     """Seconds of each of `iters` calls on this rank (warmup, barrier, then each call timed on its own: CUDA
     events around every call on GPU, perf_counter on CPU, where a gloo call returns when it is done)."""
     import torch
-    import torch.distributed as dist
 
-    for _ in range(warmup):
-        call()
-    cuda = device is not None and getattr(device, "type", str(device)).startswith("cuda")
-    if cuda:
-        torch.cuda.synchronize(device)
-    dist.barrier(group=group)
-    if cuda:
+    if _warm_up(call, warmup, group, device):
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
         for start, stop in events:
             start.record()

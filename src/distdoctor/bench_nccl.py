@@ -72,6 +72,16 @@ def float_str(value: float, width: int) -> str:
     return (f"%{width}.1e" if width >= 7 else f"%{width}.0e") % value
 
 
+def table_rows(report: dict):
+    """One line of nccl-tests' table per size: (count, {in-place?: row}, a row of it, root or -1)."""
+    by_count: dict[int, dict[bool, dict]] = {}
+    for row in report["rows"]:
+        by_count.setdefault(row["count"], {})[row["inplace"]] = row
+    for count, pair in by_count.items():
+        first = next(iter(pair.values()))
+        yield count, pair, first, first["root"] if first["root"] is not None else -1
+
+
 def _time_str(us: float) -> str:
     # nccl-tests switches precision with magnitude so the column stays 7 wide
     return f"{us:7.0f}" if us >= 10000 else (f"{us:7.1f}" if us >= 100 else f"{us:7.2f}")
@@ -114,12 +124,7 @@ def format_table(report: dict, opts) -> str:
             "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s" % (
                 "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""),
         ]
-    by_count: dict[int, dict[bool, dict]] = {}
-    for row in report["rows"]:
-        by_count.setdefault(row["count"], {})[row["inplace"]] = row
-    for count, pair in by_count.items():
-        first = next(iter(pair.values()))
-        root = first["root"] if first["root"] is not None else -1
+    for count, pair, first, root in table_rows(report):
         line = "%12d  %12d  %8s  %6s  %6d" % (first["size_bytes"], count, NCCL_TYPE_NAMES.get(opts.dtype, opts.dtype),
                                               first["redop"] or "none", root)
         for inplace in (False, True):
@@ -204,12 +209,7 @@ def nccl_tests_json(report: dict, opts, start_time: str, argv: list[str] | None 
                         "hostname": host, "device": -1 if device is None else device, "device_hex": "",
                         "device_info": f"{report['device']} ({report['backend']})"})
     results = []
-    by_count: dict[int, dict[bool, dict]] = {}
-    for row in report["rows"]:
-        by_count.setdefault(row["count"], {})[row["inplace"]] = row
-    for count, pair in by_count.items():
-        first = next(iter(pair.values()))
-        root = first["root"] if first["root"] is not None else -1
+    for count, pair, first, root in table_rows(report):
         res = {"size": first["size_bytes"], "count": count, "type": NCCL_TYPE_NAMES.get(opts.dtype, opts.dtype),
                "redop": first["redop"] or "none", "root": "%6i" % root}
         for key, inplace in (("out_of_place", False), ("in_place", True)):
