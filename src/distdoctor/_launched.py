@@ -76,7 +76,11 @@ def _get_json(store, key: str):
         return None
 
 
-def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable | None) -> W.JobResult:
+def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable | None,
+                store_path: str | None = None, store_in_rank0: bool = False) -> W.JobResult:
+    """This process is one rank of a launcher's world. `store_path`: meet through a FileStore there (a one-node
+    srun/mpirun world) instead of MASTER_ADDR/MASTER_PORT. `store_in_rank0`: the TCPStore lives in rank 0's
+    process (srun/mpirun across nodes), not in a launcher agent, so rank 0 must outlive the others' last read."""
     import torch.distributed as dist
 
     rank = int(os.environ["RANK"])
@@ -107,7 +111,7 @@ def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable 
     os.dup2(2, 1)
     try:
         try:
-            device, timeout, local_rank = W._init_process_group(backend, cfg.timeout_s, iface)
+            device, timeout, local_rank = W._init_process_group(backend, cfg.timeout_s, iface, store_path)
             store = dist.distributed_c10d._get_default_store()
             channel = W._StoreChannel(store, prefix, rank, on_event if rank == 0 else None)
             channel.send({"type": "start", "host": socket.gethostname(), "pid": os.getpid(), "t": time.time()})
@@ -140,6 +144,8 @@ def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable 
                             f"unreachable: the rendezvous store is gone ({W._describe_exception(exc)})")
         finally:
             guard.cancel()
+        if store_in_rank0 and rank == 0 and result.is_reporter:
+            _wait_for_readers(store, prefix, result)
     finally:
         sys.stdout.flush()
         os.dup2(saved_stdout, 1)
@@ -199,6 +205,19 @@ def _rank_stuck(store, prefix: str, r: int, now: float, timeout_s: float) -> boo
     return phase is not None and now - phase["t"] > timeout_s + STUCK_GRACE_S
 
 
+READERS_WAIT_S = 5.0
+
+
+def _wait_for_readers(store, prefix: str, result: W.JobResult) -> None:
+    """The store dies with this process: wait (briefly) until every other rank that finished has read the report
+    flag, so that none of them finds the store gone and reports rank 0 lost."""
+    expected = sum(1 for r in result.results if r != 0) + sum(1 for r in result.errors if r != 0)
+    deadline = time.time() + READERS_WAIT_S
+    with contextlib.suppress(Exception):
+        while store.add(f"{prefix}/read", 0) < expected and time.time() < deadline:
+            time.sleep(0.05)
+
+
 def _gather(store, prefix, rank, world_size, backend, iface, timeout_s, terminated) -> W.JobResult:
     deadline = time.time() + timeout_s + STUCK_GRACE_S + 5
     done_keys = [f"{prefix}/done/{r}" for r in range(world_size)]
@@ -228,6 +247,8 @@ def _gather(store, prefix, rank, world_size, backend, iface, timeout_s, terminat
     if not is_reporter:
         outcome = _get_json(store, done_keys[rank]) or {}
         result.ok = bool(outcome.get("ok"))
+        with contextlib.suppress(Exception):
+            store.add(f"{prefix}/read", 1)  # done with the store: its host may go
         return result
     now = time.time()
     victims: dict[int, str | None] = {}  # survivors left waiting -> the phase they were in

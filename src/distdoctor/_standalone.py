@@ -77,6 +77,18 @@ def standalone_worker(target: str, args: dict, backend: str, timeout_s: float, i
     # have held at fork time; multiprocessing flushed them before forking.
     os.dup2(2, 1)
     sys.stdout = sys.stderr = open(2, "w", buffering=1, closefd=False, encoding="utf-8", errors="replace")
+    # Forked from a Jupyter kernel, a worker must not talk to the notebook: rich and IPython's display would send
+    # messages on the kernel's sockets, which the fork shares with the parent (and corrupts there).
+    import builtins
+
+    builtins.__dict__.pop("get_ipython", None)
+    if _start_method(backend) == "fork":
+        # libgomp is not fork-safe: if the forking thread of the parent ever ran a parallel region (a notebook
+        # cell, or a reference computed between two jobs), a multi-threaded op here waits forever for pool
+        # threads the fork did not copy. One intra-op thread, as PyTorch's DataLoader workers do.
+        import torch
+
+        torch.set_num_threads(1)
     # A forked worker inherits the agent's handlers (they raise SignalException): a stop request from the
     # agent must simply end the worker, as it would a spawned one.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):

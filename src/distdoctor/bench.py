@@ -16,6 +16,7 @@ With `--links`, the link probe runs after the sweep, in the same world, and adds
 from __future__ import annotations
 
 import json
+import os
 import socket
 import statistics
 import sys
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 import click
 
+from distdoctor.bench_nccl import format_table  # noqa: F401 - the nccl-tests table, with the other formats
 from distdoctor.cli import FORMAT_OPTION
 from distdoctor.collectives import SPECS, get_spec
 from distdoctor.collectives.base import DTYPES, NCCL_TYPE_NAMES, REDOPS, GroupView, itemsize, tolerance
@@ -52,6 +54,7 @@ class BenchOptions:
     links: bool = False  # after the sweep, point-to-point between hosts (bench_links)
     link_bytes: int = 4 << 20
     link_iters: int = 10
+    per_iter: bool = False  # -I: time every iteration (min/max/p99/cv% per row, like nccl-tests -I)
 
     def validate(self) -> None:
         if self.op not in SPECS or not SPECS[self.op].has_data:
@@ -90,8 +93,11 @@ class BenchOptions:
         return out
 
     def worker_args(self) -> dict:
-        return {"op": self.op, "dtype": self.dtype, "redop": self.redop, "root": self.root, "sizes": self.sizes(),
+        args = {"op": self.op, "dtype": self.dtype, "redop": self.redop, "root": self.root, "sizes": self.sizes(),
                 "iters": self.iters, "warmup": self.warmup, "check": self.check, "seed": self.seed}
+        if self.per_iter:  # only when asked: check and older callers pass the arguments above
+            args["per_iter"] = True
+        return args
 
 
 def count_for(op: str, size_bytes: int, dtype: str, n: int) -> int:
@@ -102,8 +108,8 @@ def count_for(op: str, size_bytes: int, dtype: str, n: int) -> int:
     return count // n * n if op == "all_to_all" else count
 
 
-def time_call(call, iters: int, warmup: int, group, device) -> float:
-    """Seconds per call on this rank: warmup, barrier, then iters back-to-back calls, nothing else timed."""
+def _warm_up(call, warmup: int, group, device) -> bool:
+    """Untimed calls, then a barrier so that every rank starts timing together; True on a CUDA device."""
     import torch
     import torch.distributed as dist
 
@@ -113,7 +119,14 @@ def time_call(call, iters: int, warmup: int, group, device) -> float:
     if cuda:
         torch.cuda.synchronize(device)
     dist.barrier(group=group)
-    if cuda:
+    return cuda
+
+
+def time_call(call, iters: int, warmup: int, group, device) -> float:
+    """Seconds per call on this rank: warmup, barrier, then iters back-to-back calls, nothing else timed."""
+    import torch
+
+    if _warm_up(call, warmup, group, device):
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(iters):
@@ -125,6 +138,27 @@ def time_call(call, iters: int, warmup: int, group, device) -> float:
     for _ in range(iters):
         call()
     return (time.perf_counter() - t0) / iters
+
+
+def time_iterations(call, iters: int, warmup: int, group, device) -> list[float]:
+    """Seconds of each of `iters` calls on this rank (warmup, barrier, then each call timed on its own: CUDA
+    events around every call on GPU, perf_counter on CPU, where a gloo call returns when it is done)."""
+    import torch
+
+    if _warm_up(call, warmup, group, device):
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+        for start, stop in events:
+            start.record()
+            call()
+            stop.record()
+        events[-1][1].synchronize()
+        return [start.elapsed_time(stop) / 1e3 for start, stop in events]
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return times
 
 
 def count_wrong(spec, variant, prepared, count: int, dtype: str, seed: int, gv: GroupView) -> int:
@@ -148,7 +182,7 @@ def count_wrong(spec, variant, prepared, count: int, dtype: str, seed: int, gv: 
 _SUPPORT_CACHE: dict[tuple, dict] = {}
 
 
-def bench_worker(ctx, op, dtype, redop, root, sizes, iters, warmup, check, seed=0) -> dict:
+def bench_worker(ctx, op, dtype, redop, root, sizes, iters, warmup, check, seed=0, per_iter=False) -> dict:
     """Runs on every rank (via run_job): times every (size, in-place?) row; rows also go out via ctx.emit."""
     import warnings
 
@@ -180,14 +214,21 @@ def bench_worker(ctx, op, dtype, redop, root, sizes, iters, warmup, check, seed=
                 continue
             with ctx.phase(f"bench {op} {dtype} {size} B {'in-place' if inplace else 'out-of-place'}"):
                 prepared = spec.prepare(variant, count, dtype, seed, gv, ctx.device)
-                seconds = time_call(prepared.call, iters, warmup, None, ctx.device)
+                if per_iter:
+                    iter_s = time_iterations(prepared.call, iters, warmup, None, ctx.device)
+                    seconds = sum(iter_s) / len(iter_s)
+                else:
+                    iter_s, seconds = None, time_call(prepared.call, iters, warmup, None, ctx.device)
                 wrong = count_wrong(spec, variant, prepared, count, dtype, seed, gv) if check else None
-            row = {"kind": "bench", "op": op, "dtype": dtype, "size_bytes": spec.size_bytes(count, itemsize(dtype), n), "count": count,
-                   "inplace": inplace, "time_s": seconds, "wrong": wrong, "rank": ctx.rank}
+            row = {"kind": "bench", "op": op, "dtype": dtype, "size_bytes": spec.size_bytes(count, itemsize(dtype), n),
+                   "count": count, "inplace": inplace, "time_s": seconds, "wrong": wrong, "rank": ctx.rank}
+            if iter_s is not None:
+                row["iter_s"] = iter_s
             ctx.emit(row)
             rows.append(row)
         ctx.progress(i + 1, len(sizes), f"{size} B")
-    return {"rows": rows, "host": socket.gethostname()}
+    return {"rows": rows, "host": socket.gethostname(), "pid": os.getpid(),
+            "device": ctx.device.index if getattr(ctx.device, "type", "cpu") == "cuda" else -1}
 
 
 def bench_and_links(ctx, links: dict, **bench_args) -> dict:
@@ -225,6 +266,10 @@ def summarize_bench(job, opts: BenchOptions) -> dict:
                      "wrong": wrong, "redop": opts.redop if spec_reduces(opts.op) else None,
                      "root": opts.root % n if spec.rooted else None, "per_rank_time_us": per_rank,
                      "slowest_rank": per_rank.index(time_us)})
+        if all("iter_s" in recs[r] for r in range(n)):
+            from distdoctor.bench_nccl import iteration_stats
+
+            rows[-1]["per_iter"] = iteration_stats([[t * 1e6 for t in recs[r]["iter_s"]] for r in range(n)])
     avg = statistics.fmean(r["busbw_gbps"] for r in rows) if rows else 0.0
     hosts = {r: (v or {}).get("host") for r, v in job.results.items()}
     lost = [{"rank": lr.rank, "host": lr.host, "reason": lr.reason, "in_op": lr.in_op} for lr in job.lost]
@@ -244,7 +289,63 @@ def summarize_bench(job, opts: BenchOptions) -> dict:
             "op": opts.op, "dtype": opts.dtype, "iters": opts.iters, "warmup": opts.warmup,
             "min_busbw_gbps": opts.min_busbw, "passed": not failed_reasons, "failures": failed_reasons,
             "rank_hosts": {str(k): v for k, v in sorted(hosts.items())}, "lost": lost,
+            "rank_pids": {str(r): (v or {}).get("pid") for r, v in sorted(job.results.items())},
+            "rank_devices": {str(r): (v or {}).get("device") for r, v in sorted(job.results.items())},
             "per_rank_time_us": per_rank_summary(rows, n)}
+
+
+def check_root(opts: BenchOptions, n: int) -> None:
+    """A root outside the world is refused, never wrapped around (root 7 of 4 ranks is not root 3)."""
+    if get_spec(opts.op).rooted and opts.root >= n:
+        raise InputError("-r/--root", f"rank {opts.root} does not exist in a world of {n} ranks "
+                                      f"({opts.op} needs a root from 0 to {n - 1})")
+
+
+def rank_bytes(op: str, size_bytes: int, dtype: str, n: int, check: bool) -> int:
+    """Host memory one rank needs at its peak for one row (an estimate that errs high): the call's input and
+    output buffers, the float64 values the input is cast from, and with -c the float64 reference (built from
+    every member's input), the output read back and its difference from the reference."""
+    spec = get_spec(op)
+    count = count_for(op, size_bytes, dtype, n)
+    out = spec.out_numel(count, n)
+    verify = (2 * max(count, out) + 3 * out) * 8 if check else 0
+    return (count + out) * itemsize(dtype) + max(count * 8, verify)
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel says can be allocated without swapping (MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_memory(opts: BenchOptions, n: int, cfg: WorldConfig) -> None:
+    """Refuse a sweep whose largest buffers cannot fit, with the numbers, instead of running until the kernel
+    kills a rank. Every rank of this host needs its buffers at once (a GPU world: its reference on the host)."""
+    from distdoctor.launchers import detect
+
+    avail = available_memory()
+    if avail is None:
+        return
+    launch = detect()
+    local = (launch.local_world_size or launch.world_size) if launch else n
+    need = rank_bytes(opts.op, opts.maxbytes, opts.dtype, n, opts.check)
+    if need * local <= avail:
+        return
+    fits = [s for s in opts.sizes() if rank_bytes(opts.op, s, opts.dtype, n, opts.check) * local <= avail]
+    advice = f"use -e {fits[-1]} or less" if fits else "no size of this sweep fits"
+    raise InputError("-e/--maxbytes", f"{opts.maxbytes} B of {opts.op} {opts.dtype} needs about {_gib(need)} per "
+                                      f"rank x {local} ranks on this host = {_gib(need * local)}, but "
+                                      f"{_gib(avail)} is available (MemAvailable): {advice}")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
 
 
 def spec_reduces(op: str) -> bool:
@@ -263,11 +364,16 @@ def per_rank_summary(rows: list[dict], n: int) -> dict:
     return {str(r): round(statistics.median(v), 3) for r, v in ratios.items()}
 
 
-def run_bench(cfg: WorldConfig, opts: BenchOptions, on_event=None) -> dict | None:
+def run_bench(cfg: WorldConfig, opts: BenchOptions, on_event=None, baseline: dict | None = None,
+              tolerance_pct: float = 10.0) -> dict | None:
+    """Run the sweep (and --links); `baseline` (bench_baseline.load_baseline): compare and fail the sizes below it."""
     opts.validate()
     n = resolve_nproc(cfg)
     if n is not None and n < 2:
         raise InputError("--nproc", "bench needs a world of at least 2 ranks")
+    if n is not None:
+        check_root(opts, n)
+        check_memory(opts, n, cfg)
     if opts.links:
         job = run_job("distdoctor.bench:bench_and_links",
                       {"links": {"nbytes": opts.link_bytes, "iters": opts.link_iters}, **opts.worker_args()}, cfg,
@@ -283,70 +389,13 @@ def run_bench(cfg: WorldConfig, opts: BenchOptions, on_event=None) -> dict | Non
         report.update(summarize_links(job, opts.link_bytes, opts.link_iters))
         report["failures"] += link_failures(report)
         report["passed"] = not report["failures"]
+    if baseline is not None:
+        from distdoctor.bench_baseline import compare
+
+        report["baseline"] = compare(report, baseline, tolerance_pct)
+        report["failures"] += report["baseline"]["failures"]
+        report["passed"] = not report["failures"]
     return report
-
-
-# ---------------------------------------------------------------------------------------------- text
-def _time_str(us: float) -> str:
-    # nccl-tests switches precision with magnitude so the column stays 7 wide
-    return f"{us:7.0f}" if us >= 10000 else (f"{us:7.1f}" if us >= 100 else f"{us:7.2f}")
-
-
-def format_table(report: dict, opts: BenchOptions) -> str:
-    """The nccl-tests table, column for column, so it diffs against an nccl-tests run."""
-    lines = [
-        f"# distdoctor bench: {opts.op}, {report['world_size']} ranks, {report['backend']} on {report['device']}"
-        + (f", iface {report['iface']}" if report.get("iface") else ""),
-        f"# nThread 1 nGpus 1 minBytes {opts.minbytes} maxBytes {opts.maxbytes} step: {opts.stepfactor}(factor) "
-        f"warmup iters: {opts.warmup} iters: {opts.iters} agg iters: 1 validation: {int(opts.check)} graph: 0",
-        "#",
-    ]
-    for r, host in report["rank_hosts"].items():
-        lines.append(f"#  Rank {int(r):2d} Group  0 on {host} device {report['device']}")
-    lines += [
-        "#",
-        "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          " % ("", "", "", "", ""),
-        "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s" % (
-            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
-            "#wrong"),
-        "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s" % (
-            "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""),
-    ]
-    by_count: dict[int, dict[bool, dict]] = {}
-    for row in report["rows"]:
-        by_count.setdefault(row["count"], {})[row["inplace"]] = row
-    for count, pair in by_count.items():
-        first = next(iter(pair.values()))
-        root = first["root"] if first["root"] is not None else -1
-        line = "%12d  %12d  %8s  %6s  %6d" % (first["size_bytes"], count, NCCL_TYPE_NAMES.get(opts.dtype, opts.dtype),
-                                              first["redop"] or "none", root)
-        for inplace in (False, True):
-            row = pair.get(inplace)
-            if row is None:
-                line += "  %7s  %6s  %6s  %5s" % ("N/A", "N/A", "N/A", "N/A")
-            else:
-                wrong = "N/A" if row["wrong"] is None else "%g" % row["wrong"]
-                line += "  %7s  %6.2f  %6.2f  %5s" % (_time_str(row["time_us"]), row["algbw_gbps"],
-                                                       row["busbw_gbps"], wrong)
-        lines.append(line)
-    wrong_total = sum(r["wrong"] or 0 for r in report["rows"])
-    lines.append(f"# Out of bounds values : {wrong_total} {'OK' if not wrong_total else 'FAILED'}")
-    lines.append(f"# Avg bus bandwidth    : {report['avg_busbw_gbps']:g} ")
-    lines.append("#")
-    rel = report.get("per_rank_time_us") or {}
-    if rel:
-        slow = max(rel, key=lambda r: rel[r])
-        lines.append("# Per-rank time / median rank: " + "  ".join(f"{r}:{v:.2f}" for r, v in rel.items())
-                     + f"  (slowest: rank {slow} on {report['rank_hosts'].get(slow, '?')})")
-    if "links" in report:
-        from distdoctor.bench_links import format_links
-
-        lines += format_links(report)
-    for lost in report["lost"]:
-        lines.append(f"# Lost: rank {lost['rank']} on {lost['host']}: {lost['reason']}"
-                     + (f", in {lost['in_op']}" if lost.get("in_op") else ""))
-    lines.append("# " + ("PASS" if report["passed"] else "FAIL: " + "; ".join(report["failures"])))
-    return "\n".join(lines)
 
 
 def _bytes(ctx, param, value):
@@ -379,21 +428,44 @@ def _bytes(ctx, param, value):
               help="Message size of the --links transfers (K/M/G suffixes; whole float32 elements, up to 4G).")
 @click.option("--link-iters", default=10, show_default=True, type=int,
               help="Timed transfers per direction of each --links pair (fewer where they would take over 2 s).")
+@click.option("-I", "--per-iter", type=click.IntRange(0, 1), is_flag=False, flag_value=1, default=0,
+              help="1 (or -I alone): time every iteration and add i_min/i_max/i_p99/i_cv% per size, as nccl-tests -I.")
+@click.option("-J", "--json-file", "json_file", default=None, type=click.Path(dir_okay=False),
+              help="Also write nccl-tests' -J JSON document to FILE (its tools/analyze_perf_json.py reads it).")
+@click.option("--baseline", default=None, type=click.Path(dir_okay=False),
+              help="Compare with an earlier run: distdoctor's bench JSON, or nccl-tests' -J JSON or text output.")
+@click.option("--tolerance", "tolerance_pct", default=10.0, show_default=True, type=click.FloatRange(0, 100),
+              help="With --baseline: fail the sizes whose busbw is more than PCT percent below the baseline's.")
+@click.option("--html", "html_file", default=None, type=click.Path(dir_okay=False),
+              help="Also write a self-contained HTML report to FILE (busbw vs size, links, per-rank time).")
 @FORMAT_OPTION
 def bench_command(minbytes, maxbytes, stepfactor, iters, warmup, check, op, dtype, redop, root, min_busbw, links,
-                  link_bytes, link_iters, fmt, **world_kw):
+                  link_bytes, link_iters, per_iter, json_file, baseline, tolerance_pct, html_file, fmt, **world_kw):
     """Collective bandwidth with nccl-tests' algbw/busbw semantics and table."""
+    from distdoctor.bench_nccl import _now, write_nccl_tests_json
     from distdoctor.validate_report import progress_display
 
     cfg = config_from_options(**world_kw)
     opts = BenchOptions(op=op, dtype=dtype, redop=redop.lower(), root=root, minbytes=minbytes, maxbytes=maxbytes,
                         stepfactor=stepfactor, iters=iters, warmup=warmup, check=bool(check), min_busbw=min_busbw,
-                        links=links, link_bytes=link_bytes, link_iters=link_iters)
+                        links=links, link_bytes=link_bytes, link_iters=link_iters, per_iter=bool(per_iter))
     opts.validate()
+    base = None
+    if baseline is not None:  # a bad baseline is refused before any rank starts
+        from distdoctor.bench_baseline import load_baseline
+
+        base = load_baseline(baseline)
+    start_time = _now()
     with progress_display(f"bench {op}") as on_event:
-        report = run_bench(cfg, opts, on_event=on_event)
+        report = run_bench(cfg, opts, on_event=on_event, baseline=base, tolerance_pct=tolerance_pct)
     if report is None:
         return
+    if json_file:
+        write_nccl_tests_json(json_file, report, opts, start_time)
+    if html_file:
+        from distdoctor.report.cluster_html import write_cluster_html
+
+        write_cluster_html(html_file, bench=report)
     if fmt == "json":
         sys.stdout.write(json.dumps(report) + "\n")
     else:

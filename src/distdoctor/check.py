@@ -196,7 +196,10 @@ def check_progress(n_hint: str):
     The live display is started only at the first progress event, i.e. once the workers exist: CPU workers are
     forked, and no display thread should be running (and holding the stderr lock) at fork time.
     """
-    quiet = os.environ.get("RANK", "0") != "0"  # under torchrun only rank 0 speaks
+    from distdoctor.launchers import detect
+
+    launch = detect()
+    quiet = launch is not None and launch.rank != 0  # under a launcher only rank 0 speaks
     if not quiet:
         click.echo(f"distdoctor check: starting {n_hint} …", err=True)
     state: dict = {"progress": None, "tasks": {}, "stage": None}
@@ -240,8 +243,11 @@ def check_progress(n_hint: str):
 @world_options
 @click.option("--inject", multiple=True, metavar="KIND:RANK[:ARG]",
               help="Plant a fault in the validate part (as `distdoctor validate --inject`), to see check fail.")
+@click.option("--html", "html_file", default=None, type=click.Path(dir_okay=False),
+              help="Also write a self-contained HTML report to FILE (verdict, failed checks, busbw vs size, "
+                   "per-rank timing).")
 @FORMAT_OPTION
-def check_command(fmt: str, inject: tuple[str, ...], **world_kw) -> None:
+def check_command(fmt: str, inject: tuple[str, ...], html_file: str | None, **world_kw) -> None:
     """The main job: environment, quick validate and quick bench in one world, one verdict."""
     from distdoctor.world import resolve_backend, resolve_nproc, under_launcher
 
@@ -254,6 +260,10 @@ def check_command(fmt: str, inject: tuple[str, ...], **world_kw) -> None:
         report = run_check(cfg, inject, on_event=on_event)
     if report is None:  # not the reporter
         return
+    if html_file:
+        from distdoctor.report.cluster_html import write_cluster_html
+
+        write_cluster_html(html_file, check=report)
     if fmt == "json":
         sys.stdout.write(json.dumps(report, indent=2, default=str) + "\n")
     else:

@@ -61,9 +61,13 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="distdoctor")
+@click.version_option(__version__, "-V", "--version", prog_name="distdoctor")
 def cli() -> None:
     """Validate, diagnose, simulate and monitor distributed PyTorch training."""
+
+
+# click >= 8.2 raises this (a UsageError) for a group called without a subcommand; older click prints the help.
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def _fail(prog: str, message: str, code: int = 2) -> None:
@@ -79,6 +83,10 @@ def main(argv: list[str] | None = None) -> None:
     prog = f"distdoctor {sub}" if sub in SUBCOMMANDS else "distdoctor"
     try:
         rv = cli.main(args=args, prog_name="distdoctor", standalone_mode=False)
+    except _NO_ARGS_IS_HELP as exc:
+        # `distdoctor` or `distdoctor sim` alone: the help, as --help prints it (click >= 8.2 raises this).
+        click.echo(exc.ctx.get_help())
+        sys.exit(0)
     except InputError as exc:
         _fail(prog, str(exc))
     except CheckFailed as exc:

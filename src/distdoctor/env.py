@@ -47,14 +47,16 @@ def collect_env() -> dict:
     import torch
 
     from distdoctor import __version__
-    from distdoctor.world import WorldConfig, pick_iface, resolve_backend, resolve_nproc, under_launcher
+    from distdoctor.launchers import detect
+    from distdoctor.world import WorldConfig, pick_iface, resolve_backend, resolve_nproc
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     names = [torch.cuda.get_device_name(i) for i in range(gpus)]
     backends = _backends()
     cfg = WorldConfig()
     nproc = resolve_nproc(cfg)
-    backend = resolve_backend(cfg, int(os.environ.get("LOCAL_WORLD_SIZE", nproc)))
+    launch = detect()
+    backend = resolve_backend(cfg, (launch.local_world_size or launch.world_size) if launch else nproc)
     mode = "nccl: real multi-GPU" if backend == "nccl" else "gloo: CPU processes"
     try:
         usable_cpus = len(os.sched_getaffinity(0))
@@ -78,14 +80,33 @@ def collect_env() -> dict:
         "mode": mode,
         "default_backend": backend,
         "default_nproc": nproc,
-        "launcher": "external" if under_launcher() else "standalone",
+        "launcher": "external" if launch else "standalone",
+        # which one: standalone, torchrun, env (RANK/WORLD_SIZE from another launcher), slurm, openmpi, mpich
+        "launcher_kind": launch.kind if launch else "standalone",
         "gloo_iface": pick_iface(os.environ.get("MASTER_ADDR", cfg.master_addr)) if backend == "gloo" else None,
     }
-    if under_launcher():
-        env["rank"] = int(os.environ["RANK"])
-        env["world_size"] = int(os.environ["WORLD_SIZE"])
+    if launch:
+        env["rank"] = launch.rank
+        env["world_size"] = launch.world_size
+        env["local_rank"] = launch.local_rank
+        env["local_world_size"] = launch.local_world_size
         env["master_addr"] = os.environ.get("MASTER_ADDR")
+        env["launch"] = launch.to_json()
+        env["rendezvous"] = _rendezvous(launch)
     return env
+
+
+def _rendezvous(launch) -> str:
+    """Where this world's ranks would meet (no socket is opened)."""
+    from distdoctor.errors import InputError
+    from distdoctor.launchers import rendezvous
+
+    if launch.kind in ("torchrun", "env"):
+        return f"the launcher's, at {os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+    try:
+        return rendezvous(launch, None, None).describe()
+    except InputError as exc:
+        return f"undecided: {exc}"
 
 
 def format_env(env: dict) -> str:
@@ -101,12 +122,22 @@ def format_env(env: dict) -> str:
         ("nccl", env["nccl_version"] or "not present"),
         ("cpus", f"{env['cpu_count']} ({env['usable_cpus']} usable by this process)"),
         ("gloo iface", env["gloo_iface"] or "-"),
-        ("launcher", env["launcher"] + (f" (rank {env['rank']} of {env['world_size']})" if "rank" in env else "")),
+        ("launcher", _launcher_line(env)),
         ("python", f"{env['python_version']} on {env['platform']}"),
         ("host", env["hostname"]),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _launcher_line(env: dict) -> str:
+    if "rank" not in env:
+        return "standalone (distdoctor starts its own ranks)"
+    names = {"torchrun": "torchrun", "env": "RANK/WORLD_SIZE set by a launcher", "slurm": "SLURM srun",
+             "openmpi": "OpenMPI mpirun", "mpich": "MPICH/Hydra mpiexec"}
+    local = f", local rank {env['local_rank']}" if env.get("local_rank") is not None else ""
+    return (f"{names.get(env['launcher_kind'], env['launcher_kind'])} (rank {env['rank']} of {env['world_size']}"
+            f"{local}); rendezvous: {env['rendezvous']}")
 
 
 @click.command("env")

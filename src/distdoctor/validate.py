@@ -119,7 +119,7 @@ def summarize_validate(job, opts: ValidateOptions) -> dict:
         if after_gap and row["status"] == "fail":
             row["reason"] = f"after the skipped call #{first_gap + 1} (calls out of step): {row['reason']}"
         rows.append(row)
-    stragglers = _stragglers(cases, done, n, opts.straggler_s)
+    stragglers, per_rank_late = _stragglers(cases, done, n, opts.straggler_s)
     for s in stragglers:
         blame(s["rank"], f"straggler: arrives {s['median_late_s'] * 1e3:.0f} ms late (median over "
                          f"{s['collectives']} collectives)")
@@ -137,6 +137,7 @@ def summarize_validate(job, opts: ValidateOptions) -> dict:
         "culprit_ranks": sorted(culprits),
         "culprits": [{"rank": r, "why": culprits[r]} for r in sorted(culprits)],
         "stragglers": stragglers,
+        "per_rank_late_s": per_rank_late,
         "lost": [{"rank": lr.rank, "host": lr.host, "reason": lr.reason, "in_op": lr.in_op} for lr in lost.values()],
         "straggler_threshold_s": opts.straggler_s,
         "injected": list(opts.inject),
@@ -259,8 +260,9 @@ def _agreement(spec, recs: dict[int, dict]) -> tuple[bool | None, list[int]]:
     return (not odd), odd
 
 
-def _stragglers(cases, done, n: int, threshold: float) -> list[dict]:
-    """Ranks whose median lateness at the pre-call barrier is >= threshold seconds."""
+def _stragglers(cases, done, n: int, threshold: float) -> tuple[list[dict], dict[str, float]]:
+    """Ranks whose median lateness at the pre-call barrier is >= threshold seconds, and every rank's median
+    lateness (rank -> seconds)."""
     late: dict[int, list[float]] = {}
     for idx, recs in done.items():
         by_group: dict[tuple, list[dict]] = {}
@@ -274,13 +276,15 @@ def _stragglers(cases, done, n: int, threshold: float) -> list[dict]:
             for r in group_recs:
                 late.setdefault(r["rank"], []).append(longest - r["wait"])
     out = []
+    medians = {}
     for rank, values in sorted(late.items()):
         med = statistics.median(values)
+        medians[str(rank)] = round(med, 5)
         if med >= threshold:
             share = sum(v >= threshold for v in values) / len(values)
             out.append({"rank": rank, "median_late_s": round(med, 4), "share_late": round(share, 3),
                         "collectives": len(values)})
-    return out
+    return out, medians
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -318,8 +322,11 @@ def _split(value: str | None) -> tuple[str, ...] | None:
               help="Plant a fault: corrupt:R[:N], delay:R:SECONDS, crash:R[:N], skip:R[:N]. Repeatable.")
 @click.option("--straggler-threshold", "straggler_s", default=0.1, show_default=True, type=float,
               help="Seconds of median lateness at which a rank is reported as a straggler.")
+@click.option("--html", "html_file", default=None, type=click.Path(dir_okay=False),
+              help="Also write a self-contained HTML report to FILE (verdict, failed checks, per-rank lateness).")
 @FORMAT_OPTION
-def validate_command(sizes, ops, dtypes, redops, seed, no_subgroups, inject, straggler_s, fmt, **world_kw):
+def validate_command(sizes, ops, dtypes, redops, seed, no_subgroups, inject, straggler_s, html_file, fmt,
+                     **world_kw):
     """Check every collective's result against an exact float64 reference, on every rank and group."""
     from distdoctor.validate_report import print_validate, progress_display
 
@@ -332,6 +339,10 @@ def validate_command(sizes, ops, dtypes, redops, seed, no_subgroups, inject, str
         report = run_validate(cfg, opts, on_event=on_event)
     if report is None:  # a non-reporting rank under torchrun
         return
+    if html_file:
+        from distdoctor.report.cluster_html import write_cluster_html
+
+        write_cluster_html(html_file, validate=report)
     if fmt == "json":
         sys.stdout.write(json.dumps(report) + "\n")
     else:

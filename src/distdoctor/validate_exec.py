@@ -127,6 +127,10 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
 
 
+# A rank can run ahead of a straggler in another subgroup instance by at most this many cases.
+LOCKSTEP_EVERY = 8
+
+
 def run_cases(ctx, cases: list[Case], seed: int, faults: list[dict]) -> dict:
     """Run `cases` on this rank; each result goes out through ctx.emit (it survives a later crash)."""
     import torch
@@ -147,8 +151,16 @@ def run_cases(ctx, cases: list[Case], seed: int, faults: list[dict]) -> dict:
             if rank in members:
                 mine[gname] = GroupView(tuple(members), members.index(rank), handle)
     unsupported = probe_support(ctx, cases, seed)
+    # Lockstep: every LOCKSTEP_EVERY-th subgroup case starts with a barrier of the whole world, on a group of its
+    # own (so that it never pairs with a checked call). Without it, the ranks of one subgroup instance run ahead
+    # of a slow rank in another, then wait for it in a later case for longer than the timeout: a straggler would
+    # be reported lost. World cases keep every rank in step by themselves.
+    lockstep = ctx.new_group(list(range(n))) if any(c.group != "world" for c in cases) else None
     counts = {"pass": 0, "wrong": 0, "skipped": 0, "error": 0}
     for nth, case in enumerate(cases, start=1):
+        if lockstep is not None and case.group != "world" and nth % LOCKSTEP_EVERY == 0:
+            with ctx.phase(case.label()):
+                dist.barrier(group=lockstep)
         if plan.should_skip(nth):
             continue  # the fault: this rank never enters this call
         ctx.emit({"kind": "enter", "i": case.index})

@@ -48,7 +48,9 @@ def _fmt_err(value) -> str:
 
 def print_validate(report: dict, file=None) -> None:
     # markup off: reasons quote backend errors such as "[gloo/.../pair.cc:553]", which are not rich tags
+    # force_jupyter=False: in a notebook, rich would otherwise display the table instead of writing to `file`
     console = Console(file=file or sys.stdout, width=140, highlight=False, soft_wrap=False, markup=False,
+                      force_jupyter=False,
                       emoji=False)
     rows = report["results"]
     console.print(f"distdoctor validate: {report['world_size']} ranks, backend {report['backend']}"

@@ -59,13 +59,16 @@ class WorldConfig:
     backend: str | None = None  # "nccl" | "gloo" | None = auto
     timeout_s: float = 60.0  # every collective runs under this timeout
     master_addr: str = "127.0.0.1"  # loopback unless the user asks otherwise
-    master_port: int | None = None  # None: a free port
+    master_port: int | None = None  # None: a free port (standalone) / the launcher's or a derived one
     iface: str | None = None  # network interface for gloo (GLOO_SOCKET_IFNAME)
+    master_addr_given: bool = False  # --master-addr was given (under srun/mpirun it overrides the node list)
 
 
 def under_launcher() -> bool:
-    """True when an outside launcher (torchrun, mpirun with env) already made this process a rank."""
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    """True when an outside launcher (torchrun, srun, mpirun) already made this process a rank."""
+    from distdoctor.launchers import detect
+
+    return detect() is not None
 
 
 def _gpu_count() -> int:
@@ -75,8 +78,11 @@ def _gpu_count() -> int:
 
 
 def resolve_nproc(cfg: WorldConfig) -> int:
-    if under_launcher():
-        return int(os.environ["WORLD_SIZE"])
+    from distdoctor.launchers import detect
+
+    launch = detect()
+    if launch is not None:
+        return launch.world_size
     if cfg.nproc is not None:
         return cfg.nproc
     gpus = _gpu_count()
@@ -141,9 +147,14 @@ def free_port(addr: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def config_from_options(nproc=None, timeout=60.0, backend=None, master_addr="127.0.0.1", master_port=None,
+def config_from_options(nproc=None, timeout=60.0, backend=None, master_addr=None, master_port=None,
                         iface=None, **_ignored) -> WorldConfig:
     """Validate the world options; bad values raise InputError naming the flag."""
+    from distdoctor.launchers import detect, is_local_address
+
+    launch = detect()
+    given = master_addr is not None
+    master_addr = master_addr if given else "127.0.0.1"
     if nproc is not None and nproc < 2:
         raise InputError("--nproc", f"a world needs at least 2 ranks, got {nproc}")
     if timeout is None or not timeout > 0:
@@ -159,15 +170,34 @@ def config_from_options(nproc=None, timeout=60.0, backend=None, master_addr="127
 
         if not dist.is_nccl_available():
             raise InputError("--backend", "nccl is not available in this torch build")
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", nproc or max(_gpu_count(), 2)))
+        local = (launch.local_world_size or launch.world_size) if launch else (nproc or max(_gpu_count(), 2))
         if _gpu_count() < local:
             raise InputError("--backend", f"nccl needs one GPU per local rank: {local} ranks, {_gpu_count()} GPUs")
     try:
         socket.gethostbyname(master_addr)
     except OSError:
         raise InputError("--master-addr", f"cannot resolve {master_addr!r}") from None
+    if launch is not None and launch.kind in ("torchrun", "env") and (given or master_port is not None):
+        flag = "--master-addr" if given else "--master-port"
+        raise InputError(flag, f"under {launch.describe()} the rendezvous is the launcher's (MASTER_ADDR="
+                               f"{os.environ.get('MASTER_ADDR', '?')}): give it to the launcher, not to distdoctor")
+    if launch is None and given and not is_local_address(master_addr):
+        # The standalone world's store runs in this process: an address of another host can never be reached.
+        raise InputError("--master-addr", f"{master_addr} is not an address of this host; a standalone world "
+                                          "(no launcher) meets on this host (default 127.0.0.1)")
+    if launch is None and master_port is not None and not _port_free(master_addr, master_port):
+        raise InputError("--master-port", f"port {master_port} on {master_addr} is in use")
     return WorldConfig(nproc=nproc, backend=backend, timeout_s=float(timeout), master_addr=master_addr,
-                       master_port=master_port, iface=iface)
+                       master_port=master_port, iface=iface, master_addr_given=given)
+
+
+def _port_free(addr: str, port: int) -> bool:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((socket.gethostbyname(addr), port))
+        return True
+    except OSError:
+        return False
 
 
 def world_options(f):
@@ -179,9 +209,13 @@ def world_options(f):
                      help="Seconds every collective may take before the rank is declared lost."),
         click.option("--backend", type=click.Choice(BACKENDS), default=None,
                      help="Default: nccl with one GPU per rank when there are enough GPUs, else gloo on CPU."),
-        click.option("--master-addr", default="127.0.0.1", show_default=True,
-                     help="Standalone rendezvous address (loopback unless you ask otherwise)."),
-        click.option("--master-port", type=int, default=None, help="Standalone rendezvous port (default: a free one)."),
+        click.option("--master-addr", default=None,
+                     help="Rendezvous address. Standalone: an address of this host (default 127.0.0.1: loopback "
+                          "unless you ask otherwise). Under srun/mpirun: rank 0's host (default: one node: none "
+                          "needed; several: MASTER_ADDR, else the first host of the SLURM node list)."),
+        click.option("--master-port", type=int, default=None,
+                     help="Rendezvous port. Standalone default: a free one. Under srun/mpirun: MASTER_PORT, else "
+                          "one derived from the job id."),
         click.option("--iface", default=None,
                      help="Network interface for gloo (GLOO_SOCKET_IFNAME); default: the one that routes to the "
                           "master."),
@@ -368,11 +402,21 @@ def is_comm_error(message: str) -> bool:
 
 def run_job(target: str, args: dict, cfg: WorldConfig, on_event: Callable[[dict], None] | None = None) -> JobResult:
     """Run `target(ctx, **args)` in every rank of a world; return what every rank computed and who was lost."""
+    from distdoctor import launchers
+
     _load_target(target)  # fail early, in the caller, on a bad target
-    if under_launcher():
+    launch = launchers.detect()
+    if launch is not None:
         from distdoctor import _launched
 
-        return _launched.run_in_rank(target, args, cfg, on_event)
+        store_path = None
+        if launch.kind not in ("torchrun", "env"):  # srun / mpirun: nobody agreed a rendezvous yet
+            rdzv = launchers.rendezvous(launch, cfg.master_addr if cfg.master_addr_given else None, cfg.master_port)
+            launchers.preflight(launch, rdzv, cfg.timeout_s)
+            launchers.export(launch, rdzv)
+            store_path = rdzv.store_path
+        return _launched.run_in_rank(target, args, cfg, on_event, store_path=store_path,
+                                     store_in_rank0=launch.kind not in ("torchrun", "env") and store_path is None)
     from distdoctor import _standalone
 
     return _standalone.run_standalone(target, args, cfg, on_event)

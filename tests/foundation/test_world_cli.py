@@ -64,12 +64,15 @@ def test_check_passes_on_the_default_world():
 
 
 @pytest.mark.slow
-def test_check_fails_and_names_a_crashed_rank():
-    out = distdoctor("check", "--inject", "crash:1", "--timeout", "20", timeout=300)
+def test_check_fails_and_names_a_crashed_rank(tmp_path):
+    out = distdoctor("check", "--inject", "crash:1", "--timeout", "20", "--html", tmp_path / "check.html",
+                     timeout=300)
     assert out.returncode == 1
     first = out.stdout.splitlines()[0]
     assert first.startswith("FAIL") and "rank 1 lost" in first
     assert out.leftover == []
+    page = (tmp_path / "check.html").read_text()  # the page says what the text says
+    assert "<h1>distdoctor check</h1>" in page and "rank 1 lost" in page and "lost rank" in page
 
 
 def test_gloo_interface_follows_the_route_to_the_master():

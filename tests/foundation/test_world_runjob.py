@@ -95,3 +95,18 @@ def test_rank_that_hangs_outside_any_collective_is_named_not_its_waiting_peers()
     assert result.lost[0].reason.startswith("hung: ")
     assert set(result.errors) == {0, 2}  # the peers timed out: victims, kept as errors
     assert children() == []
+
+
+@pytest.mark.slow
+def test_a_forked_world_after_the_parent_ran_a_parallel_region_does_not_hang():
+    # A notebook computes in its kernel, then starts a world: the forked workers inherit libgomp's pool of a
+    # thread they do not have and, without a guard, wait for it forever in their first multi-threaded op.
+    from world_helpers import run
+
+    code = ("import torch\nfrom distdoctor.world import WorldConfig, run_job\n"
+            "a = torch.randn(512, 512, dtype=torch.float64); (a @ a).sum()\n"
+            "res = run_job('world_jobs:matmul_threads', {}, WorldConfig(nproc=2, timeout_s=20))\n"
+            "print(res.ok, res.results)\n")
+    out = run([sys.executable, "-c", code], timeout=90)  # its own session: nothing outlives a hang
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "True {0: 1, 1: 1}"  # one intra-op thread per forked worker

@@ -72,3 +72,12 @@ def late_hang(ctx, victim=1):
     with ctx.phase("all_reduce float32 count=4 group=world"):
         dist.all_reduce(torch.ones(4))
     return {"rank": ctx.rank}
+
+
+def matmul_threads(ctx):
+    """A multi-threaded op (MKL/OpenMP) in the worker; returns its intra-op thread count."""
+    import torch
+
+    a = torch.randn(512, 512, dtype=torch.float64)
+    (a @ a).sum()
+    return torch.get_num_threads()

@@ -30,6 +30,39 @@ def merged_note(traces: list) -> str:
     return "; ".join(parts)
 
 
+# Files found in a directory that are plainly not traces (a directory of mixed content): counted in one line, not
+# one warning each. A file named on the command line, a corrupt or an empty dump still get a warning of their own.
+_NOT_A_TRACE = {"unrecognized format": "not a trace format", "JSON but not a trace": "JSON but not a trace"}
+
+
+def skip_kind(err, named: tuple[str, ...] = ()) -> str | None:
+    """The kind of a skipped path (a subdirectory not read, a file that is no trace), or None for a real problem."""
+    from distdoctor.trace.loaders import SUBDIR_NOT_READ
+
+    if err.reason == SUBDIR_NOT_READ:
+        return "subdirectory"
+    if err.path in named:
+        return None
+    return next((kind for prefix, kind in _NOT_A_TRACE.items() if err.reason.startswith(prefix)), None)
+
+
+def summarize_skipped(skipped: list) -> str:
+    """One line: how many files were skipped and why, one example, and how to read subdirectories."""
+    from collections import Counter
+
+    kinds = Counter(skip_kind(e) for e in skipped)
+    n_dirs = kinds.pop("subdirectory", 0)
+    parts = []
+    files = sum(kinds.values())
+    if files:
+        example = next(e.path for e in skipped if skip_kind(e) != "subdirectory")
+        detail = ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
+        parts.append(f"skipped {files} file(s) that are not traces ({detail}; e.g. {example})")
+    if n_dirs:
+        parts.append(f"did not read {n_dirs} subdirector{'y' if n_dirs == 1 else 'ies'} (--recursive reads them)")
+    return "; ".join(parts)
+
+
 @click.command("diagnose")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text", show_default=True,
@@ -40,11 +73,14 @@ def merged_note(traces: list) -> str:
               help="Write a Perfetto/Chrome trace of the collectives per rank to FILE.")
 @click.option("--world-size", type=click.IntRange(min=1), default=None,
               help="The job's world size, when the dumps cannot tell (e.g. the last ranks left no dump).")
+@click.option("--recursive", "-r", is_flag=True,
+              help="Also read the files in the subdirectories of a directory PATH (default: its own files only).")
 def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chrome_trace: str | None,
-                     world_size: int | None) -> None:
+                     world_size: int | None, recursive: bool) -> None:
     """Explain a hang or desync from per-rank traces (Flight Recorder dumps or distdoctor traces).
 
     PATH is a trace file or a directory of them, in any mix of formats.
+    Files that are not traces are skipped and counted in one line.
     """
     from distdoctor.diagnose.analyze import analyze
     from distdoctor.report.chrome_trace import write_chrome_trace
@@ -53,11 +89,15 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
     from distdoctor.report.html import render_html
     from distdoctor.trace.loaders import gc_paused, load_traces
 
-    ts = load_traces(list(paths), world_size=world_size)
+    ts = load_traces(list(paths), world_size=world_size, recursive=recursive)
     if not ts.ranks:
-        reasons = "; ".join(str(e) for e in ts.errors[:5]) or "no trace files found"
-        more = f" (and {len(ts.errors) - 5} more)" if len(ts.errors) > 5 else ""
-        raise InputError(" ".join(paths), f"no usable trace: {reasons}{more}")
+        real = [e for e in ts.errors if not skip_kind(e, paths)]
+        reasons = "; ".join(str(e) for e in real[:5])
+        reasons += f" (and {len(real) - 5} more)" if len(real) > 5 else ""
+        skipped = [e for e in ts.errors if skip_kind(e, paths)]
+        if skipped:
+            reasons += ("; " if reasons else "") + summarize_skipped(skipped)
+        raise InputError(" ".join(paths), f"no usable trace: {reasons or 'no trace files found'}")
     if world_size is not None and ts.world_size and ts.world_size > world_size:
         raise InputError("--world-size", f"{world_size} is smaller than the traces show ({ts.world_size})")
     try:
@@ -66,8 +106,13 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
     except Exception as exc:  # a trace shape the analysis does not handle: say so in one line, not a traceback
         raise InputError(" ".join(paths), f"analysis failed on these traces ({type(exc).__name__}: {exc}); "
                                           f"please report it with the files") from exc
+    skipped = [e for e in ts.errors if skip_kind(e, paths)]
     for err in ts.errors:
-        click.echo(f"distdoctor diagnose: warning: {err}", err=True)
+        if not skip_kind(err, paths):
+            click.echo(f"distdoctor diagnose: warning: {err}", err=True)
+    if skipped:
+        click.echo(f"distdoctor diagnose: note: {summarize_skipped(skipped)}; --format json lists every path "
+                   f"under load_errors", err=True)
     from distdoctor.trace.loaders import fr_json_scan
 
     if fr_json_scan.FAILURE:

@@ -74,19 +74,24 @@ def run_demo(ctx, steps: int = 30, every: int = 5, inject: tuple[str, ...] = (),
     return summary
 
 
-@click.command()
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @world_options
-@click.option("--steps", default=30, show_default=True)
-@click.option("--every", default=5, show_default=True, help="Cross-rank check every N steps.")
+@click.option("--steps", type=click.IntRange(min=1), default=30, show_default=True, help="Training steps.")
+@click.option("--every", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Cross-rank check every N steps.")
 @click.option("--inject", multiple=True, help="KIND:RANK[:ARG]: drift, nan, slow, mem (repeatable; see "
               "distdoctor.health.inject).")
-@click.option("--inject-step", default=3, show_default=True)
+@click.option("--inject-step", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Step at which the injected faults start.")
 @click.option("--events", "events_path", default=None, help="JSON-lines events file (written by rank 0).")
-@click.option("--lr", default=0.05, show_default=True)
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=0.05, show_default=True,
+              help="SGD learning rate (> 0).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: the monitor's summary as one JSON document on stdout.")
 def demo_command(steps, every, inject, inject_step, events_path, lr, fmt, **world):
     """Train a tiny MLP under DDP with the health monitor on; optionally inject faults."""
-    cfg = config_from_options(**{**world, "nproc": world["nproc"] or 2})
+    # `or 2` would turn an explicit --nproc 0 into 2: only an absent --nproc takes the default.
+    cfg = config_from_options(**{**world, "nproc": 2 if world["nproc"] is None else world["nproc"]})
     for spec in inject:
         parse_injection(spec, resolve_nproc(cfg))
     args = {"steps": steps, "every": every, "inject": list(inject), "inject_step": inject_step,

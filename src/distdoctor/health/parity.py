@@ -214,10 +214,14 @@ def render_text(doc: dict) -> str:
               help="Global batch B per step (default 8 x nproc x accum); must split evenly.")
 @click.option("--accum", type=click.IntRange(min=2), default=2, show_default=True,
               help="Micro-batches per step in the gradient-accumulation and no_sync runs.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--lr", type=float, default=0.1, show_default=True)
-@click.option("--rtol", type=float, default=1e-10, show_default=True)
-@click.option("--atol", type=float, default=1e-12, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the model's initial weights and of the training batches.")
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=0.1, show_default=True,
+              help="SGD learning rate of every run (> 0).")
+@click.option("--rtol", type=click.FloatRange(min=0), default=1e-10, show_default=True,
+              help="Relative tolerance of the parameter comparison with the one-process run (>= 0).")
+@click.option("--atol", type=click.FloatRange(min=0), default=1e-12, show_default=True,
+              help="Absolute tolerance of the parameter comparison with the one-process run (>= 0).")
 @click.option("--inject", default=None, help="drift:RANK[:AMOUNT] — move one weight on RANK after step 1 (must fail).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: one JSON document on stdout and nothing else there.")

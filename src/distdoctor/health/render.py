@@ -21,7 +21,7 @@ def render_summary(summary: dict) -> str:
         table.add_row(str(r["rank"]), _fmt(r["step_ms"]), _fmt(r["compute_ms"]), _fmt(r["wait_ms"]),
                       _fmt(r["straggler_score"]), _fmt(r["peak_mib"], ".0f"), "ok" if r["replica_ok"] else "DIFFERS",
                       "-" if nf is None else f"step {nf['step']} {nf['phase']} {nf['module']}")
-    console = Console(record=True, width=120, file=io.StringIO())
+    console = Console(record=True, width=120, file=io.StringIO(), force_jupyter=False)  # text, even in a notebook
     console.print(table)
     if summary["events"]:
         for e in summary["events"]:

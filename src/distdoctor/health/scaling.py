@@ -178,7 +178,7 @@ def render_text(doc: dict) -> str:
         table.add_row(str(p["world_size"]), p["mode"], f"{p['per_rank_batch']:g}", f"{p['samples_per_s']:.1f}",
                       f"{p['step_ms']:.2f}", f"{p['compute_ms']:.2f}", f"{100 * p['exposed_allreduce_share']:.1f}%",
                       eff, "projected" if p["projected"] else "measured")
-    console = Console(record=True, width=130, file=StringIO())
+    console = Console(record=True, width=130, file=StringIO(), force_jupyter=False)  # text, even in a notebook
     console.print(table)
     ab = doc.get("alpha_beta")
     if ab:
@@ -240,10 +240,13 @@ def write_png(doc: dict, path: str) -> None:
 @click.option("--batch", type=click.IntRange(min=1), default=32, show_default=True, help="Weak scaling: samples per rank.")
 @click.option("--global-batch", type=click.IntRange(min=1), default=64, show_default=True,
               help="Strong scaling: samples per step over all ranks.")
-@click.option("--layers", type=click.IntRange(min=1), default=4, show_default=True)
-@click.option("--hidden", type=click.IntRange(min=1), default=1024, show_default=True)
+@click.option("--layers", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Linear layers of the measured model (more: more gradient to all-reduce).")
+@click.option("--hidden", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Width of each layer (hidden x hidden weights).")
 @click.option("--steps", type=click.IntRange(min=1), default=10, show_default=True, help="Timed steps per measurement.")
-@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Untimed steps before each measurement.")
 @click.option("--png", "png", default=None, type=click.Path(dir_okay=False), help="Write the plot and table here.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: one JSON document on stdout and nothing else there.")

@@ -126,7 +126,8 @@ def run_command(plan: str, fmt: str, emit_ir, chrome, png, emit_trace, trials, j
 @sim_group.command("pipeline")
 @click.option("--stages", type=int, default=4, show_default=True, help="Pipeline stages P.")
 @click.option("--microbatches", type=int, default=8, show_default=True, help="Micro-batches M per step.")
-@click.option("--schedule", type=click.Choice(SCHEDULES), default="1f1b", show_default=True)
+@click.option("--schedule", type=click.Choice(SCHEDULES), default="1f1b", show_default=True,
+              help="Pipeline schedule: all forwards then all backwards, one-forward-one-backward, or interleaved.")
 @click.option("--chunks", type=int, default=None, help="Model chunks per rank V (interleaved; default 2).")
 @click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel degree D.")
 @click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree T.")
@@ -172,18 +173,20 @@ def pipeline_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed
 
 
 @sim_group.command("fsdp")
-@click.option("--ranks", type=int, default=8, show_default=True)
+@click.option("--ranks", type=int, default=8, show_default=True, help="Ranks in the world.")
 @click.option("--shard-group", type=int, default=4, show_default=True, help="Ranks per shard group (HSDP).")
 @click.option("--units", type=int, default=8, show_default=True, help="FSDP units (wrapped modules).")
-@click.option("--unshard-streams", type=click.Choice(["shared", "per-group"]), default="shared", show_default=True)
+@click.option("--unshard-streams", type=click.Choice(["shared", "per-group"]), default="shared", show_default=True,
+              help="One unshard (all-gather) stream for every group, or one per process group.")
 @click.option("--prefetch", type=int, default=1, show_default=True, help="All-gathers issued ahead of compute.")
 @click.option("--compute-us", type=float, default=100.0, show_default=True, help="Forward time per unit.")
 @click.option("--ag-us-global", type=float, default=300.0, show_default=True, help="All-gather over all ranks.")
 @click.option("--ag-us-local", type=float, default=50.0, show_default=True, help="All-gather in a shard group.")
 @click.option("--local-every", type=int, default=2, show_default=True,
               help="Every k-th unit is sharded in the shard group, the rest over all ranks.")
-@click.option("--backward/--no-backward", default=True, show_default=True)
-@click.option("--steps", type=int, default=1, show_default=True)
+@click.option("--backward/--no-backward", default=True, show_default=True,
+              help="Also simulate the backward pass (re-gathers and reduce-scatters).")
+@click.option("--steps", type=int, default=1, show_default=True, help="Training steps (iterations).")
 @_output_options
 def fsdp_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, **kw) -> None:
     """FSDP/HSDP all-gathers on a shared or per-group unshard stream, with prefetch."""

@@ -63,18 +63,36 @@ def _is_regular(path: str) -> bool:
         return False
 
 
-def expand_paths(paths: list[str]) -> tuple[list[str], list[LoadError]]:
+SUBDIR_NOT_READ = "a subdirectory, not read (recursive reading is off)"
+
+
+def expand_paths(paths: list[str], recursive: bool = True) -> tuple[list[str], list[LoadError]]:
+    """The files under `paths`. A directory gives its own files; with `recursive`, those of its whole tree too
+    (hidden entries skipped). Without it, each subdirectory becomes one LoadError (SUBDIR_NOT_READ)."""
     files: list[str] = []
     errors: list[LoadError] = []
     for p in paths:
         if os.path.isdir(p):
             found = []
-            for root, dirs, names in os.walk(p):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                # Regular files only: a device or a FIFO (say /dev/hwrng under a directory given by mistake)
-                # would block the read forever.
-                found.extend(f for f in (os.path.join(root, n) for n in names if not n.startswith("."))
-                             if _is_regular(f))
+            if recursive:
+                for root, dirs, names in os.walk(p):
+                    dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                    found.extend(os.path.join(root, n) for n in names if not n.startswith("."))
+            else:
+                try:
+                    names = sorted(n for n in os.listdir(p) if not n.startswith("."))
+                except OSError as exc:
+                    errors.append(LoadError(p, f"cannot list the directory ({exc.strerror})"))
+                    continue
+                for n in names:
+                    full = os.path.join(p, n)
+                    if os.path.isdir(full):
+                        errors.append(LoadError(full, SUBDIR_NOT_READ))
+                    else:
+                        found.append(full)
+            # Regular files only: a device or a FIFO (say /dev/hwrng under a directory given by mistake) would
+            # block the read forever.
+            found = [f for f in found if _is_regular(f)]
             if not found:
                 errors.append(LoadError(p, "directory holds no files"))
             files.extend(sorted(found))
@@ -253,11 +271,12 @@ def _load_parallel(files: list[str], jobs: int) -> list[RankTrace | LoadError] |
     return out
 
 
-def load_traces(paths: list[str], world_size: int | None = None, jobs: int | None = None) -> TraceSet:
-    """Load every trace under `paths` (files or directories) into one TraceSet.
+def load_traces(paths: list[str], world_size: int | None = None, jobs: int | None = None,
+                recursive: bool = True) -> TraceSet:
+    """Load every trace under `paths` (files or directories; `recursive`: their whole trees) into one TraceSet.
 
     Many files are parsed in parallel (one worker per CPU, `jobs` to override; 1 = in this process)."""
-    files, errors = expand_paths(list(paths))
+    files, errors = expand_paths(list(paths), recursive)
     ts = TraceSet(errors=errors)
     if jobs is None:
         jobs = min(os.cpu_count() or 1, 8) if len(files) >= PARALLEL_MIN_FILES else 1
@@ -382,4 +401,4 @@ def _infer_groups(ts: TraceSet) -> None:
                 t.groups[name] = GroupInfo(name, sorted(issued.get(name, {t.rank})), True, descs.get(name, ""))
 
 
-__all__ = ["load_traces", "load_file", "expand_paths"]
+__all__ = ["load_traces", "load_file", "expand_paths", "SUBDIR_NOT_READ"]
