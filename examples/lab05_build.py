@@ -209,13 +209,16 @@ cmd = [sys.executable, "-m", "distdoctor", "run", "--dump-dir", os.path.join(job
        "--master-port", str(free_port()), os.path.join(job, "train.py")]
 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=job, start_new_session=True)
 try:
-    _, err = proc.communicate(timeout=90)
+    out, err = proc.communicate(timeout=90)
 finally:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)  # never leave the job behind
-lines = err.splitlines()  # torchrun's own report comes first; distdoctor's starts at its first line
-first = next(i for i, line in enumerate(lines) if line.startswith("distdoctor run:"))
-print("\\n".join(lines[first:])[:2500])"""),
+# run prints its verdicts on stdout (the first one while the job still runs) and its own notes on stderr,
+# after torchrun's report
+text = out.strip()
+second = text.find("verdict: ", text.find("verdict: ") + 1)  # the closing report repeats the first's findings
+print(text[:second if second > 0 else None].strip()[:2500])
+print("\\n".join(line for line in err.splitlines() if line.startswith("distdoctor run:")))"""),
     ("md", """**A rank fails, skips a collective, or straggles.** `validate` shows what these look like across ranks, each
 within the timeout: a rank planted to crash before its 3rd collective is named with that collective; a rank
 that skips its 2nd collective (the playbook's step 4, `if rank == 0: dist.all_reduce(x)`) is named by the gap
