@@ -10,6 +10,7 @@ Order of reasoning:
    what they did last and their current stack when the trace has one. State divergences on groups with lost
    members are consequences of the loss.
 4. stragglers, only when nothing hangs.
+5. per-rank logs (threads.py): threads inside an op they never finished, as stuck_thread findings after the others.
 Findings sort by kind priority (findings.PRIORITY), then by when their evidence happened.
 """
 
@@ -22,6 +23,7 @@ from distdoctor.diagnose.findings import PRIORITY, Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import Divergence, GroupView, build_views, callsite_divergence, divergences
 from distdoctor.diagnose.progress import describe_rank, is_gloo_fr, last_completed, rank_progress, where_now
 from distdoctor.diagnose.straggler import find_stragglers
+from distdoctor.diagnose.threads import thread_findings
 from distdoctor.diagnose.waitfor import (Cycle, Wait, build_waits, describe_cycle, find_cycles, graph,
                                          on_possible_cycle)
 from distdoctor.trace.model import Entry, TraceSet
@@ -116,9 +118,13 @@ def analyze(ts: TraceSet) -> Report:
 
     findings.sort(key=lambda f: (PRIORITY[f.kind], f.t if f.t is not None else float("inf"), f.ranks))
     findings = _one_finding_per_absent_rank(findings, consequences)
+    stuck, thread_ranks = thread_findings(ts, others_found=bool(findings))  # per-rank logs: threads inside an op
+    findings += stuck  # after the collective findings, in their own order (strongest first)
     progress = {r: rank_progress(t, pending.get(r, [])) for r, t in ts.ranks.items()}
     missing = {"missing": True}  # one object for every absent rank: a corrupt rank number can imply a huge world
     ranks = {str(r): progress.get(r, missing) for r in sorted(set(progress).union(no_dump))}
+    for r, extra in thread_ranks.items():  # per-rank logs: "threads" and "log"
+        ranks[str(r)].update(extra)
     return Report(ts, findings, ranks, ts.world_size, waits, cycles, consequences, views)
 
 

@@ -25,9 +25,18 @@ def is_superseded(err) -> bool:
               help="Write a Perfetto/Chrome trace of the collectives per rank to FILE.")
 @click.option("--world-size", type=click.IntRange(min=1), default=None,
               help="The job's world size, when the dumps cannot tell (e.g. the last ranks left no dump).")
+# Per-rank text logs (trace/loaders/logs.py): how to read their rank and their begin/end markers.
+@click.option("--log-rank", "log_rank", metavar="REGEX", default=None,
+              help="Per-rank logs: a regex with a (?P<rank>...) group, searched in each log's path "
+                   "(default: rank_<r>, rank<r>, rank-<r> in the file name or a folder).")
+@click.option("--begin", "begin", metavar="REGEX", default=None,
+              help="Per-rank logs: the line that begins an op, with (?P<op>...) and, if the line has one, "
+                   "(?P<thread>...) (default: glog lines '... <tid> file:line] before: <op>').")
+@click.option("--end", "end", metavar="REGEX", default=None,
+              help="Per-rank logs: the line that ends an op, with the same groups as --begin (default: 'after: <op>').")
 def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chrome_trace: str | None,
-                     world_size: int | None) -> None:
-    """Explain a hang or desync from per-rank traces (Flight Recorder dumps or distdoctor traces).
+                     world_size: int | None, log_rank: str | None, begin: str | None, end: str | None) -> None:
+    """Explain a hang or desync from per-rank traces (Flight Recorder dumps, distdoctor traces, per-rank logs).
 
     PATH is a trace file or a directory of them, in any mix of formats.
     """
@@ -37,8 +46,15 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
     from distdoctor.report.diagnose_text import render_text
     from distdoctor.report.html import render_html
     from distdoctor.trace.loaders import gc_paused, load_traces
+    from distdoctor.trace.loaders.logs import LogFormat, using_format
 
-    ts = load_traces(list(paths), world_size=world_size)
+    try:
+        log_format = LogFormat(begin=begin, end=end, rank=log_rank)
+    except ValueError as exc:  # the message names the flag
+        flag, _, why = str(exc).partition(": ")
+        raise InputError(flag, why) from None
+    with using_format(log_format):
+        ts = load_traces(list(paths), world_size=world_size)
     if not ts.ranks:
         reasons = "; ".join(str(e) for e in ts.errors[:5]) or "no trace files found"
         more = f" (and {len(ts.errors) - 5} more)" if len(ts.errors) > 5 else ""

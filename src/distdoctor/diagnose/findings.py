@@ -8,6 +8,8 @@
 - order_deadlock: a cycle of waits across process groups; `ranks` all ranks on the cycle, `groups` the groups.
 - p2p_deadlock: send/recv that can never match; `ranks` the ranks involved.
 - straggler: no hang, but a rank arrives late at collectives consistently; `ranks` the late ones.
+- stuck_thread: from per-rank logs, a thread began an op and never finished it (diagnose/threads.py); `ranks` the
+  ranks whose thread is inside it, `op` the op (the log's name for it), `evidence.why` how it differs from its peers.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 KINDS = ("order_deadlock", "p2p_deadlock", "type_mismatch", "size_mismatch", "dtype_mismatch", "root_mismatch",
-         "missing_dump", "missing_ranks", "state_mismatch", "straggler")
+         "missing_dump", "missing_ranks", "state_mismatch", "stuck_thread", "straggler")
 
 # Root cause first: a cycle or an impossible p2p explains every wait it causes; a mismatch explains the
 # crash or hang that follows it; a lost rank explains the survivors' waits; state differences come last.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from distdoctor.diagnose.analyze import Report
 from distdoctor.diagnose.findings import fmt_group
+from distdoctor.report.diagnose_threads import thread_lines
 
 MAX_RANK_LINES = 32
 
@@ -23,7 +24,8 @@ def render_text(report: Report) -> str:
     for i, f in enumerate(report.findings, 1):
         where = ""
         if f.op is not None:
-            where = f" at {f.op}" + (f" #{f.seq}" if f.seq is not None else "") + f" on {fmt_group(f.group)}"
+            where = f" at {f.op}" + (f" #{f.seq}" if f.seq is not None else "") + \
+                (f" on {fmt_group(f.group)}" if f.group is not None or f.kind != "stuck_thread" else "")
         lines.append("")
         lines.append(f"{i}. {f.kind}: ranks {f.ranks}{where}")
         lines.append(f"   {f.detail}")
@@ -42,6 +44,7 @@ def render_text(report: Report) -> str:
             lines.append(f"  ... {len(report.ranks) - MAX_RANK_LINES} more ranks (see --format json)")
             break
         lines.append("  " + _rank_line(rank, report.ranks[rank]))
+    lines.extend(thread_lines(report))  # ranks read from per-rank logs: each thread's position
     superseded = [e for e in ts.errors if "is preferred over flight_recorder" in e.reason]
     unusable = [e for e in ts.errors if e not in superseded]
     if unusable:

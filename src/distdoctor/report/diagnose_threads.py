@@ -1,0 +1,76 @@
+"""The per-thread section of the `diagnose` report, for ranks read from text logs (text and HTML): where each
+thread stands, the threads the findings name first, then those of the ranks furthest behind; and one line saying
+how many log lines each rank skipped as unreadable."""
+
+from __future__ import annotations
+
+import html
+
+from distdoctor.diagnose.threads import ordered_threads
+
+MAX_THREAD_LINES = 48
+
+
+def thread_lines(report) -> list[str]:
+    """Text lines (with a leading blank line), or none when no rank was read from a log."""
+    logs = {r: p["log"] for r, p in report.ranks.items() if "log" in p}
+    if not logs:
+        return []
+    lines = ["", "where each thread is (per-rank logs; the stuck and the furthest behind first):"]
+    rows = ordered_threads(report.ranks, report.findings)
+    for i, (rank, thread, st) in enumerate(rows):
+        if i == MAX_THREAD_LINES:
+            lines.append(f"  ... {len(rows) - MAX_THREAD_LINES} more threads (see --format json, ranks.<r>.threads)")
+            break
+        lines.append(f"  rank {rank} thread {thread}: {_state(st)}")
+    if not rows:
+        lines.append("  no thread logged a begin/end marker")
+    lines.append(skipped_line(logs))
+    return lines
+
+
+def _state(st: dict) -> str:
+    if st["open_op"]:
+        s = f"inside {st['open_op']} (run {st['run']}) since {st['line']}"
+        if st.get("open_for_s") is not None:
+            s += f", {st['open_for_s']:.1f} s before the log ends"
+        s += f"; last finished {st['last_done']}" if st["last_done"] else "; nothing finished before"
+    else:
+        s = f"idle; last finished {st['last_done']} ({st['last_done_line']})" if st["last_done"] else "idle"
+    extra = [f"{len(st['also_open'])} outer op(s) open" if st.get("also_open") else "",
+             f"{st['unclosed']} begin(s) never ended" if st.get("unclosed") else "",
+             f"{st['unmatched_ends']} end(s) without a begin" if st.get("unmatched_ends") else ""]
+    extra = [e for e in extra if e]
+    return s + (f" ({', '.join(extra)})" if extra else "")
+
+
+def skipped_line(logs: dict[str, dict]) -> str:
+    """One line: how many lines each rank's log skipped as unreadable (ranks with none are counted, not listed)."""
+    bad = {r: log for r, log in logs.items() if log["skipped_lines"]}
+    if not bad:
+        return f"log lines skipped as unreadable: none ({len(logs)} rank log{'s' if len(logs) != 1 else ''})"
+    parts = [f"rank {r}: {log['skipped_lines']}" + (f" (first at {log['skipped_at'][0]})" if log["skipped_at"] else "")
+             for r, log in list(bad.items())[:16]]
+    if len(bad) > 16:
+        parts.append(f"... {len(bad) - 16} more ranks")
+    rest = len(logs) - len(bad)
+    return "log lines skipped as unreadable: " + ", ".join(parts) + (f"; none on the other {rest} ranks" if rest else "")
+
+
+def thread_table_html(report) -> str:
+    """An HTML table of the same rows, or "" when no rank was read from a log."""
+    logs = {r: p["log"] for r, p in report.ranks.items() if "log" in p}
+    if not logs:
+        return ""
+    esc = lambda v: html.escape(str(v), quote=True)  # noqa: E731 - every string here comes from a log
+    parts = ["<h2>Threads (per-rank logs)</h2><table><tr><th>rank</th><th>thread</th><th>inside (begun at)</th>"
+             "<th>last finished</th></tr>"]
+    for rank, thread, st in ordered_threads(report.ranks, report.findings)[:500]:
+        inside = f"{st['open_op']} ({st['line']})" if st["open_op"] else "-"
+        parts.append(f"<tr><td>{esc(rank)}</td><td>{esc(thread)}</td><td>{esc(inside)}</td>"
+                     f"<td>{esc(st['last_done'] or '-')}</td></tr>")
+    parts.append(f"</table><p>{esc(skipped_line(logs))}</p>")
+    return "\n".join(parts)
+
+
+__all__ = ["thread_lines", "thread_table_html", "skipped_line"]

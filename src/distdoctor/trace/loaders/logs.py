@@ -1,0 +1,341 @@
+"""Per-rank text logs as a trace source: begin/end markers around each op, per thread, and NCCL_DEBUG=INFO calls.
+
+Hangs are often explained by hand from logs: a `before: <op>` / `after: <op>` line around every kernel launch, per
+thread, and the op with a `before` and no `after` on a thread is where that thread (stream) is stuck. This reads
+such logs into the trace model: each thread's state goes to `RankTrace.log` (diagnose/threads.py compares ranks),
+NCCL's collective calls become ordinary entries (nccl_log.py), so the collective analysis applies to them.
+
+Formats (detected by content, like every trace source):
+- markers, by default glog lines with a thread-id column, as OneFlow's kernels log them:
+  `I20220419 11:42:17.453923 2726812 kernel.cpp:51] before: System-Src-WaitAndSendIds_1157` and `... after: <op>`;
+  any other format with `--begin REGEX` / `--end REGEX` (named group `op`, and `thread` where the line has one;
+  each is searched in every line; without `thread` the rank has one thread, "main");
+- NCCL_DEBUG=INFO lines of collective calls (nccl_log.py).
+
+The rank: `--log-rank REGEX` (named group `rank`) searched in the file's path; else `rank_<r>`, `rank<r>` or
+`rank-<r>` in the file name or the nearest folder that has one (`rank3/oneflow.INFO`); else the rank NCCL's
+largest communicator gives the process.
+
+Pairing, per thread: `after X` closes the open `X` (ops are paired by name, so an end never closes another op).
+A `before X` while an earlier `X` is still open on the thread supersedes it: the earlier begin's end was never
+logged (markers around kernel launches do not nest; the line was lost, or the op re-entered) and it is counted as
+`unclosed`, not as a run. An end with no open begin (the log starts inside an op, or the begin line was
+unreadable) is counted as `unmatched_ends`. So the seed's `before X / after X / before X` is X's second run,
+open; `before X / before X / after X` is one finished run and one unclosed begin. The thread's open op is the latest
+begun op still open; the others still open are listed as `also_open` (an outer op, for markers that nest).
+Counts come from per-(thread, op) totals and the last event of each: exact for well-formed logs.
+
+Bad lines are counted, never fatal: a line with a marker keyword that the marker pattern does not read (a broken
+prefix), or whose op name is empty or not printable text (bad bytes); likewise NCCL lines. They are skipped.
+
+Speed: the patterns are compiled once; a file is read in binary and decoded at C speed (bad bytes kept as
+surrogates, so they are found and counted); one `findall` over the whole text collects the markers, counted per
+(thread, op) in C; only the lines the report cites are located, by scanning back from the end of the file. Only
+per-thread state and per-op run counts are kept. Many files load in the loader's worker processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+
+from distdoctor.trace.model import RankLog, RankTrace, ThreadState
+
+SKIPPED_EXAMPLES = 5  # file:line of the first few skipped lines, per rank
+
+_GLOG_MARKER = r"^[IWEF]\S* \S+ +(\w+) [^\]\n]*\] (before|after): (.*)$"  # thread, kind, op
+_GLOG_KEYWORDS = ("] before: ", "] after: ")
+_GLOG_LINE = re.compile(rb"(?m)^[IWEF]\d{4}(?:\d{4})? \d\d:\d\d:\d\d\.\d+ +\w+ [^\]\n]*\] ")
+_GLOG_TIME = re.compile(r"[IWEF](\d{4})?(\d\d)(\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?) ")
+_NCCL_LINE = re.compile(rb"\S+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN) ")
+_RANK_IN_NAME = re.compile(r"(?<![A-Za-z0-9])(?<!local_)(?<!local-)rank[_-]?(\d+)(?!\d)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class LogFormat:
+    """How to read markers and ranks: None = the defaults (glog `before:`/`after:`, rank from the path)."""
+    begin: str | None = None
+    end: str | None = None
+    rank: str | None = None
+
+    def __post_init__(self) -> None:
+        """Raise ValueError naming the option and the reason when a pattern cannot be used."""
+        if (self.begin is None) != (self.end is None):
+            raise ValueError("--begin/--end: give both (an op is paired by its begin and its end)")
+        for flag, pattern, groups in (("--begin", self.begin, ("op",)), ("--end", self.end, ("op",)),
+                                      ("--log-rank", self.rank, ("rank",))):
+            if pattern is None:
+                continue
+            try:
+                compiled = re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{flag}: not a regular expression ({exc})") from None
+            missing = [g for g in groups if g not in compiled.groupindex]
+            if missing:
+                raise ValueError(f"{flag}: needs a named group (?P<{missing[0]}>...)")
+            if flag != "--log-rank" and compiled.search(""):
+                raise ValueError(f"{flag}: matches an empty line, so it would match every line")
+        if self.begin is not None and ("thread" in re.compile(self.begin).groupindex) != \
+                ("thread" in re.compile(self.end).groupindex):
+            raise ValueError("--begin/--end: either both have a (?P<thread>...) group or neither")
+
+
+_FORMAT = LogFormat()
+
+
+def current_format() -> LogFormat:
+    return _FORMAT
+
+
+@contextlib.contextmanager
+def using_format(fmt: LogFormat):
+    """Read logs with `fmt` inside the block. A module setting rather than a loader argument: the loader's worker
+    processes are forked inside the block and inherit it."""
+    global _FORMAT
+    saved, _FORMAT = _FORMAT, fmt
+    try:
+        yield fmt
+    finally:
+        _FORMAT = saved
+
+
+class _Markers:
+    """A compiled marker pattern: `findall` gives (thread, kind, op) per marker line, kind "before" or "after"."""
+
+    def __init__(self, fmt: LogFormat) -> None:
+        self.custom = fmt.begin is not None
+        if not self.custom:
+            self.pattern = re.compile(_GLOG_MARKER, re.M)
+            return
+        # One alternation keeps begins and ends in file order; the end's group names are renamed apart.
+        end = fmt.end.replace("(?P<op>", "(?P<_end_op>").replace("(?P<thread>", "(?P<_end_thread>")
+        self.pattern = re.compile(rf"^[^\n]*?(?:(?P<_begin>{fmt.begin})|(?P<_end>{end}))", re.M)
+        index = self.pattern.groupindex
+        self._at = (index["_begin"] - 1, index["op"] - 1, index["_end_op"] - 1,
+                    index["thread"] - 1 if "thread" in index else None,
+                    index["_end_thread"] - 1 if "_end_thread" in index else None)
+
+    def findall(self, text: str, start: int = 0, end: int | None = None) -> list[tuple[str, str, str]]:
+        raw = self.pattern.findall(text, start, len(text) if end is None else end)
+        if not self.custom:
+            return raw
+        b, op, end_op, th, end_th = self._at
+        return [(t[th] if th is not None else "main", "before", t[op]) if t[b] else
+                (t[end_th] if end_th is not None else "main", "after", t[end_op]) for t in raw]
+
+    def starts(self, text: str, start: int, end: int) -> list[int]:
+        return [m.start() for m in self.pattern.finditer(text, start, end)]
+
+
+@functools.lru_cache(maxsize=8)
+def _markers(fmt: LogFormat) -> _Markers:
+    return _Markers(fmt)
+
+
+def rank_of(path: str, fmt: LogFormat | None = None) -> int | None:
+    """The rank a log's path names: --log-rank's group `rank`, else `rank<r>` in the file name or a folder."""
+    fmt = fmt or _FORMAT
+    if fmt.rank is not None:
+        m = re.search(fmt.rank, path)
+        if m and m.group("rank") is not None and m.group("rank").strip().isdigit():
+            return int(m.group("rank"))
+    for part in reversed(path.split(os.sep)):
+        m = _RANK_IN_NAME.search(part)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def looks_like_log(head: bytes) -> bool:
+    """Whether a file's first bytes are a log this module reads (before other formats get to guess)."""
+    if b"\0" in head or head.lstrip()[:1] == b"{":
+        return False
+    if _GLOG_LINE.search(head) or _NCCL_LINE.search(head):
+        return True
+    if _FORMAT.begin is None:
+        return False
+    text = head.decode("utf-8", "surrogateescape")
+    return bool(_markers(_FORMAT).findall(text))
+
+
+def load_log(data: bytes, path: str, sniffed: bool = True) -> RankTrace:
+    """One rank's log; ValueError(reason) when it holds nothing to read. `sniffed`: looks_like_log said so (else
+    this is the last format tried, and a file with nothing readable is simply not a trace)."""
+    from distdoctor.trace.loaders.nccl_log import read_nccl
+
+    text = data.decode("utf-8", "surrogateescape")
+    fmt = _FORMAT
+    log = RankLog(path=path, lines=text.count("\n") + (0 if text.endswith("\n") else 1))
+    read_markers(text, log, _markers(fmt), glog=fmt.begin is None)
+    nccl = read_nccl(text, log) if "NCCL INFO" in text else None
+    if not log.threads and not (nccl and nccl.entries):
+        if not sniffed:
+            raise ValueError("unrecognized format: not a Flight Recorder pickle or JSON dump, nor a distdoctor trace, "
+                             "nor a log with begin/end markers or NCCL INFO collective lines")
+        what = "--begin/--end markers" if fmt.begin is not None else "before:/after: markers"
+        raise ValueError(f"a log, but with no {what} nor NCCL INFO collective lines"
+                         + (f" ({log.skipped} unreadable)" if log.skipped else ""))
+    rank = rank_of(path, fmt)
+    if rank is None and nccl is not None:
+        rank = nccl.world_rank
+    if rank is None:
+        hint = f" (--log-rank {fmt.rank!r} does not match it)" if fmt.rank else ""
+        raise ValueError(f"cannot tell which rank wrote this log{hint}: name it rank_<r>.log or put it in a "
+                         f"rank<r>/ folder, or pass --log-rank REGEX with a (?P<rank>...) group")
+    return RankTrace(rank=rank, source="log", path=path, version="nccl" if nccl and nccl.entries else "",
+                     world_size=nccl.world_size if nccl else None, entries=nccl.entries if nccl else [],
+                     host=nccl.host if nccl else None, pid=nccl.pid if nccl else None, log=log)
+
+
+def read_markers(text: str, log: RankLog, markers: _Markers, glog: bool) -> None:
+    """Fill `log.threads` and `log.ops` from the marker lines of `text` (see the module docstring)."""
+    events = markers.findall(text)
+    if glog:  # keyword lines the pattern could not read (a broken prefix) are bad lines
+        unread = sum(text.count(k) for k in _GLOG_KEYWORDS) - len(events)
+        if unread > 0:
+            log.skipped += unread
+            _note_unread(text, markers, log)
+    if not events:
+        return
+    counts = Counter(events)
+    last = {ev: i for i, ev in enumerate(events)}  # the last index of each distinct (thread, kind, op)
+    per: dict[tuple[str, str], list] = {}  # (thread, op) -> [begins, ends, index of last begin, index of last end]
+    for (thread, kind, raw), n in counts.items():
+        op = raw.strip()
+        if not op or not op.isprintable():
+            log.skipped += n
+            if len(log.skipped_at) < SKIPPED_EXAMPLES:
+                log.skipped_at.append(_where(log.path, text, text.find(raw)))
+            continue
+        c = per.get((thread, op))
+        if c is None:
+            c = per[(thread, op)] = [0, 0, -1, -1]
+        if kind == "before":
+            c[0] += n
+            c[2] = max(c[2], last[(thread, kind, raw)])
+        else:
+            c[1] += n
+            c[3] = max(c[3], last[(thread, kind, raw)])
+    wanted: dict[int, None] = {}  # event indexes whose line the report cites
+    opens: dict[str, list[tuple[int, str]]] = {}
+    last_end: dict[str, tuple[int, str]] = {}
+    for (thread, op), (b, d, ib, ie) in per.items():
+        st = log.threads.get(thread)
+        if st is None:
+            st = log.threads[thread] = ThreadState()
+        is_open = ib > ie
+        done = min(d, b - is_open)
+        st.done += done
+        st.unclosed += b - is_open - done
+        st.unmatched_ends += d - done
+        runs = done + is_open
+        prev = log.ops.get(op)
+        log.ops[op] = (runs, done, thread) if prev is None else \
+            (prev[0] + runs, prev[1] + done, thread if runs > prev[0] else prev[2])
+        if is_open:
+            opens.setdefault(thread, []).append((ib, op))
+            wanted[ib] = None
+        if ie >= 0 and ie > last_end.get(thread, (-1, ""))[0]:
+            last_end[thread] = (ie, op)
+    for thread, (ie, op) in last_end.items():
+        log.threads[thread].last_done = op
+        wanted[ie] = None
+    where = _locate(text, markers, len(events), set(wanted), log.path)
+    end_time = _last_time(text) if glog else None
+    for thread, st in log.threads.items():
+        if thread in last_end:
+            st.last_done_line = where.get(last_end[thread][0])
+        ops = sorted(opens.get(thread, ()))
+        if not ops:
+            continue
+        i, st.open_op = ops[-1]
+        st.line = where.get(i)
+        st.run = log.ops[st.open_op][0]
+        st.also_open = [(op, where.get(j, "")) for j, op in ops[:-1]]
+        if end_time is not None and st.line:
+            begun = _time_of(_line_text(text, where.pos[i]))
+            st.open_for_s = round(end_time - begun, 3) if begun is not None else None
+
+
+class _Where(dict):
+    """event index -> "file:line", and the text position of each (`pos`)."""
+    pos: dict[int, int]
+
+
+def _locate(text: str, markers: _Markers, n_events: int, wanted: set[int], path: str) -> _Where:
+    """Where the wanted events are: scan back from the end of the file in growing chunks (cut at line starts, so
+    the matches of the chunks add up to the whole file's), until the earliest wanted event is reached."""
+    out = _Where()
+    out.pos = {}
+    end, index_end, chunk = len(text), n_events, 1 << 16
+    while wanted and end > 0:
+        start = text.rfind("\n", 0, max(0, end - chunk)) + 1 if end > chunk else 0
+        starts = markers.starts(text, start, end)
+        first = index_end - len(starts)
+        if first < 0:  # a pattern that spans lines: fall back to one pass over the whole text
+            starts, first = markers.starts(text, 0, len(text)), 0
+        for i in [i for i in wanted if i >= first]:
+            out.pos[i] = starts[i - first]
+            wanted.discard(i)
+        end, index_end, chunk = start, first, chunk * 2
+    lines, prev, count = {}, 0, 1
+    for pos in sorted(out.pos.values()):  # line numbers, counting newlines once along the file
+        count += text.count("\n", prev, pos)
+        lines[pos], prev = count, pos
+    for i, pos in out.pos.items():
+        out[i] = f"{path}:{lines[pos]}"
+    return out
+
+
+def _note_unread(text: str, markers: _Markers, log: RankLog) -> None:
+    """file:line of the first keyword lines the marker pattern did not read."""
+    for m in re.finditer(r"(?m)^.*(?:\] before: |\] after: ).*$", text):
+        if len(log.skipped_at) >= SKIPPED_EXAMPLES:
+            return
+        if not markers.findall(text, m.start(), m.end()):
+            log.skipped_at.append(_where(log.path, text, m.start()))
+
+
+def _where(path: str, text: str, pos: int) -> str:
+    return f"{path}:{text.count(chr(10), 0, max(pos, 0)) + 1}"
+
+
+def _line_text(text: str, pos: int) -> str:
+    end = text.find("\n", pos)
+    return text[pos:end if end >= 0 else len(text)]
+
+
+def _time_of(line: str) -> float | None:
+    """A glog line's time in seconds (year 2000 when the line has none: only differences within a log are used)."""
+    m = _GLOG_TIME.match(line)
+    if not m:
+        return None
+    year, month, day, hh, mm, ss = m.groups()
+    try:
+        sec = float(ss)
+        t = datetime(int(year or 2000), int(month), int(day), int(hh), int(mm), int(sec))
+    except ValueError:
+        return None
+    return t.timestamp() + (sec - int(sec))
+
+
+def _last_time(text: str) -> float | None:
+    """The time of the log's last glog line (looking back at most a few hundred lines)."""
+    end = len(text)
+    for _ in range(500):
+        start = text.rfind("\n", 0, max(end - 1, 0)) + 1
+        t = _time_of(text[start:end])
+        if t is not None:
+            return t
+        if start == 0:
+            return None
+        end = start - 1
+    return None
+
+
+__all__ = ["LogFormat", "using_format", "current_format", "looks_like_log", "load_log", "rank_of", "read_markers"]
