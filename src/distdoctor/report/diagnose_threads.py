@@ -1,6 +1,6 @@
-"""The per-thread section of the `diagnose` report, for ranks read from text logs (text and HTML): where each
-thread stands, the threads the findings name first, then those of the ranks furthest behind; and one line saying
-how many log lines each rank skipped as unreadable."""
+"""The per-rank-log section of the `diagnose` report (text and HTML): where each thread stands (the threads the
+findings name first, then those of the ranks furthest behind), the last NCCL call each rank logged per communicator
+(with its file:line), and one line saying how many log lines each rank skipped as unreadable."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import html
 from distdoctor.diagnose.threads import ordered_threads
 
 MAX_THREAD_LINES = 48
+MAX_RANK_LINES = 32
 
 
 def thread_lines(report) -> list[str]:
@@ -16,15 +17,26 @@ def thread_lines(report) -> list[str]:
     logs = {r: p["log"] for r, p in report.ranks.items() if "log" in p}
     if not logs:
         return []
-    lines = ["", "where each thread is (per-rank logs; the stuck and the furthest behind first):"]
+    lines = [""]
     rows = ordered_threads(report.ranks, report.findings)
+    if rows:
+        lines.append("where each thread is (per-rank logs; the stuck and the furthest behind first):")
     for i, (rank, thread, st) in enumerate(rows):
         if i == MAX_THREAD_LINES:
             lines.append(f"  ... {len(rows) - MAX_THREAD_LINES} more threads (see --format json, ranks.<r>.threads)")
             break
         lines.append(f"  rank {rank} thread {thread}: {_state(st)}")
-    if not rows:
-        lines.append("  no thread logged a begin/end marker")
+    nccl = {r: log["nccl"] for r, log in logs.items() if log.get("nccl")}
+    if nccl:
+        lines.append("last NCCL call per communicator (per-rank logs):")
+        named = {str(r) for f in report.findings for r in f.ranks}
+        order = sorted(nccl, key=lambda r: (r not in named, int(r)))
+        for i, rank in enumerate(order):
+            if i == MAX_RANK_LINES:
+                lines.append(f"  ... {len(order) - MAX_RANK_LINES} more ranks (see --format json, ranks.<r>.log.nccl)")
+                break
+            lines.append(f"  rank {rank}: " + "; ".join(f"'{comm}' {c['call']} opCount {c['opCount']} ({c['line']})"
+                                                    for comm, c in sorted(nccl[rank].items())))
     lines.append(skipped_line(logs))
     return lines
 

@@ -276,7 +276,7 @@ def load_traces(paths: list[str], world_size: int | None = None, jobs: int | Non
             ts.errors.append(got)
         else:
             loaded.append(got)
-    loaded = link_logs(loaded)  # per-rank logs: join a rank's other trace, link NCCL calls across ranks
+    loaded = link_logs(loaded, ts.errors)  # per-rank logs: join a rank's other trace, link NCCL calls across ranks
     _drop_mixed_versions(loaded, ts.errors)
     # Several files for one rank: the richest source wins (the recorder writes rank_<r>.jsonl next to Flight
     # Recorder's rank_<r>.fr.pkl); among equals, the first in path order. The others are reported, not used.

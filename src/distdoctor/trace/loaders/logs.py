@@ -173,16 +173,15 @@ def load_log(data: bytes, path: str, sniffed: bool = True) -> RankTrace:
     log = RankLog(path=path, lines=text.count("\n") + (0 if text.endswith("\n") else 1))
     read_markers(text, log, _markers(fmt), glog=fmt.begin is None)
     nccl = read_nccl(text, log) if "NCCL INFO" in text else None
-    if not log.threads and not (nccl and nccl.entries):
-        if not sniffed:
-            raise ValueError("unrecognized format: not a Flight Recorder pickle or JSON dump, nor a distdoctor trace, "
-                             "nor a log with begin/end markers or NCCL INFO collective lines")
-        what = "--begin/--end markers" if fmt.begin is not None else "before:/after: markers"
-        raise ValueError(f"a log, but with no {what} nor NCCL INFO collective lines"
-                         + (f" ({log.skipped} unreadable)" if log.skipped else ""))
+    empty = not log.threads and not (nccl and nccl.entries)
+    if empty and not sniffed:
+        raise ValueError("unrecognized format: not a Flight Recorder pickle or JSON dump, nor a distdoctor trace, "
+                         "nor a log with begin/end markers or NCCL INFO collective lines")
     rank = rank_of(path, fmt)
     if rank is None and nccl is not None:
         rank = nccl.world_rank
+    if rank is None and empty:
+        raise ValueError(empty_reason())
     if rank is None:
         hint = f" (--log-rank {fmt.rank!r} does not match it)" if fmt.rank else ""
         raise ValueError(f"cannot tell which rank wrote this log{hint}: name it rank_<r>.log or put it in a "
@@ -190,6 +189,13 @@ def load_log(data: bytes, path: str, sniffed: bool = True) -> RankTrace:
     return RankTrace(rank=rank, source="log", path=path, version="nccl" if nccl and nccl.entries else "",
                      world_size=nccl.world_size if nccl else None, entries=nccl.entries if nccl else [],
                      host=nccl.host if nccl else None, pid=nccl.pid if nccl else None, log=log)
+
+
+def empty_reason() -> str:
+    """Why a log with nothing to read is not used (link_logs says it only when its rank has no other trace: glog
+    writes WARNING and ERROR files beside the INFO one)."""
+    what = "--begin/--end markers" if _FORMAT.begin is not None else "before:/after: markers"
+    return f"a log, but with no {what} nor NCCL INFO collective lines"
 
 
 def read_markers(text: str, log: RankLog, markers: _Markers, glog: bool) -> None:

@@ -13,9 +13,12 @@ Anything may precede `host:pid:tid` on a line (a timestamp, a launcher's prefix)
 
 The communicator pointer differs per process; the commId is the same on every member, so it names the group
 (`0x3a5c..`). Before commIds were logged (<= 2.17) a communicator is named by its size and creation order on each
-rank (`nranks=4#0` for the first 4-rank one), which matches across ranks when they create communicators in the same
-order (new_group is collective), and the group is marked inferred. Members are the ranks whose logs show the
-communicator, ordered by their rank in it; `root` and the Send/Recv peer are translated to global ranks through it.
+rank (`nranks=2#0` for the first 2-rank one), which matches across ranks when they create communicators in the same
+order (new_group is collective); the ranks that share such a name are split into communicators by their rank in
+it, the j-th rank of each position together (the usual contiguous tensor-parallel and strided data-parallel
+layouts: `nranks=2#0/1` is the second pair). A communicator whose Init line the log does not show is named by its
+size and order of first use, and split into consecutive ranks. Such groups are marked inferred. Members are
+ordered by their rank in the communicator; `root` and the Send/Recv peer are translated to global ranks through it.
 
 Sequence numbers: a collective's `seq` is its position among the collectives the rank called on the communicator
 since its Init line (opCount also counts Send/Recv, which differ between ranks, and a grouped call logs several
@@ -23,10 +26,11 @@ collectives under one opCount), or the opCount when the log does not show the In
 as `p2p_seq`.
 
 Completion: NCCL logs a call, never its completion. A collective counts as completed when every member logged it
-and some member logged a later one on that communicator (all arrived, and the communicator went on); otherwise it
-is only started, so the ranks that logged the last calls wait for the members that did not: the same matching and
-wait-for analysis as Flight Recorder dumps. A send (receive) is completed when the peer logged the matching
-receive (send). Only the last ENTRIES_PER_COMM calls per communicator are kept (Flight Recorder keeps 2000 too).
+(all arrived, so it can complete); otherwise it is only started, and the ranks that called it wait for the members
+that did not: the same matching and wait-for analysis as Flight Recorder dumps. A send (receive) is completed when
+the peer logged the matching receive (send). So a hang inside a call every member made (the transport, a device)
+does not show in these lines; the markers of the threads, or a Flight Recorder dump, show it. Only the last
+ENTRIES_PER_COMM calls per communicator are kept (Flight Recorder keeps 2000 by default too).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from distdoctor.collectives import canonical_op, get_spec
-from distdoctor.trace.model import Entry, GroupInfo, RankLog, RankTrace
+from distdoctor.trace.model import Entry, GroupInfo, LoadError, RankLog, RankTrace
 
 ENTRIES_PER_COMM = 2000
 
@@ -107,8 +111,9 @@ def read_nccl(text: str, log: RankLog) -> NcclLog:
         key = comm_key.get(g["comm"])
         if key is None:  # the log does not show this communicator's creation
             nranks = int(g["nranks"])
-            key = comm_key[g["comm"]] = f"nranks={nranks}@{g['comm']}"
-            comms[key] = {"comm_rank": None, "nranks": nranks, "key_from": "pointer", "ordinal": None}
+            unseen = sum(1 for c in comms.values() if c["key_from"] == "first use" and c["nranks"] == nranks)
+            key = comm_key[g["comm"]] = f"nranks={nranks}@{unseen}"
+            comms[key] = {"comm_rank": None, "nranks": nranks, "key_from": "first use", "ordinal": None}
         info = comms[key]
         opcount = int(g["opcount"], 16)
         is_p2p = op in ("send", "recv")
@@ -162,17 +167,29 @@ def _line_numbers(text: str, positions: list[int]) -> dict[int, int]:
     return out
 
 
-def link_logs(loaded: list[RankTrace]) -> list[RankTrace]:
+def link_logs(loaded: list[RankTrace], errors: list[LoadError]) -> list[RankTrace]:
     """Once every file is loaded: a rank's log beside another trace of that rank (a Flight Recorder dump, the
-    recorder's trace) adds its thread state to that trace instead of competing with it; NCCL entries get their
-    groups' members, global roots and peers, and their states (see the module docstring)."""
-    others = {t.rank: t for t in loaded if t.source != "log"}
+    recorder's trace) adds its thread state to that trace instead of competing with it; a log with nothing to read
+    is dropped when its rank has another trace (glog's WARNING and ERROR files), else it is a LoadError; NCCL
+    entries get their groups' members, global roots and peers, and their states (see the module docstring)."""
+    from distdoctor.trace.loaders.logs import empty_reason
+
+    full = [t for t in loaded if t.source != "log" or t.log.threads or t.entries]
+    others: dict[int, list[RankTrace]] = {}
+    for t in full:
+        if t.source != "log":
+            others.setdefault(t.rank, []).append(t)
+    with_log = {t.rank for t in full}
     out = []
     for t in loaded:
+        if t.source == "log" and not t.log.threads and not t.entries:
+            if t.rank not in with_log:
+                errors.append(LoadError(t.path, empty_reason()))
+            continue
         if t.source == "log" and t.rank in others:
-            if others[t.rank].log is None:
-                others[t.rank].log = t.log
-                continue
+            for other in others[t.rank]:
+                other.log = other.log or t.log
+            continue
         out.append(t)
     logs = [t for t in out if t.source == "log" and t.entries and t.log is not None]
     if logs:
@@ -180,7 +197,41 @@ def link_logs(loaded: list[RankTrace]) -> list[RankTrace]:
     return out
 
 
+def _split_unnamed(logs: list[RankTrace]) -> None:
+    """Communicators without a commId: split the ranks sharing a name into communicators (module docstring)."""
+    holders: dict[str, dict[int, int | None]] = {}
+    for t in logs:
+        for key, info in t.log.nccl_last.items():
+            if info["named_by"] != "commId":
+                holders.setdefault(key, {})[t.rank] = info["comm_rank"]
+    rename: dict[tuple[str, int], str] = {}
+    for key, seen in holders.items():
+        n = next(t.log.nccl_last[key]["nranks"] for t in logs if key in t.log.nccl_last)
+        if len(seen) <= n:
+            continue
+        if all(c is not None for c in seen.values()):
+            by_pos: dict[int, list[int]] = {}
+            for g in sorted(seen):
+                by_pos.setdefault(seen[g], []).append(g)
+            for pos, ranks in by_pos.items():
+                for j, g in enumerate(ranks):
+                    rename[(key, g)] = f"{key}/{j}"
+        else:
+            for j, g in enumerate(sorted(seen)):
+                rename[(key, g)] = f"{key}/{j // n}"
+    if not rename:
+        return
+    for t in logs:
+        mine = {key: rename[(key, t.rank)] for key in t.log.nccl_last if (key, t.rank) in rename}
+        if not mine:
+            continue
+        t.log.nccl_last = {mine.get(k, k): v for k, v in t.log.nccl_last.items()}
+        for e in t.entries:
+            e.group = mine.get(e.group, e.group)
+
+
 def _link_nccl(logs: list[RankTrace]) -> None:
+    _split_unnamed(logs)
     members: dict[str, dict[int, int | None]] = {}  # key -> global rank -> rank in the communicator
     sizes: dict[str, int] = {}
     for t in logs:
@@ -194,7 +245,7 @@ def _link_nccl(logs: list[RankTrace]) -> None:
         n = sizes[key]
         by_comm_rank = {c: g for g, c in seen.items() if c is not None}
         if len(by_comm_rank) == n:
-            ranks, inferred = [by_comm_rank[c] for c in range(n)], key.startswith("nranks=")
+            ranks, inferred = [by_comm_rank[c] for c in range(n)], not key.startswith("0x")
         elif by_comm_rank and all(c == g for c, g in by_comm_rank.items()) and n <= max(world, n):
             ranks, inferred = list(range(n)), True  # some members left no log; ranks match the world's
             by_comm_rank = {c: c for c in range(n)}
@@ -203,7 +254,6 @@ def _link_nccl(logs: list[RankTrace]) -> None:
         to_global[key] = by_comm_rank
         groups[key] = GroupInfo(key, ranks, inferred, f"NCCL communicator, {n} ranks")
     issued: dict[tuple[str, int], set[int]] = {}  # (group, rank) -> seqs
-    top: dict[str, int] = {}
     pairs: dict[tuple[str, int, int, str], int] = {}  # (group, src, dst, send|recv) -> calls
     for t in logs:
         mapping = None
@@ -216,19 +266,24 @@ def _link_nccl(logs: list[RankTrace]) -> None:
                 e.peer = mapping[1].get(e.peer)
             if e.seq is not None:
                 issued.setdefault((e.group, t.rank), set()).add(e.seq)
-                top[e.group] = max(top.get(e.group, e.seq), e.seq)
             elif e.peer is not None:
                 src, dst = (t.rank, e.peer) if e.op == "send" else (e.peer, t.rank)
                 k = (e.group, src, dst, e.op)
                 pairs[k] = pairs.get(k, 0) + 1
         t.groups.update({key: groups[key] for key in t.log.nccl_last})
     logged = {t.rank for t in logs}
+    first = {k: min(seqs) for k, seqs in issued.items()}  # a member's calls before its kept ones were all made
+
+    def called(member: int, group: str, seq: int) -> bool:
+        seqs = issued.get((group, member))
+        return seqs is not None and (seq in seqs or seq < first[(group, member)])
+
     for t in logs:
         sent: dict[tuple, int] = {}
         for e in t.entries:
             if e.seq is not None:
-                everyone = all(m in logged and e.seq in issued.get((e.group, m), ()) for m in groups[e.group].ranks)
-                e.state = "completed" if everyone and top[e.group] > e.seq else "started"
+                everyone = all(m in logged and called(m, e.group, e.seq) for m in groups[e.group].ranks)
+                e.state = "completed" if everyone else "started"
             elif e.peer is not None:
                 src, dst = (t.rank, e.peer) if e.op == "send" else (e.peer, t.rank)
                 k = (e.group, src, dst, e.op)
