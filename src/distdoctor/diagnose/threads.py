@@ -48,23 +48,25 @@ def thread_findings(ts: TraceSet, others_found: bool) -> tuple[list[Finding], di
     lag = {r: sum(most_done[op] - c[1] for op, c in log.ops.items()) for r, log in logs.items()}
 
     groups: dict[tuple[int, str, int], dict] = {}
+    ahead: dict[tuple[str, int], tuple[set[int], set[int]]] = {}  # (op, run) -> (finished it, never began it)
     for r, thread, st in opens:
         op, n = st.open_op, st.run
-        peers = {q: c for q, c in runs_of[op].items() if q != r}
-        finished = sorted(q for q, c in peers.items() if c[1] >= n)
-        behind = sorted(q for q, c in peers.items() if c[0] < n)
-        if finished:
+        got = ahead.get((op, n))
+        if got is None:  # once per (op, run): a thousand ranks inside the same op share it
+            got = ahead[(op, n)] = ({q for q, c in runs_of[op].items() if c[1] >= n},
+                                    {q for q, c in runs_of[op].items() if c[0] < n})
+        finished, behind = got
+        if finished - {r}:
             why = "peers_finished"
-        elif behind:
+        elif behind - {r}:
             why = "peers_behind"
         elif len(runs_of[op]) == len(logs):
             why = "every_rank"
         else:
             why = "only_these_ranks"
-        g = groups.setdefault((WHY.index(why), op, n), {"why": why, "threads": [], "finished": set(), "behind": set()})
+        g = groups.setdefault((WHY.index(why), op, n), {"why": why, "threads": [], "finished": finished,
+                                                        "behind": behind})
         g["threads"].append((r, thread, st))
-        g["finished"].update(finished)
-        g["behind"].update(behind)
     order = sorted(groups, key=lambda k: (k[0], -len({r for r, _, _ in groups[k]["threads"]}), k[1], k[2]))
     findings = [_finding(groups[k], k[1], k[2], logs, len(runs_of[k[1]])) for k in order]
     strong = [f for f in findings if f.evidence["why"] != "every_rank"]
@@ -76,6 +78,7 @@ def thread_findings(ts: TraceSet, others_found: bool) -> tuple[list[Finding], di
 def _finding(g: dict, op: str, run: int, logs: dict[int, RankLog], n_running: int) -> Finding:
     why, threads = g["why"], sorted(g["threads"], key=lambda x: (x[0], x[1]))
     ranks = sorted({r for r, _, _ in threads})
+    g["finished"], g["behind"] = g["finished"] - set(ranks), g["behind"] - set(ranks)
     who = fmt_ranks(ranks)
     one = len(ranks) == 1
     if why == "peers_finished":

@@ -127,12 +127,12 @@ def rank_log(rank: int, ranks: int, iterations: int, micro: int, blocks: int, fa
 
 
 def write_pipeline_logs(out: Path, ranks: int = 8, iterations: int = 6, micro: int = 4, blocks: int = 6,
-                        faults: bool = True, layout: str = "glog") -> dict:
-    """Write every rank's log under `out`; return {"paths": {rank: path}, "facts": {rank: facts}, ...}.
-    layout "glog": rank<r>/ folders as glog writes them; "flat": rank_<r>.log files."""
+                        faults: bool = True, layout: str = "glog", only=None) -> dict:
+    """Write every rank's log (or the ranks in `only`) under `out`; return {"paths": {rank: path}, "facts":
+    {rank: facts}, ...}. layout "glog": rank<r>/ folders as glog writes them; "flat": rank_<r>.log files."""
     out.mkdir(parents=True, exist_ok=True)
     paths, facts = {}, {}
-    for r in range(ranks):
+    for r in range(ranks) if only is None else only:
         text, facts[r] = rank_log(r, ranks, iterations, micro, blocks, faults)
         if layout == "flat":
             path = out / f"rank_{r}.log"

@@ -30,9 +30,8 @@ from distdoctor.collectives import get_spec
 from distdoctor.trace.coded import CODED_FIELDS, CodedEntries
 from distdoctor.trace.loaders.flight_recorder import _Interner, load_fr_json, load_fr_pickle, parse_fr_json_fast
 from distdoctor.trace.loaders.fr_json_scan import kernels
-from distdoctor.trace.loaders.logs import load_log, looks_like_log
+from distdoctor.trace.loaders.logs import link_logs, load_log, looks_like_log
 from distdoctor.trace.loaders.native import is_native, load_native
-from distdoctor.trace.loaders.nccl_log import link_logs
 from distdoctor.trace.model import (DEFAULT_GROUP, ENTRY_FIELDS, Entry, EntryColumns, GroupInfo, LoadError, RankTrace,
                                    TraceSet, entry_column)
 from distdoctor.trace.summary import summarize

@@ -40,7 +40,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from distdoctor.collectives import canonical_op, get_spec
-from distdoctor.trace.model import Entry, GroupInfo, LoadError, RankLog, RankTrace
+from distdoctor.trace.model import Entry, GroupInfo, RankLog, RankTrace
 
 ENTRIES_PER_COMM = 2000
 
@@ -167,36 +167,6 @@ def _line_numbers(text: str, positions: list[int]) -> dict[int, int]:
     return out
 
 
-def link_logs(loaded: list[RankTrace], errors: list[LoadError]) -> list[RankTrace]:
-    """Once every file is loaded: a rank's log beside another trace of that rank (a Flight Recorder dump, the
-    recorder's trace) adds its thread state to that trace instead of competing with it; a log with nothing to read
-    is dropped when its rank has another trace (glog's WARNING and ERROR files), else it is a LoadError; NCCL
-    entries get their groups' members, global roots and peers, and their states (see the module docstring)."""
-    from distdoctor.trace.loaders.logs import empty_reason
-
-    full = [t for t in loaded if t.source != "log" or t.log.threads or t.entries]
-    others: dict[int, list[RankTrace]] = {}
-    for t in full:
-        if t.source != "log":
-            others.setdefault(t.rank, []).append(t)
-    with_log = {t.rank for t in full}
-    out = []
-    for t in loaded:
-        if t.source == "log" and not t.log.threads and not t.entries:
-            if t.rank not in with_log:
-                errors.append(LoadError(t.path, empty_reason()))
-            continue
-        if t.source == "log" and t.rank in others:
-            for other in others[t.rank]:
-                other.log = other.log or t.log
-            continue
-        out.append(t)
-    logs = [t for t in out if t.source == "log" and t.entries and t.log is not None]
-    if logs:
-        _link_nccl(logs)
-    return out
-
-
 def _split_unnamed(logs: list[RankTrace]) -> None:
     """Communicators without a commId: split the ranks sharing a name into communicators (module docstring)."""
     holders: dict[str, dict[int, int | None]] = {}
@@ -230,7 +200,8 @@ def _split_unnamed(logs: list[RankTrace]) -> None:
             e.group = mine.get(e.group, e.group)
 
 
-def _link_nccl(logs: list[RankTrace]) -> None:
+def link_nccl(logs: list[RankTrace]) -> None:
+    """Give the NCCL entries of these log traces their groups' members, global roots and peers, and their states."""
     _split_unnamed(logs)
     members: dict[str, dict[int, int | None]] = {}  # key -> global rank -> rank in the communicator
     sizes: dict[str, int] = {}
@@ -293,4 +264,4 @@ def _link_nccl(logs: list[RankTrace]) -> None:
         t.summary = None  # states and groups changed since the loader summarized the trace
 
 
-__all__ = ["read_nccl", "link_logs", "ENTRIES_PER_COMM"]
+__all__ = ["read_nccl", "link_nccl", "ENTRIES_PER_COMM"]
