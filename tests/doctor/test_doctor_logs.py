@@ -8,6 +8,7 @@ import pytest
 from scenarios.nccl_logs import write_nccl_logs
 from scenarios.pipeline_logs import RECV_GRAD, SRC, stage_ops, write_pipeline_logs
 
+from distdoctor.cli import main
 from distdoctor.diagnose import analyze
 from distdoctor.report.diagnose_text import render_text
 from distdoctor.report.html import render_html
@@ -64,6 +65,7 @@ def test_pipeline_logs_name_the_stuck_ranks_threads_and_ops(pipeline):
     assert report.ranks["5"]["threads"][facts[5]["threads"]["fwd"]]["unclosed"] == 1  # a begin logged twice
     assert report.ranks["6"]["threads"][facts[6]["threads"]["src"]]["unmatched_ends"] == 1  # the log starts with an end
     assert report.ranks["7"]["log"]["lines"] == facts[7]["lines"]  # the cut-off last line is counted, not read
+    assert all(report.ranks[str(r)]["log"]["behind_peers"] == 0 for r in range(8))  # none of that is lagging
 
     text = render_text(report)
     assert f"rank 0 thread {facts[0]['threads']['bwd']}: inside {RECV_GRAD} (run 21) since " \
@@ -137,7 +139,8 @@ def test_pairing_rules(tmp_path):
     cases = {  # markers of one thread -> (open_op, also_open, last_done, unclosed, unmatched_ends, run)
         "before X|after X|before X": ("X", [], "X", 0, 0, 2),  # the seed: the second run is open
         "before X|before X|after X": (None, [], "X", 1, 0, 0),  # a begin whose end never came, superseded
-        "after X|before X": ("X", [], "X", 0, 1, 1),  # the log starts inside X
+        "after X|before X": ("X", [], "X", 0, 1, 1),  # the log starts inside X: that run is not counted
+        "before X|after X|after X|before X": ("X", [], "X", 0, 1, 3),  # a begin line lost: its run is counted
         "before A|before B|after B": ("A", [], "B", 0, 0, 1),  # B ran inside A
         "before A|before B": ("B", ["A"], None, 0, 0, 1),  # stuck in B, inside A
         "before A|before B|after A": ("B", [], "A", 0, 0, 1),  # an end closes only its own op
@@ -176,11 +179,13 @@ def test_custom_markers_thread_and_rank_from_the_path(tmp_path):
     (["--begin", "x(?P<op>.*)", "--end", "y(?P<name>.+)"], "--end: needs a named group (?P<op>...)"),
     (["--log-rank", "rank"], "--log-rank: needs a named group (?P<rank>...)"),
 ])
-def test_bad_log_flags_are_one_line_errors(tmp_path, run_cli, args, message):
+def test_bad_log_flags_are_one_line_errors(tmp_path, capsys, args, message):
     _write(tmp_path / "rank_0.log", _runs(1, "A", 1))
-    got = run_cli("diagnose", str(tmp_path), *args)
-    assert got.returncode == 2 and got.stdout == ""
-    assert got.stderr.startswith(f"distdoctor diagnose: error: {message}") and got.stderr.count("\n") == 1
+    with pytest.raises(SystemExit) as exc:
+        main(["diagnose", str(tmp_path), *args])  # the CLI's own entry point, in this process
+    out, err = capsys.readouterr()
+    assert exc.value.code == 2 and out == ""
+    assert err.startswith(f"distdoctor diagnose: error: {message}") and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("path, rank", [("/j/rank_3.log", 3), ("/j/logs/rank12/oneflow.INFO", 12),

@@ -61,6 +61,8 @@ def render_text(report: Report) -> str:
 def _rank_line(rank: str, p: dict) -> str:
     if p.get("missing"):
         return f"rank {rank}: no trace"
+    if "log" in p and not p["entries"]:  # a per-rank log without collective calls: its threads are listed below
+        return f"rank {rank}: {p['log']['lines']} log lines, no collective call logged; {len(p['threads'])} threads"
     done = sum(p["completed"].values())
     per = ", ".join(f"'{g}': {n}" for g, n in sorted(p["completed"].items()))
     s = f"rank {rank}: {done} collectives completed ({per})" if done else f"rank {rank}: no collective completed"

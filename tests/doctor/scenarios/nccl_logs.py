@@ -64,3 +64,13 @@ def write_nccl_logs(out: Path, steps: int = 10, stop: int | None = 3, version: s
         paths[rank] = out / f"rank_{rank}.log"
         paths[rank].write_text("\n".join(rank_lines(rank, steps, stop, version)) + "\n")
     return paths
+
+
+if __name__ == "__main__":  # python tests/doctor/scenarios/nccl_logs.py --out DIR: the example of docs/diagnose.md
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Write a 4-rank job's NCCL_DEBUG=INFO logs; rank 3 stops early.")
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--version", choices=("2.17", "2.18", "2.21", "ray"), default="2.21")
+    a = ap.parse_args()
+    write_nccl_logs(a.out, version=a.version)

@@ -151,3 +151,14 @@ def write_pipeline_logs(out: Path, ranks: int = 8, iterations: int = 6, micro: i
         paths[r] = str(path)
     return {"paths": paths, "facts": facts, "stuck_op": RECV_GRAD, "src_op": SRC,
             "stuck_ranks": list(range(ranks // 2))}
+
+
+if __name__ == "__main__":  # python tests/doctor/scenarios/pipeline_logs.py --out DIR: the example of docs/diagnose.md
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Write the stalled pipeline's per-rank glog logs.")
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--layout", choices=("glog", "flat"), default="glog")
+    a = ap.parse_args()
+    write_pipeline_logs(a.out, ranks=a.ranks, layout=a.layout)

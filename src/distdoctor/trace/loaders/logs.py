@@ -19,8 +19,9 @@ largest communicator gives the process.
 Pairing, per thread: `after X` closes the open `X` (ops are paired by name, so an end never closes another op).
 A `before X` while an earlier `X` is still open on the thread supersedes it: the earlier begin's end was never
 logged (markers around kernel launches do not nest; the line was lost, or the op re-entered) and it is counted as
-`unclosed`, not as a run. An end with no open begin (the log starts inside an op, or the begin line was
-unreadable) is counted as `unmatched_ends`. So the seed's `before X / after X / before X` is X's second run,
+`unclosed`, not as a run. An end with no open begin is counted as `unmatched_ends`: when it comes before any begin of
+its op on the thread, the log started inside that op (a run before the log); otherwise its begin line was lost or
+unreadable (a run, finished). So the seed's `before X / after X / before X` is X's second run,
 open; `before X / before X / after X` is one finished run and one unclosed begin. The thread's open op is the latest
 begun op still open; the others still open are listed as `also_open` (an outer op, for markers that nest).
 Counts come from per-(thread, op) totals and the last event of each: exact for well-formed logs.
@@ -221,6 +222,7 @@ def read_markers(data: bytes, log: RankLog, markers: _Markers) -> None:
     counts = Counter(events)
     last = dict(zip(events, itertools.count()))  # the last index of each distinct marker line
     per: dict[tuple[str, str], list] = {}  # (thread, op) -> [begins, ends, index of last begin, index of last end]
+    values: dict[tuple[str, str], list] = {}  # (thread, op) -> its distinct marker lines, with their kinds
     bad: list[int] = []  # indexes of the first few unreadable lines
     for value, n in counts.items():
         got = markers.parts(value)
@@ -242,6 +244,8 @@ def read_markers(data: bytes, log: RankLog, markers: _Markers) -> None:
         else:
             c[1] += n
             c[3] = max(c[3], last[value])
+        values.setdefault((thread, op), []).append((value, kind))
+    first = None  # the first index of each distinct line: needed only where ends outnumber their begins
     wanted: dict[int, None] = dict.fromkeys(sorted(bad)[:SKIPPED_EXAMPLES])  # event indexes whose line is cited
     opens: dict[str, list[tuple[int, str]]] = {}
     last_end: dict[str, tuple[int, str]] = {}
@@ -250,10 +254,18 @@ def read_markers(data: bytes, log: RankLog, markers: _Markers) -> None:
         if st is None:
             st = log.threads[thread] = ThreadState()
         is_open = ib > ie
-        done = min(d, b - is_open)
-        st.done += done
-        st.unclosed += b - is_open - done
-        st.unmatched_ends += d - done
+        paired = min(d, b - is_open)
+        lost = d - paired  # ends without a begin: a begin line lost, or one end from before the log started
+        if lost:
+            if first is None:
+                first = dict(zip(reversed(events), range(len(events) - 1, -1, -1)))
+            starts_inside = min(first[v] for v, k in values[(thread, op)] if k == "after") < \
+                min((first[v] for v, k in values[(thread, op)] if k == "before"), default=len(events))
+            lost -= starts_inside  # that run began before the log: not one of its runs
+        st.done += paired
+        st.unclosed += b - is_open - paired
+        st.unmatched_ends += d - paired
+        done = paired + lost
         runs = done + is_open
         prev = log.ops.get(op)
         log.ops[op] = (runs, done, thread) if prev is None else \
