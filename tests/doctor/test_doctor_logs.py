@@ -178,6 +178,7 @@ def test_custom_markers_thread_and_rank_from_the_path(tmp_path):
     (["--begin", "(", "--end", "y(?P<op>.+)"], "--begin: not a regular expression"),
     (["--begin", "x(?P<op>.*)", "--end", "y(?P<name>.+)"], "--end: needs a named group (?P<op>...)"),
     (["--log-rank", "rank"], "--log-rank: needs a named group (?P<rank>...)"),
+    (["--begin", "(?i)x(?P<op>.+)", "--end", "y(?P<op>.+)"], "--begin/--end: cannot be used together"),
 ])
 def test_bad_log_flags_are_one_line_errors(tmp_path, capsys, args, message):
     _write(tmp_path / "rank_0.log", _runs(1, "A", 1))
@@ -270,3 +271,19 @@ def test_logs_join_the_flight_recorder_dumps_of_their_ranks(tmp_path):
     report = analyze(ts)
     assert [(f.kind, f.ranks) for f in report.findings] == alone + [("stuck_thread", [1])]
     assert report.ranks["1"]["threads"]["9"]["open_op"] == "fwd" and report.ranks["1"]["completed"]
+
+
+def test_many_logs_load_in_worker_processes_as_in_one(tmp_path):
+    """64 files or more are read by the loader's worker processes: the same traces come back."""
+    for r in range(64):
+        lines = _runs(4, "step", 3) + [_glog(4, "before", "step")] if r != 17 else _runs(4, "step", 3)
+        lines += [f"node-{r}:{500 + r}:{500 + r} [0] NCCL INFO AllReduce: opCount {k} sendbuff 0x1 recvbuff 0x2 "
+                  f"count 8 datatype 7 op 0 root 0 comm 0x{r}f [nranks=64] stream 0x9" for k in range(3 if r != 9 else 2)]
+        _write(tmp_path / f"rank_{r}.log", lines)
+    one, many = load_traces([str(tmp_path)], jobs=1), load_traces([str(tmp_path)], jobs=2)
+    assert many.errors == one.errors == [] and sorted(many.ranks) == list(range(64))
+    for r in (0, 9, 17):
+        assert many.ranks[r].log == one.ranks[r].log and list(many.ranks[r].entries) == list(one.ranks[r].entries)
+    a, b = analyze(one), analyze(many)
+    assert [(f.kind, f.ranks, f.op) for f in b.findings] == [(f.kind, f.ranks, f.op) for f in a.findings] == [
+        ("missing_ranks", [9], "all_reduce"), ("stuck_thread", [r for r in range(64) if r != 17], "step")]

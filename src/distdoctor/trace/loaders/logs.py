@@ -89,6 +89,11 @@ class LogFormat:
         if self.begin is not None and ("thread" in re.compile(self.begin).groupindex) != \
                 ("thread" in re.compile(self.end).groupindex):
             raise ValueError("--begin/--end: either both have a (?P<thread>...) group or neither")
+        if self.begin is not None:
+            try:
+                _Markers(self)  # the two joined into one pattern (inline flags, say, must come first)
+            except re.error as exc:
+                raise ValueError(f"--begin/--end: cannot be used together ({exc})") from None
 
 
 _FORMAT = LogFormat()

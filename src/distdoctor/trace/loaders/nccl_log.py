@@ -209,7 +209,6 @@ def link_nccl(logs: list[RankTrace]) -> None:
         for key, info in t.log.nccl_last.items():
             members.setdefault(key, {})[t.rank] = info["comm_rank"]
             sizes[key] = info["nranks"]
-    world = max(t.rank for t in logs) + 1
     groups: dict[str, GroupInfo] = {}
     to_global: dict[str, dict[int, int]] = {}
     for key, seen in members.items():
@@ -217,7 +216,7 @@ def link_nccl(logs: list[RankTrace]) -> None:
         by_comm_rank = {c: g for g, c in seen.items() if c is not None}
         if len(by_comm_rank) == n:
             ranks, inferred = [by_comm_rank[c] for c in range(n)], not key.startswith("0x")
-        elif by_comm_rank and all(c == g for c, g in by_comm_rank.items()) and n <= max(world, n):
+        elif by_comm_rank and all(c == g for c, g in by_comm_rank.items()):
             ranks, inferred = list(range(n)), True  # some members left no log; ranks match the world's
             by_comm_rank = {c: c for c in range(n)}
         else:
