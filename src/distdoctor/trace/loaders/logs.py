@@ -24,15 +24,16 @@ its op on the thread, the log started inside that op (a run before the log); oth
 unreadable (a run, finished). So the seed's `before X / after X / before X` is X's second run,
 open; `before X / before X / after X` is one finished run and one unclosed begin. The thread's open op is the latest
 begun op still open; the others still open are listed as `also_open` (an outer op, for markers that nest).
-Counts come from per-(thread, op) totals and the last event of each: exact for well-formed logs.
+Counts come from per-(thread, op) totals and the first and last line of each: exact for well-formed logs.
 
 Bad lines are counted, never fatal: a line with a marker keyword that the marker pattern does not read (a broken
 prefix), or whose op name is empty or not printable text (bad bytes); likewise NCCL lines. They are skipped.
 
-Speed: the patterns are compiled once; a file is read in binary and decoded at C speed (bad bytes kept as
-surrogates, so they are found and counted); one `findall` over the whole text collects the markers, counted per
-(thread, op) in C; only the lines the report cites are located, by scanning back from the end of the file. Only
-per-thread state and per-op run counts are kept. Many files load in the loader's worker processes.
+Speed: the patterns are compiled once; a file is read in binary; the default markers are matched over its bytes
+(custom ones over text decoded at C speed, bad bytes kept as surrogates) by one `findall`, which also catches the
+unreadable marker lines; they are counted per distinct line in C, and only the lines the report cites are located,
+scanning back from the end of the file. Only per-thread state and per-op run counts are kept. Many files load in
+the loader's worker processes.
 """
 
 from __future__ import annotations
