@@ -2,9 +2,12 @@
 rules, how stuck threads are told apart, custom markers, NCCL_DEBUG=INFO logs, and logs mixed with other traces."""
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scenarios.nccl_logs import write_nccl_logs
 from scenarios.pipeline_logs import RECV_GRAD, SRC, stage_ops, write_pipeline_logs
 
@@ -287,3 +290,50 @@ def test_many_logs_load_in_worker_processes_as_in_one(tmp_path):
     a, b = analyze(one), analyze(many)
     assert [(f.kind, f.ranks, f.op) for f in b.findings] == [(f.kind, f.ranks, f.op) for f in a.findings] == [
         ("missing_ranks", [9], "all_reduce"), ("stuck_thread", [r for r in range(64) if r != 17], "step")]
+
+
+_GOOD_LOG = ([_glog(11, k, op, 0.001 * i) for i, (op, k) in enumerate(
+    [("Src", "before"), ("Src", "after"), ("A", "before"), ("A", "after"), ("B", "before"), ("Src", "before")])]
+    + [f"node-0:77:78 [0] NCCL INFO ncclCommInitRank comm 0xa1 rank {{r}} nranks 2 cudaDev 0 nvmlDev 0 busId 1000 "
+       f"commId 0x99 - Init COMPLETE"]
+    + [f"node-0:77:77 [0] NCCL INFO AllReduce: opCount {k} sendbuff 0x1 recvbuff 0x2 count 8 datatype 7 op 0 root 0 "
+       f"comm 0xa1 [nranks=2] stream 0x9" for k in range(3)])
+
+
+@st.composite
+def _damaged_log(draw):
+    lines = [line.replace("{r}", "0") for line in _GOOD_LOG]
+    for _ in range(draw(st.integers(1, 6))):
+        i = draw(st.integers(0, len(lines) - 1))
+        kind = draw(st.sampled_from(["drop", "twice", "cut", "bytes", "garbage"]))
+        if kind == "drop":
+            del lines[i]
+        elif kind == "twice":
+            lines.insert(i, lines[i])
+        elif kind == "cut":
+            lines[i] = lines[i][:draw(st.integers(0, len(lines[i])))]
+        elif kind == "bytes":
+            j = draw(st.integers(0, max(0, len(lines[i]) - 1)))
+            lines[i] = lines[i][:j] + draw(st.binary(max_size=6)).decode("latin-1") + lines[i][j:]
+        else:
+            lines.insert(i, draw(st.binary(max_size=60)).decode("latin-1"))
+        if not lines:
+            break
+    return "\n".join(lines).encode("latin-1")
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=_damaged_log())
+def test_damaged_logs_are_read_as_far_as_they_go(data):
+    """Whatever a log's lines hold, loading and diagnosing never fail: bad lines are skipped, the other rank loads."""
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "rank_0.log").write_bytes(data)
+        _write(Path(d) / "rank_1.log", [line.replace("{r}", "1") for line in _GOOD_LOG])
+        ts = load_traces([d])
+    assert 1 in ts.ranks and all(e.reason.isprintable() and e.path.endswith("rank_0.log") for e in ts.errors)
+    report = analyze(ts)
+    json.dumps(report.to_json())
+    render_text(report), render_html(report)
+    for p in report.ranks.values():
+        assert p.get("log", {}).get("skipped_lines", 0) >= 0
+        assert all(st["done"] >= 0 and st.get("unclosed", 0) >= 0 for st in p.get("threads", {}).values())
