@@ -88,14 +88,14 @@ def _finding(g: dict, op: str, run: int, logs: dict[int, RankLog], n_running: in
     elif why == "peers_behind":
         late = sorted(g["behind"])
         head = (f"{who} {'is' if one else 'are'} inside {op} (run {run}) and never finished it; {fmt_ranks(late)} ran "
-                f"{op} before but never began run {run}: {'it is' if len(late) == 1 else 'they are'} behind, and an "
-                f"op that needs all of them (a collective, a send/recv pair) waits for "
+                f"{op} before but never began run {run}: {'it is' if len(late) == 1 else 'they are'} behind, and if the "
+                f"op needs all of them (a collective, a send/recv pair) it waits for "
                 f"{'it' if len(late) == 1 else 'them'}. Where they are: "
                 + "; ".join(_position(q, logs[q], logs[q].ops[op][2]) for q in late[:4]) + ".")
     elif why == "only_these_ranks":
         head = (f"{who} {'is' if one else 'are'} inside {op} (run {run}), begun and never finished; "
                 + ("no other rank runs it" if n_running == len(ranks) else
-                   f"{'it is' if one else 'they are'} all the ranks that run it")
+                   f"the {n_running - len(ranks)} other rank(s) that run it are inside it too, under another op")
                 + f", and {len(logs) - len(ranks)} other rank(s) with a log are not stuck in it.")
     else:
         head = (f"every rank with a log is inside {op} (run {run}): nothing in the logs tells the ranks apart (a "
