@@ -337,3 +337,29 @@ def test_damaged_logs_are_read_as_far_as_they_go(data):
     for p in report.ranks.values():
         assert p.get("log", {}).get("skipped_lines", 0) >= 0
         assert all(st["done"] >= 0 and st.get("unclosed", 0) >= 0 for st in p.get("threads", {}).values())
+
+
+def test_nccl_call_lines_as_users_posted_them(tmp_path):
+    """Lines from NCCL's issue tracker (NVIDIA/nccl#1193 behind Ray's prefix, #584 Send/Recv, #1238 with a trailing
+    space; pytorch/torchtitan#1369): each is one call, read whatever precedes it."""
+    lines = [
+        "(RayTrainWorker pid=615, ip=10.72.7.6) r24-02-22-23-29-0066-raycluster-lv52c-worker-l4-8-fqztx:615:18953 [2] "
+        "NCCL INFO AllReduce: opCount 139d sendbuff 0x78d056200000 recvbuff 0x78d056200000 count 7382228 datatype 7 "
+        "op 0 root 0 comm 0x78cfda045840 [nranks=128] stream 0x78d07125e5e0",
+        "r24-02-22-23-29-0066-raycluster-lv52c-worker-l4-8-fqztx:615:18953 [2] NCCL INFO Send: opCount 12 sendbuff "
+        "0x7f505e93c000 recvbuff (nil) count 2420736 datatype 7 op 0 root 1 comm 0x7f5128002e10 [nranks=2] stream "
+        "0x55f1de727ae0",
+        "r24-02-22-23-29-0066-raycluster-lv52c-worker-l4-8-fqztx:615:18953 [2] NCCL INFO AllReduce: opCount 0 sendbuff "
+        "0x7fc9c4000000 recvbuff 0x7fc9bc000000 count 33554432 datatype 7 op 0 root 0 comm 0x5631f0816b40 [nranks=1] "
+        "stream 0x5631f0021140 ",
+        "r24-02-22-23-29-0066-raycluster-lv52c-worker-l4-8-fqztx:615:18953 [2] NCCL INFO AllGather: opCount d sendbuff "
+        "0x7fa921200000 recvbuff 0x7fa915800000 count 2097152 datatype 7 op 0 root 0 comm 0x55fca23fc0f0 [nranks=2] "
+        "stream 0x55fca193e8e0",
+    ]
+    _write(tmp_path / "rank_2.log", lines)
+    t = load_file(str(tmp_path / "rank_2.log"))
+    assert (t.rank, t.host, t.pid, t.log.skipped) == (2, "r24-02-22-23-29-0066-raycluster-lv52c-worker-l4-8-fqztx", 615, 0)
+    assert [(e.op, e.seq, e.p2p_seq, e.in_sizes, e.out_sizes, e.peer) for e in t.entries] == [
+        ("all_reduce", 0x139d, None, [[7382228]], [[7382228]], None), ("send", None, 0x12, [[2420736]], [[2420736]], 1),
+        ("all_reduce", 0, None, [[33554432]], [[33554432]], None),
+        ("all_gather", 0xd, None, [[2097152]], [[2 * 2097152]], None)]
