@@ -7,8 +7,10 @@ pipeline (tests/doctor/scenarios/pipeline_logs.py: glog's rank<r>/ folders with 
 file, a source, forward, backward and NCCL thread per rank, 48 blocks per stage, 4 micro-batches, iterations until
 the line count; the first half of the ranks stuck in the gradient receive; a few unreadable lines), then times
 `python -m distdoctor diagnose DIR --format json` in a fresh child process: wall seconds, CPU seconds (all its
-processes), peak RSS of its largest process (the median of --rounds runs). Prints a JSON summary and the markdown
-rows for docs/benchmarks.md.
+processes), peak RSS of its largest process (the median of --rounds runs). Beside each run, in the same round, it
+times `grep -r -c -F '] before: ' DIR` on the same files: a bare scan of the bytes, so the ratio says how the
+reading compares with the floor on this (shared, noisy) machine. Prints a JSON summary and the markdown rows for
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -79,9 +81,13 @@ def main() -> None:
             env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
             report = str(data / "report.json")
             load_before = os.getloadavg()
-            runs = [timed_child([sys.executable, "-m", "distdoctor", "diagnose", str(data), "--format", "json"],
-                                args.timeout, env, report) for _ in range(args.rounds)]
+            runs, greps = [], []
+            for _ in range(args.rounds):
+                runs.append(timed_child([sys.executable, "-m", "distdoctor", "diagnose", str(data), "--format", "json"],
+                                        args.timeout, env, report))
+                greps.append(timed_child(["grep", "-r", "-c", "-F", "] before: ", str(data)], args.timeout))
             run = dict(sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2])
+            grep = sorted(greps, key=lambda r: r["wall_s"])[len(greps) // 2]
             run.pop("stderr", None)
             if run["rc"] in (0, 1):
                 doc = json.loads(Path(report).read_text())
@@ -89,16 +95,20 @@ def main() -> None:
                 run["skipped_lines"] = sum(p.get("log", {}).get("skipped_lines", 0) for p in doc["ranks"].values())
             entry = {"set": spec, **info, "cpus": os.cpu_count(), "distdoctor": run,
                      "runs": [(r["wall_s"], r["cpu_s"], r["peak_rss_mb"]) for r in runs],
+                     "grep": [(r["wall_s"], r["cpu_s"]) for r in greps],
+                     "ratio_wall_distdoctor_over_grep": round(run["wall_s"] / max(grep["wall_s"], 0.05), 1),
                      "load_average_before": load_before, "load_average_after": os.getloadavg()}
             summary.append(entry)
             rows.append(f"| {ranks} x {lines:,} ({info['lines']:,} lines, {info['bytes'] / 2**20:,.0f} MiB) | "
                         f"{run['wall_s']} s | {run['cpu_s']} s | {run['peak_rss_mb']} MB | "
+                        f"{grep['wall_s']} s / {grep['cpu_s']} s | "
                         f"{', '.join(f'{k} ({n} ranks)' for k, n, _ in run.get('findings', []))} |")
     finally:
         if tmp is not None:
             tmp.cleanup()
     print(json.dumps(summary, indent=1))
-    print("\n".join(["| set | wall | CPU | peak RSS | findings |", "|---|---|---|---|---|", *rows]))
+    print("\n".join(["| set | wall | CPU | peak RSS | grep wall / CPU | findings |", "|---|---|---|---|---|---|",
+                      *rows]))
 
 
 if __name__ == "__main__":
