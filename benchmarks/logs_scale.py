@@ -46,7 +46,7 @@ def _write_part(args: tuple) -> dict:
 
 
 def generate(data: Path, ranks: int, lines: int) -> dict:
-    stamp = data / "ready.json"
+    stamp = data.parent / f"{data.name}.ready.json"  # beside the set, not in it: diagnose reads every file there
     if stamp.exists():
         return json.loads(stamp.read_text())
     iterations = iterations_for(lines, ranks)
@@ -79,13 +79,15 @@ def main() -> None:
             info = generate(data, ranks, lines)
             print(f"{spec}: logs ready in {time.perf_counter() - t:.1f} s under {data}", file=sys.stderr)
             env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-            report = str(data / "report.json")
+            report = str(data.parent / f"{data.name}.report.json")
             load_before = os.getloadavg()
             runs, greps = [], []
             for _ in range(args.rounds):
                 runs.append(timed_child([sys.executable, "-m", "distdoctor", "diagnose", str(data), "--format", "json"],
                                         args.timeout, env, report))
-                greps.append(timed_child(["grep", "-r", "-c", "-F", "] before: ", str(data)], args.timeout))
+                # to a file: GNU grep stops at the first match when its output is /dev/null
+                greps.append(timed_child(["grep", "-r", "-c", "-F", "] before: ", str(data)], args.timeout,
+                                         stdout_path=str(data.parent / f"{data.name}.grep.out")))
             run = dict(sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2])
             grep = sorted(greps, key=lambda r: r["wall_s"])[len(greps) // 2]
             run.pop("stderr", None)
