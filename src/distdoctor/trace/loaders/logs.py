@@ -341,7 +341,7 @@ def _locate(buf, markers: _Markers, n_events: int, wanted: set[int], path: str) 
     out = _Where()
     out.pos = {}
     nl = markers.nl
-    end, index_end, chunk = len(buf), n_events, 1 << 16
+    end, index_end, chunk = len(buf), n_events, 1 << 14
     while wanted and end > 0:
         start = buf.rfind(nl, 0, max(0, end - chunk)) + 1 if end > chunk else 0
         starts = markers.starts(buf, start, end)
