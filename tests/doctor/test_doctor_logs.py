@@ -206,6 +206,12 @@ def test_logs_that_say_nothing_or_no_rank(tmp_path):
     reasons = {Path(e.path).name: e.reason for e in ts.errors}
     assert not ts.ranks and reasons["train.log"].startswith("cannot tell which rank wrote this log")
     assert reasons["rank_1.log"] == "a log, but with no before:/after: markers nor NCCL INFO collective lines"
+    _write(tmp_path / "rank_2.log", ["node-0:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
+                                     "node-0:1:9 [0] NCCL INFO ncclCommInitRank comm 0xa rank 2 nranks 4 cudaDev 0 "
+                                     "nvmlDev 0 busId 1000 commId 0x99 - Init COMPLETE"])
+    with pytest.raises(ValueError, match="no collective call among them: run with NCCL_DEBUG=INFO "
+                                         "NCCL_DEBUG_SUBSYS=INIT,COLL"):
+        load_file(str(tmp_path / "rank_2.log"))
 
 
 @pytest.mark.parametrize("version", ["2.17", "2.18", "2.21", "ray"])

@@ -198,6 +198,9 @@ def load_log(data: bytes, path: str, sniffed: bool = True) -> RankTrace:
     if empty and not sniffed:
         raise ValueError("unrecognized format: not a Flight Recorder pickle or JSON dump, nor a distdoctor trace, "
                          "nor a log with begin/end markers or NCCL INFO collective lines")
+    if empty and nccl is not None and not log.threads:  # NCCL's default subsystems log the setup, not the calls
+        raise ValueError("NCCL INFO lines but no collective call among them: run with NCCL_DEBUG=INFO "
+                         "NCCL_DEBUG_SUBSYS=INIT,COLL to log the calls")
     rank = rank_of(path, fmt)
     if rank is None and nccl is not None:
         rank = nccl.world_rank
