@@ -116,7 +116,8 @@ def test_a_thread_inside_an_op_its_peers_finished_comes_first(tmp_path):
     assert [(f.kind, f.ranks, f.op, f.evidence["why"]) for f in report.findings] == [
         ("stuck_thread", [1], "X", "peers_finished"), ("stuck_thread", [0, 2], "Z", "only_these_ranks")]
     assert report.findings[0].evidence["finished_by"] == [0, 2] and report.findings[0].evidence["run"] == 2
-    assert "rank 1 began X (run 2) and never finished it, while ranks 0, 2 finished that run" in report.findings[0].detail
+    assert "rank 1 began X (run 2) and never finished it, while ranks 0, 2 finished that run" in \
+        report.findings[0].detail
     assert report.ranks["1"]["log"]["behind_peers"] == 1 and report.ranks["0"]["log"]["behind_peers"] == 0
 
 
@@ -128,7 +129,8 @@ def test_ranks_that_never_began_the_op_their_peers_are_inside_are_named(tmp_path
     [f] = report.findings
     assert (f.kind, f.ranks, f.op, f.evidence["why"], f.evidence["not_begun_by"]) == (
         "stuck_thread", [0, 1], "Gather", "peers_behind", [2])
-    assert "rank 2 ran Gather before but never began run 3" in f.detail and "rank 2 thread 7 idle after Idle" in f.detail
+    assert "rank 2 ran Gather before but never began run 3" in f.detail
+    assert "rank 2 thread 7 idle after Idle" in f.detail
 
 
 def test_an_op_every_rank_is_inside_is_a_finding_only_when_nothing_else_is(tmp_path):
@@ -158,7 +160,8 @@ def test_pairing_rules(tmp_path):
 
 def test_custom_markers_thread_and_rank_from_the_path(tmp_path):
     lines = ["2024-05-01 10:00:00,001 INFO [worker-1] step 3 starting",
-             "2024-05-01 10:00:00,002 INFO [worker-1] >> forward_step", "2024-05-01 10:00:00,003 INFO [worker-1] << forward_step",
+             "2024-05-01 10:00:00,002 INFO [worker-1] >> forward_step",
+             "2024-05-01 10:00:00,003 INFO [worker-1] << forward_step",
              "2024-05-01 10:00:00,004 INFO [comm] >> all_reduce_grads"]
     _write(tmp_path / "node3-0.txt", lines)
     _write(tmp_path / "node3-1.txt", lines[:3] + ["2024-05-01 10:00:00,004 INFO [comm] >> all_reduce_grads",
@@ -272,8 +275,10 @@ def test_nccl_lines_of_several_processes_in_one_file_are_refused(tmp_path):
 def test_logs_join_the_flight_recorder_dumps_of_their_ranks(tmp_path):
     for r in range(4):
         (tmp_path / f"nccl_trace_rank_{r}").write_bytes((FIX / "nccl_style" / f"nccl_trace_rank_{r}").read_bytes())
-        _write(tmp_path / "logs" / f"rank_{r}.log", _runs(9, "fwd", 2) + ([_glog(9, "before", "fwd")] if r == 1 else []))
-    alone = [(f.kind, f.ranks) for f in analyze(load_traces([str(p) for p in tmp_path.glob("nccl_trace_rank_*")])).findings]
+        _write(tmp_path / "logs" / f"rank_{r}.log",
+               _runs(9, "fwd", 2) + ([_glog(9, "before", "fwd")] if r == 1 else []))
+    dumps = [str(p) for p in tmp_path.glob("nccl_trace_rank_*")]
+    alone = [(f.kind, f.ranks) for f in analyze(load_traces(dumps)).findings]
     ts = load_traces([str(tmp_path)])
     assert ts.errors == [] and all(t.source == "flight_recorder-pickle" for t in ts.ranks.values())
     assert all(isinstance(t.log, RankLog) for t in ts.ranks.values())
@@ -287,7 +292,8 @@ def test_many_logs_load_in_worker_processes_as_in_one(tmp_path):
     for r in range(64):
         lines = _runs(4, "step", 3) + [_glog(4, "before", "step")] if r != 17 else _runs(4, "step", 3)
         lines += [f"node-{r}:{500 + r}:{500 + r} [0] NCCL INFO AllReduce: opCount {k} sendbuff 0x1 recvbuff 0x2 "
-                  f"count 8 datatype 7 op 0 root 0 comm 0x{r}f [nranks=64] stream 0x9" for k in range(3 if r != 9 else 2)]
+                  f"count 8 datatype 7 op 0 root 0 comm 0x{r}f [nranks=64] stream 0x9"
+                  for k in range(3 if r != 9 else 2)]
         _write(tmp_path / f"rank_{r}.log", lines)
     one, many = load_traces([str(tmp_path)], jobs=1), load_traces([str(tmp_path)], jobs=2)
     assert many.errors == one.errors == [] and sorted(many.ranks) == list(range(64))
@@ -364,7 +370,8 @@ def test_nccl_call_lines_as_users_posted_them(tmp_path):
     ]
     _write(tmp_path / "rank_2.log", lines)
     t = load_file(str(tmp_path / "rank_2.log"))
-    assert (t.rank, t.host, t.pid, t.log.skipped) == (2, "r24-02-22-23-29-0066-raycluster-lv52c-worker-l4-8-fqztx", 615, 0)
+    host = "r24-02-22-23-29-0066-raycluster-lv52c-worker-l4-8-fqztx"
+    assert (t.rank, t.host, t.pid, t.log.skipped) == (2, host, 615, 0)
     assert [(e.op, e.seq, e.p2p_seq, e.in_sizes, e.out_sizes, e.peer) for e in t.entries] == [
         ("all_reduce", 0x139d, None, [[7382228]], [[7382228]], None), ("send", None, 0x12, [[2420736]], [[2420736]], 1),
         ("all_reduce", 0, None, [[33554432]], [[33554432]], None),

@@ -37,7 +37,7 @@ def thread_findings(ts: TraceSet, others_found: bool) -> tuple[list[Finding], di
         return [], {}
     opens = [(r, thread, st) for r, log in logs.items() for thread, st in log.threads.items() if st.open_op]
     wanted = {st.open_op for _, _, st in opens}
-    runs_of: dict[str, dict[int, tuple[int, int, str]]] = {op: {} for op in wanted}  # op -> rank -> (runs, done, thread)
+    runs_of: dict[str, dict[int, tuple]] = {op: {} for op in wanted}  # op -> rank -> (runs, done, thread)
     most_done: dict[str, int] = {}
     for r, log in logs.items():
         for op, counts in log.ops.items():
@@ -88,8 +88,8 @@ def _finding(g: dict, op: str, run: int, logs: dict[int, RankLog], n_running: in
     elif why == "peers_behind":
         late = sorted(g["behind"])
         head = (f"{who} {'is' if one else 'are'} inside {op} (run {run}) and never finished it; {fmt_ranks(late)} ran "
-                f"{op} before but never began run {run}: {'it is' if len(late) == 1 else 'they are'} behind, and if the "
-                f"op needs all of them (a collective, a send/recv pair) it waits for "
+                f"{op} before but never began run {run}: {'it is' if len(late) == 1 else 'they are'} behind, and if "
+                f"the op needs all of them (a collective, a send/recv pair) it waits for "
                 f"{'it' if len(late) == 1 else 'them'}. Where they are: "
                 + "; ".join(_position(q, logs[q], logs[q].ops[op][2]) for q in late[:4]) + ".")
     elif why == "only_these_ranks":

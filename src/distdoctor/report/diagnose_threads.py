@@ -66,7 +66,8 @@ def skipped_line(logs: dict[str, dict]) -> str:
     if len(bad) > 16:
         parts.append(f"... {len(bad) - 16} more ranks")
     rest = len(logs) - len(bad)
-    return "log lines skipped as unreadable: " + ", ".join(parts) + (f"; none on the other {rest} ranks" if rest else "")
+    tail = f"; none on the other {rest} ranks" if rest else ""
+    return "log lines skipped as unreadable: " + ", ".join(parts) + tail
 
 
 def thread_table_html(report) -> str:

@@ -32,7 +32,8 @@ def rank_lines(rank: int, steps: int, stop: int | None, version: str) -> list[st
 
     def init(comm, r, n, cid, split=False):
         if version == "2.17":
-            return f"{head}comm {comm} rank {r} nranks {n} cudaDev {rank % 2} busId {1000 * (rank % 2 + 1)} - Init COMPLETE"
+            return (f"{head}comm {comm} rank {r} nranks {n} cudaDev {rank % 2} busId {1000 * (rank % 2 + 1)} "
+                    f"- Init COMPLETE")
         tail = f"cudaDev {rank % 2} nvmlDev {rank % 2} busId {1000 * (rank % 2 + 1)}"
         if version == "2.18":
             return f"{head}comm {comm} rank {r} nranks {n} {tail} commId {cid} - Init COMPLETE"

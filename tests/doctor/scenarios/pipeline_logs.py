@@ -30,7 +30,8 @@ NCCL_TP = "System-NCCL-Logical-(*S0)2(*B)-1210"
 BOXING = ("eager_boxing_logger.cpp:42] Boxing route: symmetric-acyclic-nd-sbp-to-nd-sbp -> naive-b-to-1 -> "
           "naive-1-to-1 -> naive-1-to-p -> symmetric-acyclic-nd-sbp-to-nd-sbp",
           "eager_boxing_logger.cpp:43] Logical shape: (256,100)",
-          "eager_boxing_logger.cpp:44] Altered state of sbp: (S(0), B) -> (B, B) -> (B, B) -> (B, B) -> (P, P) -> (S(0), B)")
+          "eager_boxing_logger.cpp:44] Altered state of sbp: (S(0), B) -> (B, B) -> (B, B) -> (B, B) -> (P, P) "
+          "-> (S(0), B)")
 
 
 def stage_ops(stage: int, blocks: int) -> tuple[list[str], list[str], str]:
@@ -39,7 +40,8 @@ def stage_ops(stage: int, blocks: int) -> tuple[list[str], list[str], str]:
         fwd = [f"model.layers.0.blocks.{b}.attn-matmul-{100 + b}" for b in range(blocks)] + [NCCL_TP, SEND_ACT]
         bwd = [RECV_GRAD] + [f"model.layers.0.blocks.{b}.attn-matmul-{100 + b}_grad" for b in reversed(range(blocks))]
     else:
-        fwd = [RECV_ACT] + [f"model.layers.1.blocks.{b}.mlp-fc-{200 + b}" for b in range(blocks)] + ["model.head-loss-300"]
+        fwd = [RECV_ACT] + [f"model.layers.1.blocks.{b}.mlp-fc-{200 + b}" for b in range(blocks)] + \
+            ["model.head-loss-300"]
         bwd = ["model.head-loss-300_grad"] + [f"model.layers.1.blocks.{b}.mlp-fc-{200 + b}_grad"
                                              for b in reversed(range(blocks))] + [SEND_GRAD]
     return fwd, bwd, f"System-NCCL-AllReduce-stage{stage}-3000"

@@ -122,7 +122,8 @@ def read_nccl(text: str, log: RankLog) -> NcclLog:
             seq = opcount if info["ordinal"] is None else info["ordinal"]
             if info["ordinal"] is not None:
                 info["ordinal"] += 1
-        row = (start, key, op, g["name"], seq, opcount, int(g["count"]), int(g["dtype"]), int(g["root"] or 0), g["stream"], g["tid"])
+        row = (start, key, op, g["name"], seq, opcount, int(g["count"]), int(g["dtype"]), int(g["root"] or 0),
+               g["stream"], g["tid"])
         q = kept.get(key)
         if q is None:
             q = kept[key] = deque(maxlen=ENTRIES_PER_COMM)
