@@ -306,8 +306,8 @@ def test_many_logs_load_in_worker_processes_as_in_one(tmp_path):
 
 _GOOD_LOG = ([_glog(11, k, op, 0.001 * i) for i, (op, k) in enumerate(
     [("Src", "before"), ("Src", "after"), ("A", "before"), ("A", "after"), ("B", "before"), ("Src", "before")])]
-    + [f"node-0:77:78 [0] NCCL INFO ncclCommInitRank comm 0xa1 rank {{r}} nranks 2 cudaDev 0 nvmlDev 0 busId 1000 "
-       f"commId 0x99 - Init COMPLETE"]
+    + ["node-0:77:78 [0] NCCL INFO ncclCommInitRank comm 0xa1 rank {r} nranks 2 cudaDev 0 nvmlDev 0 busId 1000 "
+       "commId 0x99 - Init COMPLETE"]
     + [f"node-0:77:77 [0] NCCL INFO AllReduce: opCount {k} sendbuff 0x1 recvbuff 0x2 count 8 datatype 7 op 0 root 0 "
        f"comm 0xa1 [nranks=2] stream 0x9" for k in range(3)])
 
