@@ -376,3 +376,17 @@ def test_nccl_call_lines_as_users_posted_them(tmp_path):
         ("all_reduce", 0x139d, None, [[7382228]], [[7382228]], None), ("send", None, 0x12, [[2420736]], [[2420736]], 1),
         ("all_reduce", 0, None, [[33554432]], [[33554432]], None),
         ("all_gather", 0xd, None, [[2097152]], [[2 * 2097152]], None)]
+
+
+def test_a_thread_that_stopped_between_ops_behind_its_peers(tmp_path):
+    for r in range(3):  # nothing open anywhere; rank 2's thread finished one step fewer and began nothing since
+        _write(tmp_path / f"rank_{r}.log", _runs(6, "load", 3) + _runs(6, "step", 2 if r == 2 else 3))
+    [f] = analyze(load_traces([str(tmp_path)])).findings
+    assert (f.kind, f.ranks, f.op, f.evidence["why"], f.evidence["run"], f.evidence["finished_by"]) == (
+        "stuck_thread", [2], "step", "idle_behind", 3, [0, 1])
+    assert f.evidence["threads"][0]["line"] == f"{tmp_path}/rank_2.log:10"
+    assert "rank 2 finished run 2 of step and began nothing since on that thread, while ranks 0, 1 finished run 3" \
+        in f.detail
+    for r in range(3):  # the same logs with every rank at the same point: nothing to report
+        _write(tmp_path / f"rank_{r}.log", _runs(6, "load", 3) + _runs(6, "step", 3))
+    assert analyze(load_traces([str(tmp_path)])).verdict == "ok"

@@ -8,8 +8,9 @@
 - order_deadlock: a cycle of waits across process groups; `ranks` all ranks on the cycle, `groups` the groups.
 - p2p_deadlock: send/recv that can never match; `ranks` the ranks involved.
 - straggler: no hang, but a rank arrives late at collectives consistently; `ranks` the late ones.
-- stuck_thread: from per-rank logs, a thread began an op and never finished it (diagnose/threads.py); `ranks` the
-  ranks whose thread is inside it, `op` the op (the log's name for it), `evidence.why` how it differs from its peers.
+- stuck_thread: from per-rank logs, a thread began an op and never finished it, or (`evidence.why` idle_behind) began
+  nothing after finishing fewer runs of an op than its peers (diagnose/threads.py); `ranks` the ranks whose thread is
+  stuck, `op` the op (the log's name for it), `evidence.why` how the thread differs from its peers.
 """
 
 from __future__ import annotations

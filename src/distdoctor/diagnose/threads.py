@@ -14,7 +14,10 @@ thread ids, which differ between ranks, so only ops are compared. Each open op f
    another stage, a buffer, the device), and the ranks that do not run X are not;
 4. `every_rank`: every rank with a log is inside run n of X: nothing tells the ranks apart (a source op waiting for
    the next batch is normally open like this), so it is a finding only when nothing else is found.
-One `stuck_thread` finding per (class, op, run), in that order, listing the rank, thread and file:line of each begin.
+A thread with no open op is stuck between ops; when no thread is stuck in one of the ways 1-3, such a thread is
+5. `idle_behind` when its peers finished more runs of the op it finished last: it stopped before them, in code its
+   markers do not cover (a data loader, a host sync) or waiting for something they did not wait for.
+One `stuck_thread` finding per (class, op, run), strongest first, naming the rank, thread and file:line of each.
 
 How far behind: a rank's lag is, summed over the ops it runs, how many more runs the most advanced rank finished.
 The report lists threads of stuck ranks first, then by lag, so the ranks whose progress differs come first.
@@ -25,7 +28,7 @@ from __future__ import annotations
 from distdoctor.diagnose.findings import Finding, fmt_ranks
 from distdoctor.trace.model import RankLog, ThreadState, TraceSet
 
-WHY = ("peers_finished", "peers_behind", "only_these_ranks", "every_rank")
+WHY = ("peers_finished", "peers_behind", "only_these_ranks", "idle_behind", "every_rank")
 MAX_THREADS_NAMED = 8  # per finding, in its detail (the evidence lists all)
 
 
@@ -67,12 +70,32 @@ def thread_findings(ts: TraceSet, others_found: bool) -> tuple[list[Finding], di
         g = groups.setdefault((WHY.index(why), op, n), {"why": why, "threads": [], "finished": finished,
                                                         "behind": behind})
         g["threads"].append((r, thread, st))
+    if not any(k[0] < WHY.index("idle_behind") for k in groups):
+        _idle_behind(logs, most_done, groups, runs_of)
     order = sorted(groups, key=lambda k: (k[0], -len({r for r, _, _ in groups[k]["threads"]}), k[1], k[2]))
     findings = [_finding(groups[k], k[1], k[2], logs, len(runs_of[k[1]])) for k in order]
     strong = [f for f in findings if f.evidence["why"] != "every_rank"]
     if strong or others_found:
         findings = strong
     return findings, {r: _rank_json(log, lag[r]) for r, log in logs.items()}
+
+
+def _idle_behind(logs: dict[int, RankLog], most_done: dict[str, int], groups: dict, runs_of: dict) -> None:
+    """Threads with nothing open whose peers finished more runs of the op they finished last (class 5)."""
+    for r, log in logs.items():
+        for thread, st in log.threads.items():
+            if st.open_op or not st.last_done:
+                continue
+            op = st.last_done
+            done = log.ops[op][1]
+            if most_done[op] <= done:
+                continue
+            if op not in runs_of:
+                runs_of[op] = {q: other.ops[op] for q, other in logs.items() if op in other.ops}
+            g = groups.setdefault((WHY.index("idle_behind"), op, done + 1), {
+                "why": "idle_behind", "threads": [], "behind": set(),
+                "finished": {q for q, c in runs_of[op].items() if c[1] > done}})
+            g["threads"].append((r, thread, st))
 
 
 def _finding(g: dict, op: str, run: int, logs: dict[int, RankLog], n_running: int) -> Finding:
@@ -92,6 +115,11 @@ def _finding(g: dict, op: str, run: int, logs: dict[int, RankLog], n_running: in
                 f"the op needs all of them (a collective, a send/recv pair) it waits for "
                 f"{'it' if len(late) == 1 else 'them'}. Where they are: "
                 + "; ".join(_position(q, logs[q], logs[q].ops[op][2]) for q in late[:4]) + ".")
+    elif why == "idle_behind":
+        head = (f"{who} finished run {run - 1} of {op} and began nothing since on "
+                f"{'that thread' if one else 'those threads'}, while {fmt_ranks(sorted(g['finished']))} finished run {run}: {'it' if one else 'they'} stopped before "
+                f"{'its' if one else 'their'} peers, in code the markers do not cover (a data loader, a host sync) or "
+                f"waiting for something the others did not wait for.")
     elif why == "only_these_ranks":
         head = (f"{who} {'is' if one else 'are'} inside {op} (run {run}), begun and never finished; "
                 + ("no other rank runs it" if n_running == len(ranks) else
@@ -103,8 +131,8 @@ def _finding(g: dict, op: str, run: int, logs: dict[int, RankLog], n_running: in
     named = "; ".join(_position(r, logs[r], t) for r, t, _ in threads[:MAX_THREADS_NAMED])
     more = f"; and {len(threads) - MAX_THREADS_NAMED} more threads" if len(threads) > MAX_THREADS_NAMED else ""
     evidence = {"why": why, "run": run,
-                "threads": [{"rank": r, "thread": t, "line": st.line, "open_for_s": st.open_for_s,
-                             "last_done": st.last_done} for r, t, st in threads]}
+                "threads": [{"rank": r, "thread": t, "line": st.line if why != "idle_behind" else st.last_done_line,
+                             "open_for_s": st.open_for_s, "last_done": st.last_done} for r, t, st in threads]}
     if g["finished"]:
         evidence["finished_by"] = sorted(g["finished"])
     if g["behind"]:
