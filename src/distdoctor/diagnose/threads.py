@@ -117,7 +117,8 @@ def _finding(g: dict, op: str, run: int, logs: dict[int, RankLog], n_running: in
                 + "; ".join(_position(q, logs[q], logs[q].ops[op][2]) for q in late[:4]) + ".")
     elif why == "idle_behind":
         head = (f"{who} finished run {run - 1} of {op} and began nothing since on "
-                f"{'that thread' if one else 'those threads'}, while {fmt_ranks(sorted(g['finished']))} finished run {run}: {'it' if one else 'they'} stopped before "
+                f"{'that thread' if one else 'those threads'}, while {fmt_ranks(sorted(g['finished']))} finished run "
+                f"{run}: {'it' if one else 'they'} stopped before "
                 f"{'its' if one else 'their'} peers, in code the markers do not cover (a data loader, a host sync) or "
                 f"waiting for something the others did not wait for.")
     elif why == "only_these_ranks":
