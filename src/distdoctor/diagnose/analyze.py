@@ -11,7 +11,9 @@ Order of reasoning:
    become missing_ranks, described by what they did last and their current stack when the trace has one.
    State divergences on groups with lost members are consequences of the loss.
 4. stragglers, only when nothing hangs.
-5. the guarantee (explain.py): every rank blocked at dump time and every crashed rank is named in a finding or
+5. per-rank logs (threads.py): threads inside an op they never finished, as stuck_thread findings after
+   the others.
+6. the guarantee (explain.py): every rank blocked at dump time and every crashed rank is named in a finding or
    is a consequence pointing at the finding that explains it; what nothing explains gets a finding there.
 Findings sort by kind priority (findings.PRIORITY), then by when their evidence happened."""
 
@@ -28,6 +30,7 @@ from distdoctor.diagnose.progress import (describe_rank, is_gloo_fr, last_comple
                                          rank_progress, where_now)
 from distdoctor.diagnose.rankstate import rank_states
 from distdoctor.diagnose.straggler import find_stragglers
+from distdoctor.diagnose.threads import thread_findings
 from distdoctor.diagnose.waitfor import (Cycle, Wait, build_waits, describe_cycle, find_cycles, graph,
                                          on_possible_cycle)
 from distdoctor.trace.model import Entry, TraceSet
@@ -147,6 +150,8 @@ def analyze(ts: TraceSet) -> Report:
         findings.extend(find_stragglers(views))
 
     findings = _one_finding_per_absent_rank(sort_findings(findings), consequences)
+    stuck, thread_ranks = thread_findings(ts, others_found=bool(findings))  # per-rank logs: threads inside an op
+    findings += stuck  # after the collective findings, in their own order (strongest first)
     findings, explained_by = explainer.explain_all(findings)
     consequences = consequences_of(explainer, findings, explained_by, consequences)
     progress = {r: rank_progress(t, pending.get(r, [])) for r, t in ts.ranks.items()}
@@ -155,6 +160,8 @@ def analyze(ts: TraceSet) -> Report:
         p.update(states[r])
     missing = {"missing": True, "state": "no_trace"}  # one object for every absent rank: a corrupt rank number can
     ranks = {str(r): progress.get(r, missing) for r in sorted(set(progress).union(no_dump))}  # imply a huge world
+    for r, extra in thread_ranks.items():  # per-rank logs: "threads" and "log"
+        ranks[str(r)].update(extra)
     return Report(ts, findings, ranks, ts.world_size, waits, cycles, consequences, views)
 
 

@@ -75,9 +75,19 @@ def summarize_skipped(skipped: list) -> str:
               help="The job's world size, when the dumps cannot tell (e.g. the last ranks left no dump).")
 @click.option("--recursive", "-r", is_flag=True,
               help="Also read the files in the subdirectories of a directory PATH (default: its own files only).")
+# Per-rank text logs (trace/loaders/logs.py): how to read their rank and their begin/end markers.
+@click.option("--log-rank", "log_rank", metavar="REGEX", default=None,
+              help="Per-rank logs: a regex with a (?P<rank>...) group, searched in each log's path "
+                   "(default: rank_<r>, rank<r>, rank-<r> in the file name or a folder).")
+@click.option("--begin", "begin", metavar="REGEX", default=None,
+              help="Per-rank logs: the line that begins an op, with (?P<op>...) and, if the line has one, "
+                   "(?P<thread>...) (default: glog lines '... <tid> file:line] before: <op>').")
+@click.option("--end", "end", metavar="REGEX", default=None,
+              help="Per-rank logs: the line that ends an op, with the same groups as --begin (default: 'after: <op>').")
 def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chrome_trace: str | None,
-                     world_size: int | None, recursive: bool) -> None:
-    """Explain a hang or desync from per-rank traces (Flight Recorder dumps or distdoctor traces).
+                     world_size: int | None, recursive: bool, log_rank: str | None, begin: str | None,
+                     end: str | None) -> None:
+    """Explain a hang or desync from per-rank traces (Flight Recorder dumps, distdoctor traces, per-rank logs).
 
     PATH is a trace file or a directory of them, in any mix of formats.
     Files that are not traces are skipped and counted in one line.
@@ -88,8 +98,15 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
     from distdoctor.report.diagnose_text import render_text
     from distdoctor.report.html import render_html
     from distdoctor.trace.loaders import gc_paused, load_traces
+    from distdoctor.trace.loaders.logs import LogFormat, using_format
 
-    ts = load_traces(list(paths), world_size=world_size, recursive=recursive)
+    try:
+        log_format = LogFormat(begin=begin, end=end, rank=log_rank)
+    except ValueError as exc:  # the message names the flag
+        flag, _, why = str(exc).partition(": ")
+        raise InputError(flag, why) from None
+    with using_format(log_format):
+        ts = load_traces(list(paths), world_size=world_size, recursive=recursive)
     if not ts.ranks:
         real = [e for e in ts.errors if not skip_kind(e, paths)]
         reasons = "; ".join(str(e) for e in real[:5])

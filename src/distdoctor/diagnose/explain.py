@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import deque
 
 from distdoctor.diagnose.crash import COMM_FAILURE, crash_findings
-from distdoctor.diagnose.findings import PRIORITY, Finding, fmt_group, fmt_ranks
+from distdoctor.diagnose.findings import PRIORITY, PRODUCER_ORDERED, Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.progress import describe_rank
 from distdoctor.diagnose.waitfor import Wait, completed_by_peers
@@ -36,7 +36,10 @@ P2P_OPS = ("send", "recv")
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    return sorted(findings, key=lambda f: (PRIORITY[f.kind], f.t if f.t is not None else float("inf"), f.ranks))
+    """Root cause first (PRIORITY), then by when the evidence happened, then by ranks; kinds whose producer
+    already orders them strongest first (PRODUCER_ORDERED) keep that order among themselves (the sort is stable)."""
+    return sorted(findings, key=lambda f: (PRIORITY[f.kind], f.t if f.t is not None else float("inf"),
+                                           [] if f.kind in PRODUCER_ORDERED else f.ranks))
 
 
 def _seq(e: Entry):

@@ -13,6 +13,9 @@
   transport or a device hangs, or the dump caught it in flight), or no other member is known to exist (a group no
   other rank's trace shows); `ranks` the ranks still in it.
 - straggler: no hang, but a rank arrives late at collectives consistently; `ranks` the late ones.
+- stuck_thread: from per-rank logs, a thread began an op and never finished it, or (`evidence.why` idle_behind) began
+  nothing after finishing fewer runs of an op than its peers (diagnose/threads.py); `ranks` the ranks whose thread is
+  stuck, `op` the op (the log's name for it), `evidence.why` how the thread differs from its peers.
 
 The verdict is `ok` only when there is no finding. Every rank blocked in a collective or p2p at dump time, and
 every rank that crashed, is named in a finding's `ranks` or in a consequence whose `finding` is the index of the
@@ -24,11 +27,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 KINDS = ("order_deadlock", "p2p_deadlock", "type_mismatch", "size_mismatch", "dtype_mismatch", "root_mismatch",
-         "crashed", "missing_dump", "missing_ranks", "stuck_collective", "state_mismatch", "straggler")
+         "crashed", "missing_dump", "missing_ranks", "stuck_collective", "state_mismatch", "stuck_thread",
+         "straggler")
 
 # Root cause first: a cycle or an impossible p2p explains every wait it causes; a mismatch explains the
 # crash or hang that follows it; a crashed or lost rank explains the survivors' waits; state differences come last.
 PRIORITY = {kind: i for i, kind in enumerate(KINDS)}
+# Kinds whose producer lists them strongest first (threads.py: a thread inside an op its peers finished before
+# one that only these ranks run): sorting keeps that order rather than ordering them by rank.
+PRODUCER_ORDERED = frozenset({"stuck_thread"})
 
 
 @dataclass

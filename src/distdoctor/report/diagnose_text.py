@@ -7,6 +7,7 @@ from distdoctor.diagnose import hang_status
 from distdoctor.diagnose.analyze import Report
 from distdoctor.diagnose.command import merged_note
 from distdoctor.diagnose.findings import fmt_group
+from distdoctor.report.diagnose_threads import thread_lines
 
 MAX_RANK_LINES = 32
 MAX_CONSEQUENCE_LINES = 8
@@ -27,7 +28,8 @@ def render_text(report: Report) -> str:
     for i, f in enumerate(report.findings, 1):
         where = ""
         if f.op is not None:
-            where = f" at {f.op}" + (f" #{f.seq}" if f.seq is not None else "") + f" on {fmt_group(f.group)}"
+            where = f" at {f.op}" + (f" #{f.seq}" if f.seq is not None else "") + \
+                (f" on {fmt_group(f.group)}" if f.group is not None or f.kind != "stuck_thread" else "")
         lines.append("")
         lines.append(f"{i}. {f.kind}: ranks {f.ranks}{where}")
         lines.append(f"   {f.detail}")
@@ -50,6 +52,7 @@ def render_text(report: Report) -> str:
             lines.append(f"  ... {len(report.ranks) - MAX_RANK_LINES} more ranks (see --format json)")
             break
         lines.append("  " + _rank_line(rank, report.ranks[rank]))
+    lines.extend(thread_lines(report))  # ranks read from per-rank logs: each thread's position
     if ts.errors:
         lines.append("")
         lines.append("files not used:")
@@ -75,6 +78,8 @@ def _consequence_line(c: dict) -> str:
 def _rank_line(rank: str, p: dict) -> str:
     if p.get("missing"):
         return f"rank {rank}: no trace"
+    if "log" in p and not p["entries"]:  # a per-rank log without collective calls: its threads are listed below
+        return f"rank {rank}: {p['log']['lines']} log lines, no collective call logged; {len(p['threads'])} threads"
     done = sum(p["completed"].values())
     per = ", ".join(f"'{g}': {n}" for g, n in sorted(p["completed"].items()))
     s = f"rank {rank}: {done} collectives completed ({per})" if done else f"rank {rank}: no collective completed"

@@ -8,6 +8,7 @@ import html
 import math
 
 from distdoctor.diagnose.analyze import Report
+from distdoctor.report.diagnose_threads import thread_table_html
 
 ROW_H = 22
 WIDTH = 1100
@@ -60,6 +61,7 @@ def render_html(report: Report) -> str:
                      f"</td><td>{esc(sum(p['completed'].values()))}</td><td>{esc(where)}</td>"
                      f"<td><code>{esc(p.get('now', ''))}</code></td></tr>")
     parts.append("</table>")
+    parts.append(thread_table_html(report))  # ranks read from per-rank logs
     if report.traces.errors:
         parts.append("<h2>Files not used</h2><ul>")
         parts.extend(f"<li><code>{esc(e.path)}</code>: {esc(e.reason)}</li>" for e in report.traces.errors)

@@ -184,9 +184,37 @@ class RankTrace:
     exception: dict | None = None  # recorder: the uncaught exception that ended the rank (type, message, ...)
     # Facts about every entry, gathered once for the analysis (trace/summary.py); not part of the trace's value.
     summary: object | None = field(default=None, repr=False, compare=False)
+    log: RankLog | None = None  # per-thread state read from the rank's text log (trace/loaders/logs.py)
 
     def column(self, name: str) -> list:
         return entry_column(self.entries, name)
+
+
+@dataclass(slots=True)
+class ThreadState:
+    """Where one thread (or stream) of a rank stands in its log, from the begin/end markers around its ops."""
+    open_op: str | None = None  # the op it began and did not finish (the latest begun when several are open)
+    line: str | None = None  # "file:line" of open_op's begin
+    run: int = 0  # which run of open_op on this rank it is (1 = its first begin)
+    open_for_s: float | None = None  # from open_op's begin to the log's last timestamped line
+    last_done: str | None = None  # the last op it finished
+    last_done_line: str | None = None
+    done: int = 0  # ops it finished
+    also_open: list[tuple[str, str]] = field(default_factory=list)  # other unfinished ops (op, file:line), oldest first
+    unclosed: int = 0  # begins whose end never came and that a later begin of the same op superseded
+    unmatched_ends: int = 0  # ends without a begin (the log starts inside an op, or the begin line was unreadable)
+
+
+@dataclass
+class RankLog:
+    """What a rank's text log says beyond collectives: each thread's position and how far each op got."""
+    path: str
+    lines: int = 0
+    skipped: int = 0  # lines that looked like markers or NCCL calls but could not be read
+    skipped_at: list[str] = field(default_factory=list)  # "file:line" of the first few
+    threads: dict[str, ThreadState] = field(default_factory=dict)
+    ops: dict[str, tuple[int, int, str]] = field(default_factory=dict)  # op -> (runs begun, runs finished, thread)
+    nccl_last: dict[str, dict] = field(default_factory=dict)  # communicator -> its last call logged on this rank
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 Dispatch is by content, never by extension: a pickle opcode stream is a Flight Recorder pickle (read with the
 safe unpickler), a first line with the distdoctor-trace header is native JSON lines, any other JSON object with
-`version` and `entries` is a Flight Recorder JSON dump. Every file that cannot be used becomes a LoadError naming
+`version` and `entries` is a Flight Recorder JSON dump, text with begin/end markers or NCCL INFO calls is a per-rank
+log (logs.py, nccl_log.py). Every file that cannot be used becomes a LoadError naming
 the file and the reason, and the rest still load.
 
 After loading, the set is made consistent:
@@ -32,6 +33,7 @@ from distdoctor.trace.loaders.flight_recorder import (_Interner, load_fr_json, l
                                                       parse_fr_json_fast)
 from distdoctor.trace.loaders.fr_json_scan import kernels
 from distdoctor.trace.loaders.merge import merge_rank, renumber_recorder_only
+from distdoctor.trace.loaders.logs import link_logs, load_log, looks_like_log
 from distdoctor.trace.loaders.native import is_native, load_native
 from distdoctor.trace.model import (DEFAULT_GROUP, ENTRY_FIELDS, Entry, EntryColumns, GroupInfo, LoadError, RankTrace,
                                    TraceSet, entry_column, numel)
@@ -100,6 +102,8 @@ def expand_paths(paths: list[str], recursive: bool = True) -> tuple[list[str], l
             files.append(p)
         else:
             errors.append(LoadError(p, "no such file or directory"))
+    real: set[str] = set()  # one file reached twice (glog's `prog.INFO` is a link to the newest log) is read once
+    files = [f for f in files if not (os.path.realpath(f) in real or real.add(os.path.realpath(f)))]
     return files, errors
 
 
@@ -123,6 +127,8 @@ def load_file(path: str, interner: _Interner | None = None, scan: bool = False) 
     first_line = head if newline < 0 else head[:newline]
     if is_native(first_line):
         return load_native(data, path)
+    if looks_like_log(head):  # per-rank text logs: before a log starting with '[' or 'c' is taken for JSON or a pickle
+        return load_log(data, path)
     start = _LEADING_SPACE.match(data).end()
     if data[start:start + 1] == b"{":
         fast = parse_fr_json_fast(data, path, interner or _Interner(), scan)
@@ -140,7 +146,7 @@ def load_file(path: str, interner: _Interner | None = None, scan: bool = False) 
         return load_fr_json(obj, path, interner)
     if data[:2] in (b"(d", b"}q", b"(l", b"]q") or data[:1] == b"c":
         return load_fr_pickle(data, path, interner)  # protocol 0/1 pickles
-    raise ValueError("unrecognized format: not a Flight Recorder pickle or JSON dump, nor a distdoctor trace")
+    return load_log(data, path, sniffed=False)  # the last format tried: markers further in, or 'unrecognized format'
 
 
 _LEADING_SPACE = re.compile(rb"\s*")
@@ -291,6 +297,7 @@ def load_traces(paths: list[str], world_size: int | None = None, jobs: int | Non
             ts.errors.append(got)
         else:
             loaded.append(got)
+    loaded = link_logs(loaded, ts.errors)  # per-rank logs: join a rank's other trace, link NCCL calls across ranks
     _drop_mixed_versions(loaded, ts.errors)
     # Several files for one rank: the recorder's trace and Flight Recorder's dump (what `distdoctor run` writes:
     # rank_<r>.jsonl beside rank_<r>.fr.pkl) become one view of the rank (merge.py). Beyond one of each kind,
