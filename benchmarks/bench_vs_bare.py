@@ -43,7 +43,7 @@ def bare_time(count: int, iters: int, warmup: int) -> float:
 
 
 def worker(ctx, sizes, rounds, iters, warmup):
-    from distdoctor.bench import bench_worker, count_for
+    from distdoctor.bench.sweep import bench_worker, count_for
 
     out = []
     for rnd in range(rounds):

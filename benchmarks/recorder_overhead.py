@@ -4,7 +4,7 @@
     python benchmarks/recorder_overhead.py --quick    # smoke run
 
 Method. Two gloo ranks on this machine run, in ONE job, interleaved rounds with the recorder off (plain
-torch.distributed, functions unpatched) and on (`distdoctor.trace.enable()`), so machine noise hits both alike:
+torch.distributed, functions unpatched) and on (`distdoctor.recorder.enable()`), so machine noise hits both alike:
   1. all_reduce of 1 float32 element, `--calls` per round: µs/call off and on, and the difference per pair of
      adjacent rounds (median);
   2. the recording work alone (describe + ring-buffer append + completion, no communication), µs/call;
@@ -42,12 +42,12 @@ def _free_port() -> int:
 
 
 def _set_recorder(on: bool, dump_dir: str) -> None:
-    import distdoctor.trace as trace
+    import distdoctor.recorder as recorder
 
     if on:  # as `distdoctor run` starts it: hang detection on (the watchdog ticks every second)
-        trace.enable(dump_dir=dump_dir, hang_timeout=300, suspect_floor=10)
+        recorder.enable(dump_dir=dump_dir, hang_timeout=300, suspect_floor=10)
     else:
-        trace.disable()
+        recorder.disable()
 
 
 def _time_calls(dist, x, calls: int) -> tuple[float, float]:
@@ -64,8 +64,8 @@ def _recording_alone(calls: int) -> float:
     """µs per call of the recorder's own work (what the wrapper adds besides calling torch)."""
     import torch
 
-    from distdoctor.trace import get_recorder
-    from distdoctor.trace.describe import DESCRIBERS
+    from distdoctor.recorder import get_recorder
+    from distdoctor.recorder.describe import DESCRIBERS
 
     rec = get_recorder()
     _, describer, _ = DESCRIBERS["all_reduce"]
@@ -78,7 +78,7 @@ def _recording_alone(calls: int) -> float:
 
 
 def _last_index() -> int:
-    from distdoctor.trace import get_recorder
+    from distdoctor.recorder import get_recorder
 
     rec = get_recorder()
     return rec.buffer[-1].index if rec is not None and rec.buffer else -1

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from distdoctor.validate import ValidateOptions, run_validate  # noqa: E402
+from distdoctor.validate.sweep import ValidateOptions, run_validate  # noqa: E402
 from distdoctor.world import WorldConfig  # noqa: E402
 
 FAULTS = ("none", "corrupt", "delay", "crash", "skip")

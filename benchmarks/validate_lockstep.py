@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from distdoctor import validate_exec  # noqa: E402
-from distdoctor.validate import ValidateOptions, run_validate  # noqa: E402
+from distdoctor.validate.sweep import execute as validate_exec  # noqa: E402
+from distdoctor.validate.sweep import ValidateOptions, run_validate  # noqa: E402
 from distdoctor.world import WorldConfig  # noqa: E402
 
 NO_BARRIER = 10**9  # never a multiple of a case number

@@ -47,7 +47,7 @@ Runs in about a minute on a 2-core CPU machine (4 gloo ranks, oversubscribed).""
 
 import torch
 
-from distdoctor.env import collect_env, format_env
+from distdoctor.world.env import collect_env, format_env
 from distdoctor.world import WorldConfig, run_job
 
 T0 = time.time()
@@ -64,7 +64,7 @@ avg, the gradient-averaging case) on 4 processes, 1 Mi float32 elements (4 MiB) 
 rank's input on every rank and checks each output against an exact float64 reference, and compares the
 output bytes across ranks (*all GPUs get the same result*)."""),
     ("code", """from distdoctor.validate import ValidateOptions, run_validate
-from distdoctor.validate_report import print_validate
+from distdoctor.report.validate_text import print_validate
 
 # straggler_s: on a busy 2-core machine a rank can arrive 0.1 s late by chance; stragglers are 5.6's topic
 opts = ValidateOptions(ops=("all_reduce",), dtypes=("float32",), sizes="1M", redops=("sum", "avg"), subgroups=False,

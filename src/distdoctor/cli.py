@@ -18,12 +18,12 @@ from distdoctor.errors import CheckFailed, InputError
 # name -> ("module:attribute" of a click.Command, one-line help). The module owns the command; the help is
 # here so that `distdoctor --help` lists everything without importing torch.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "check": ("distdoctor.check:check_command", "The main job: environment, quick validate and quick bench, one verdict."),
-    "env": ("distdoctor.env:env_command", "Torch version, backends, devices and the mode distdoctor will use."),
-    "validate": ("distdoctor.validate:validate_command", "Check every collective's result against an exact reference."),
-    "bench": ("distdoctor.bench:bench_command", "Collective bandwidth with nccl-tests' algbw/busbw semantics."),
+    "check": ("distdoctor.validate.check:check_command", "The main job: environment, quick validate and quick bench, one verdict."),
+    "env": ("distdoctor.world.env:env_command", "Torch version, backends, devices and the mode distdoctor will use."),
+    "validate": ("distdoctor.validate.sweep:validate_command", "Check every collective's result against an exact reference."),
+    "bench": ("distdoctor.bench.sweep:bench_command", "Collective bandwidth with nccl-tests' algbw/busbw semantics."),
     "diagnose": ("distdoctor.diagnose.command:diagnose_command", "Explain a hang or desync from per-rank traces."),
-    "run": ("distdoctor.trace.command:run_command", "Run a training command with the distdoctor recorder on."),
+    "run": ("distdoctor.recorder.command:run_command", "Run a training command with the distdoctor recorder on."),
     "sim": ("distdoctor.sim.command:sim_group", "Simulate a parallel plan: deadlocks, bubbles, needless waits."),
     "scaling": ("distdoctor.health.scaling:scaling_command", "Measured and projected data-parallel scaling efficiency."),
     "parity": ("distdoctor.health.parity:parity_command", "Data-parallel training gives the same parameters as one process."),

@@ -2,7 +2,7 @@
 
 import pytest
 
-from distdoctor.bench import BenchOptions, count_for, format_table, summarize_bench
+from distdoctor.bench.sweep import BenchOptions, count_for, format_table, summarize_bench
 from distdoctor.errors import InputError
 from distdoctor.world import JobResult, LostRank
 

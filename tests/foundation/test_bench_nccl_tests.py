@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from distdoctor.bench import BenchOptions
-from distdoctor.bench_baseline import compare, load_baseline
-from distdoctor.bench_nccl import format_table, iteration_stats
+from distdoctor.bench.sweep import BenchOptions
+from distdoctor.bench.baseline import compare, load_baseline
+from distdoctor.bench.nccl_tests import format_table, iteration_stats
 from distdoctor.errors import InputError
 
 from world_helpers import distdoctor

@@ -97,7 +97,7 @@ def test_bench_refuses_buffers_beyond_the_memory_with_the_numbers():
 
 
 def test_memory_estimate_grows_with_the_size_and_the_check():
-    from distdoctor.bench import rank_bytes
+    from distdoctor.bench.sweep import rank_bytes
 
     small, big = rank_bytes("all_reduce", 1 << 20, "float32", 4, True), rank_bytes("all_reduce", 1 << 30, "float32",
                                                                                    4, True)

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from distdoctor.errors import InputError
-from distdoctor.launchers import (Launch, derived_port, detect, expand_nodelist, expand_tasks_per_node,
+from distdoctor.world.launchers import (Launch, derived_port, detect, expand_nodelist, expand_tasks_per_node,
                                   rendezvous)
 from distdoctor.world import free_port
 
@@ -218,7 +218,7 @@ def test_bench_under_mpich_hydra():
 
 
 def test_env_names_the_launcher(monkeypatch):
-    from distdoctor.env import collect_env, format_env
+    from distdoctor.world.env import collect_env, format_env
 
     for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "DISTDOCTOR_LAUNCHER"):
         monkeypatch.delenv(key, raising=False)

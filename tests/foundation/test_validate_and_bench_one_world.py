@@ -2,10 +2,10 @@
 
 import pytest
 
-from distdoctor.bench import BENCH_OPS, BenchOptions, summarize_bench
+from distdoctor.bench.sweep import BENCH_OPS, BenchOptions, summarize_bench
 from distdoctor.collectives import SPECS
 from distdoctor.collectives.base import REDOPS
-from distdoctor.validate import ValidateOptions, summarize_validate
+from distdoctor.validate.sweep import ValidateOptions, summarize_validate
 from distdoctor.world import WorldConfig, run_job
 from vb_helpers import no_leftover_workers
 

@@ -3,9 +3,9 @@
 import pytest
 
 from distdoctor.errors import InputError
-from distdoctor.faults import Fault, parse_fault
-from distdoctor.validate import ValidateOptions
-from distdoctor.validate_exec import mesh_groups, parse_sizes, plan_cases
+from distdoctor.world.faults import Fault, parse_fault
+from distdoctor.validate.sweep import ValidateOptions
+from distdoctor.validate.execute import mesh_groups, parse_sizes, plan_cases
 from vb_helpers import run_cli
 
 
@@ -85,7 +85,7 @@ def test_bench_bad_input_is_one_line():
 
 
 def test_sequence_gaps_name_the_rank_that_skipped():
-    from distdoctor.validate import _sequence_gaps
+    from distdoctor.validate.sweep import _sequence_gaps
 
     # rank 1 skipped call 2 and went on
     assert _sequence_gaps({0: [0, 1, 2], 1: [0, 1, 3]}, set()) == {1: (2, [0])}
@@ -101,7 +101,7 @@ def test_text_report_prints_backend_errors_verbatim():
     """Reasons quote gloo errors like '[/x/pair.cc:553]': printed as text, never parsed as rich markup."""
     import io
 
-    from distdoctor.validate_report import print_validate
+    from distdoctor.report.validate_text import print_validate
 
     reason = "RuntimeError: [/__w/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:1"
     row = {"op": "all_reduce", "dtype": "float32", "count": 1, "group": "world", "inplace": True,

@@ -41,7 +41,7 @@ def test_env_json_has_the_fields():
 def test_env_text_names_the_mode():
     from click.testing import CliRunner
 
-    from distdoctor.env import env_command
+    from distdoctor.world.env import env_command
 
     out = CliRunner().invoke(env_command, [])
     assert out.exit_code == 0 and out.output.startswith("mode ") and "\ntorch " in out.output

@@ -62,7 +62,7 @@ def test_a_rank_lost_between_collectives_is_named_with_the_one_the_survivors_wai
     """A rank cut off between two collectives published no phase: the report names the collective the
     survivors were left waiting in, the one it never joined."""
     from distdoctor import world as W
-    from distdoctor._launched import _name_the_collective_missed
+    from distdoctor.world.launched import _name_the_collective_missed
 
     result = W.JobResult(world_size=4, backend="gloo", device="cpu")
     result.lost = [W.LostRank(2, "host1", "exited or unreachable: no heartbeat for 9 s", None),

@@ -1,7 +1,7 @@
 """Worker functions the bench/validate tests run in real ranks: several jobs in one world, as `check` does."""
 
-from distdoctor.bench import bench_worker
-from distdoctor.validate import validate_worker
+from distdoctor.bench.sweep import bench_worker
+from distdoctor.validate.sweep import validate_worker
 
 
 def validate_then_bench(ctx, validate, bench_ops, bench):
@@ -13,7 +13,7 @@ def links_losing_rank(ctx, victim, nbytes, iters):
     """bench --links' probe, with `victim` exiting as it starts its first timed transfer (mid-probe)."""
     import os
 
-    from distdoctor import bench_links
+    from distdoctor.bench.sweep import links as bench_links
 
     if ctx.rank == victim:
         def die(*args, **kwargs):

@@ -48,8 +48,8 @@ def sandbox_cwd(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def stand_in_launcher(monkeypatch):
-    import distdoctor.bench as bench
-    import distdoctor.validate as validate
+    import distdoctor.bench.sweep as bench
+    import distdoctor.validate.sweep as validate
 
     def launched(*a, **k):
         raise _Launched()

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from distdoctor.trace import dumpfile
+from distdoctor.recorder import dumpfile
 from distdoctor.trace.model import loads
-from distdoctor.trace.recorder import RecorderConfig
+from distdoctor.recorder.ring import RecorderConfig
 
 from recorder_helpers import kill_group
 
@@ -50,7 +50,7 @@ def test_writer_killed_mid_write_never_leaves_a_torn_file(tmp_path):
     target = tmp_path / "rank_0.jsonl"
     script = textwrap.dedent(f"""
         import sys
-        from distdoctor.trace.dumpfile import write_atomic
+        from distdoctor.recorder.dumpfile import write_atomic
         from distdoctor.trace.model import Entry, RankTrace, dumps
         entries = [Entry(index=i, group="0", op="all_reduce", seq=i + 1) for i in range(10000)]
         i = 0

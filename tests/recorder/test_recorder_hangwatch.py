@@ -12,10 +12,10 @@ import pytest
 from distdoctor.diagnose import hang_status
 from distdoctor.diagnose.analyze import analyze
 from distdoctor.report.diagnose_text import render_text
-from distdoctor.trace.hangwatch import HangWatch
+from distdoctor.recorder.hangwatch import HangWatch
 from distdoctor.trace.loaders import load_traces
 from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace, dumps
-from distdoctor.trace.recorder import RecorderConfig
+from distdoctor.recorder.ring import RecorderConfig
 
 
 class Call(SimpleNamespace):

@@ -162,7 +162,7 @@ def test_run_ignores_hang_dumps_of_an_earlier_run(tmp_path):
     import json
     import time
 
-    from distdoctor.trace.run_watch import JobWatch
+    from distdoctor.recorder.run_watch import JobWatch
 
     old = {"format": "distdoctor-trace", "version": 1, "rank": 0, "world_size": 2, "dump_reason": "hang suspected",
            "dump_time": time.time() - 3600, "hang": {"status": "suspected", "detected_at": time.time() - 3600}}

@@ -152,11 +152,11 @@ def format_table(report: dict, opts) -> str:
         lines.append("# Per-rank time / median rank: " + "  ".join(f"{r}:{v:.2f}" for r, v in rel.items())
                      + f"  (slowest: rank {slow} on {report['rank_hosts'].get(slow, '?')})")
     if "baseline" in report:
-        from distdoctor.bench_baseline import format_baseline
+        from distdoctor.bench.baseline import format_baseline
 
         lines += format_baseline(report["baseline"])
     if "links" in report:
-        from distdoctor.bench_links import format_links
+        from distdoctor.bench.links import format_links
 
         lines += format_links(report)
     for lost in report["lost"]:

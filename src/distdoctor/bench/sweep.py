@@ -25,12 +25,12 @@ from dataclasses import dataclass
 
 import click
 
-from distdoctor.bench_nccl import format_table  # noqa: F401 - the nccl-tests table, with the other formats
+from distdoctor.bench.nccl_tests import format_table  # noqa: F401 - the nccl-tests table, with the other formats
 from distdoctor.cli import FORMAT_OPTION
 from distdoctor.collectives import SPECS, get_spec
 from distdoctor.collectives.base import DTYPES, NCCL_TYPE_NAMES, REDOPS, GroupView, itemsize, tolerance
 from distdoctor.errors import CheckFailed, InputError
-from distdoctor.validate_exec import parse_size
+from distdoctor.validate.execute import parse_size
 from distdoctor.world import WorldConfig, config_from_options, resolve_nproc, run_job, world_options
 
 BENCH_OPS = tuple(name for name, spec in SPECS.items() if spec.has_data)
@@ -187,7 +187,7 @@ def bench_worker(ctx, op, dtype, redop, root, sizes, iters, warmup, check, seed=
     import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
-    from distdoctor.validate_exec import Case, Size, probe_support
+    from distdoctor.validate.execute import Case, Size, probe_support
 
     n = ctx.world_size
     spec = get_spec(op)
@@ -233,7 +233,7 @@ def bench_worker(ctx, op, dtype, redop, root, sizes, iters, warmup, check, seed=
 
 def bench_and_links(ctx, links: dict, **bench_args) -> dict:
     """`bench --links`: the sweep, then the point-to-point link probe, in the same world."""
-    from distdoctor.bench_links import links_worker
+    from distdoctor.bench.links import links_worker
 
     out = bench_worker(ctx, **bench_args)
     out["links"] = links_worker(ctx, **links)
@@ -267,7 +267,7 @@ def summarize_bench(job, opts: BenchOptions) -> dict:
                      "root": opts.root % n if spec.rooted else None, "per_rank_time_us": per_rank,
                      "slowest_rank": per_rank.index(time_us)})
         if all("iter_s" in recs[r] for r in range(n)):
-            from distdoctor.bench_nccl import iteration_stats
+            from distdoctor.bench.nccl_tests import iteration_stats
 
             rows[-1]["per_iter"] = iteration_stats([[t * 1e6 for t in recs[r]["iter_s"]] for r in range(n)])
     avg = statistics.fmean(r["busbw_gbps"] for r in rows) if rows else 0.0
@@ -327,7 +327,7 @@ def available_memory() -> int | None:
 def check_memory(opts: BenchOptions, n: int, cfg: WorldConfig) -> None:
     """Refuse a sweep whose largest buffers cannot fit, with the numbers, instead of running until the kernel
     kills a rank. Every rank of this host needs its buffers at once (a GPU world: its reference on the host)."""
-    from distdoctor.launchers import detect
+    from distdoctor.world.launchers import detect
 
     avail = available_memory()
     if avail is None:
@@ -375,22 +375,22 @@ def run_bench(cfg: WorldConfig, opts: BenchOptions, on_event=None, baseline: dic
         check_root(opts, n)
         check_memory(opts, n, cfg)
     if opts.links:
-        job = run_job("distdoctor.bench:bench_and_links",
+        job = run_job("distdoctor.bench.sweep:bench_and_links",
                       {"links": {"nbytes": opts.link_bytes, "iters": opts.link_iters}, **opts.worker_args()}, cfg,
                       on_event=on_event)
     else:
-        job = run_job("distdoctor.bench:bench_worker", opts.worker_args(), cfg, on_event=on_event)
+        job = run_job("distdoctor.bench.sweep:bench_worker", opts.worker_args(), cfg, on_event=on_event)
     if not job.is_reporter:
         return None
     report = summarize_bench(job, opts)
     if opts.links:
-        from distdoctor.bench_links import link_failures, summarize_links
+        from distdoctor.bench.links import link_failures, summarize_links
 
         report.update(summarize_links(job, opts.link_bytes, opts.link_iters))
         report["failures"] += link_failures(report)
         report["passed"] = not report["failures"]
     if baseline is not None:
-        from distdoctor.bench_baseline import compare
+        from distdoctor.bench.baseline import compare
 
         report["baseline"] = compare(report, baseline, tolerance_pct)
         report["failures"] += report["baseline"]["failures"]
@@ -442,8 +442,8 @@ def _bytes(ctx, param, value):
 def bench_command(minbytes, maxbytes, stepfactor, iters, warmup, check, op, dtype, redop, root, min_busbw, links,
                   link_bytes, link_iters, per_iter, json_file, baseline, tolerance_pct, html_file, fmt, **world_kw):
     """Collective bandwidth with nccl-tests' algbw/busbw semantics and table."""
-    from distdoctor.bench_nccl import _now, write_nccl_tests_json
-    from distdoctor.validate_report import progress_display
+    from distdoctor.bench.nccl_tests import _now, write_nccl_tests_json
+    from distdoctor.report.validate_text import progress_display
 
     cfg = config_from_options(**world_kw)
     opts = BenchOptions(op=op, dtype=dtype, redop=redop.lower(), root=root, minbytes=minbytes, maxbytes=maxbytes,
@@ -452,7 +452,7 @@ def bench_command(minbytes, maxbytes, stepfactor, iters, warmup, check, op, dtyp
     opts.validate()
     base = None
     if baseline is not None:  # a bad baseline is refused before any rank starts
-        from distdoctor.bench_baseline import load_baseline
+        from distdoctor.bench.baseline import load_baseline
 
         base = load_baseline(baseline)
     start_time = _now()

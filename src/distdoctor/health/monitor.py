@@ -339,7 +339,7 @@ class HealthMonitor:
 
     def report(self) -> str:
         """A table per rank and the events, as text (rich)."""
-        from distdoctor.health.render import render_summary
+        from distdoctor.report.health_text import render_summary
 
         return render_summary(self.summary())
 

@@ -90,7 +90,7 @@ def _measure(ctx, mode: str, batch: int, layers: int, hidden: int, steps: int, w
 
 def sweep_options(grad_bytes: int, iters: int):
     """The all_reduce sweep the alpha-beta fit uses: distdoctor bench's own rows, 4 KiB .. 4x the gradient."""
-    from distdoctor.bench import BenchOptions
+    from distdoctor.bench.sweep import BenchOptions
 
     return BenchOptions(op="all_reduce", dtype="float32", minbytes=4096, maxbytes=max(4096, 4 * grad_bytes),
                         stepfactor=4, iters=iters, warmup=2, check=False)
@@ -107,7 +107,7 @@ def scaling_worker(ctx, batch: int, global_batch: int, layers: int, hidden: int,
     grad_bytes = sum(p.numel() * p.element_size() for p in make_model(layers, hidden).parameters())
     out["grad_bytes"] = grad_bytes
     if sweep and ctx.world_size > 1:
-        from distdoctor.bench import bench_worker
+        from distdoctor.bench.sweep import bench_worker
 
         # the rows go out through ctx.emit, exactly as `distdoctor bench` produces them
         bench_worker(ctx, **sweep_options(grad_bytes, sweep_iters).worker_args())
@@ -144,7 +144,7 @@ def run_scaling(cfg: WorldConfig, max_ranks: int, batch: int, global_batch: int,
         doc["model"]["grad_bytes"] = value["grad_bytes"]
         doc["measured"] += value["points"]
         if value.get("swept"):
-            from distdoctor.bench import summarize_bench
+            from distdoctor.bench.sweep import summarize_bench
 
             bench = summarize_bench(res, sweep_options(value["grad_bytes"], args["sweep_iters"]))
             by_size = {}  # one row per size, out-of-place where bench has both
@@ -259,7 +259,7 @@ def scaling_command(max_ranks, batch, global_batch, layers, hidden, steps, warmu
     if under_launcher():
         raise InputError("scaling", "it starts its own worlds of 1, 2, 4, ... ranks; run it without torchrun")
     cfg_world = {k: v for k, v in world.items() if k != "nproc"}
-    from distdoctor.world import _gpu_count, config_from_options
+    from distdoctor.world.job import _gpu_count, config_from_options
 
     cfg = config_from_options(nproc=None, **cfg_world)
     if max_ranks is None:

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 
-from distdoctor.trace.dumpfile import fr_enabled
+from distdoctor.recorder.dumpfile import fr_enabled
 
 QUIET_S = 2.0
 STILL_PEEK_S = 2.0

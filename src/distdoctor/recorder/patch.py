@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from distdoctor.trace.describe import DESCRIBERS, describe_p2p_op
+from distdoctor.recorder.describe import DESCRIBERS, describe_p2p_op
 
 current = None  # the Recorder the wrappers record into (set by recorder.enable)
 c10d = None  # torch.distributed.distributedc10d, once patched
@@ -236,7 +236,7 @@ def patch() -> None:
         import torch.distributed.distributed_c10d as module
 
         c10d = module
-        from distdoctor.trace import describe
+        from distdoctor.recorder import describe
 
         SKIP_FILES.update({c10d.__file__, __file__, describe.__file__})
         wrappers = {}

@@ -1,7 +1,7 @@
 """The in-process recorder: every torch.distributed collective and p2p call into a bounded per-rank ring buffer.
 
 How it records. `enable()` has patch.py replace the public functions of `torch.distributed.distributed_c10d`
-with thin wrappers. A wrapper binds the call's arguments with a describer (distdoctor.trace.describe),
+with thin wrappers. A wrapper binds the call's arguments with a describer (distdoctor.recorder.describe),
 appends one small `_Record` (slots; shapes and dtypes, never tensors; caller frames as (code, line) pairs,
 formatted only at dump time) to a `deque(maxlen=buffer_size)`, calls the original, and marks the record
 completed (and keeps how long it took, for the adaptive hang threshold). Async calls return a `TracedWork`
@@ -41,9 +41,10 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from distdoctor.trace import model, patch
-from distdoctor.trace.describe import Call
-from distdoctor.trace.dumpfile import all_thread_stacks, ensure_private_dir, flight_recorder_dump, write_atomic
+from distdoctor.recorder import patch
+from distdoctor.trace import model
+from distdoctor.recorder.describe import Call
+from distdoctor.recorder.dumpfile import all_thread_stacks, ensure_private_dir, flight_recorder_dump, write_atomic
 
 DEFAULT_BUFFER = 2000
 DEFAULT_HANG_TIMEOUT = 300.0
@@ -295,7 +296,7 @@ class Recorder:
         if not self._fork_hook_installed:  # a forked child (data loader worker) is not this rank: record nothing
             os.register_at_fork(after_in_child=self._after_fork_in_child)
             self._fork_hook_installed = True
-        from distdoctor.trace.watchdog import Watchdog
+        from distdoctor.recorder.watchdog import Watchdog
 
         self.watchdog = Watchdog(self)
         self.watchdog.start()

@@ -27,8 +27,8 @@ import socket
 import subprocess
 import time
 
-from distdoctor.trace.dumpfile import write_atomic
-from distdoctor.trace.watchdog import REQUEST_FILE
+from distdoctor.recorder.dumpfile import write_atomic
+from distdoctor.recorder.watchdog import REQUEST_FILE
 
 POLL_S = 0.25
 FANOUT_WAIT_S = 6.0

@@ -37,8 +37,8 @@ import sys
 import threading
 import time
 
-from distdoctor.trace.dumpfile import ensure_private_dir, frames_of_traceback, thread_key, write_atomic
-from distdoctor.trace.hangwatch import HangWatch
+from distdoctor.recorder.dumpfile import ensure_private_dir, frames_of_traceback, thread_key, write_atomic
+from distdoctor.recorder.hangwatch import HangWatch
 
 REQUEST_FILE = ".request.json"  # written by `distdoctor run` before it sends SIGUSR1 for a hang episode
 TERM_WAIT_S = 30.0  # how long the watchdog lets the main thread finish a dump before it ends the process

@@ -81,7 +81,7 @@ def _verdict(check, validate, bench) -> str:
     if check is not None:
         return check["verdict"]
     if validate is not None:
-        from distdoctor.validate_report import verdict_line
+        from distdoctor.report.validate_text import verdict_line
 
         return verdict_line(validate)
     if bench["passed"]:

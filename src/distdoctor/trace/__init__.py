@@ -1,30 +1,19 @@
-"""Per-rank traces of collective calls: the normalized model, the recorder that writes it, loaders that read it.
+"""Per-rank traces of collective calls: the normalized model (model.py) and the loaders that read every form a
+job leaves (loaders/); summary.py and coded.py are the model's compact views for the analyses.
 
-Recorder API (importing this package does not import torch):
-
-    import distdoctor.trace
-    distdoctor.trace.enable(dump_dir="dumps", hang_timeout=300)   # before or after init_process_group
-    ...
-    distdoctor.trace.dump("after step 10")                        # on demand; also on hang/SIGUSR1/exception
-
-Environment (what `distdoctor run` sets): DISTDOCTOR_TRACE=1 enables it through the sitecustomize hook;
-DISTDOCTOR_DUMP_DIR, DISTDOCTOR_HANG_TIMEOUT (seconds, 0 = off), DISTDOCTOR_SUSPECT_FLOOR and
-DISTDOCTOR_SUSPECT_FACTOR (a hang is suspected after max(floor, factor x the longest recent collective wait)),
-DISTDOCTOR_BUFFER (entries per rank),
-DISTDOCTOR_STACKS=0 (no thread stacks in dumps), DISTDOCTOR_DUMP_ON_EXIT=1 (dump at every exit).
+The recorder that writes these traces is distdoctor.recorder. `distdoctor.trace.enable()`, `dump()`,
+`disable()`, `get_recorder()` and `RecorderConfig` still resolve to it (loaded on first use), for code written
+before the recorder had a package of its own.
 """
 
 from __future__ import annotations
 
-from distdoctor.trace.recorder import RecorderConfig, disable, dump, enable, get_recorder
+_MOVED_TO_RECORDER = ("enable", "disable", "dump", "enable_from_env", "get_recorder", "RecorderConfig")
 
 
-def enable_from_env() -> None:
-    """Enable when DISTDOCTOR_TRACE is set to a true value (what the sitecustomize hook calls)."""
-    import os
+def __getattr__(name: str):
+    if name in _MOVED_TO_RECORDER:
+        import distdoctor.recorder
 
-    if os.environ.get("DISTDOCTOR_TRACE", "").strip().lower() in ("1", "true", "yes", "on"):
-        enable()
-
-
-__all__ = ["enable", "disable", "dump", "enable_from_env", "get_recorder", "RecorderConfig"]
+        return getattr(distdoctor.recorder, name)
+    raise AttributeError(f"module 'distdoctor.trace' has no attribute {name!r}")

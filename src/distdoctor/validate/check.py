@@ -35,8 +35,8 @@ QUICK_BENCH = dict(op="all_reduce", dtype="float32", minbytes=1 << 10, maxbytes=
 
 
 def quick_options(inject: tuple[str, ...] = ()):
-    from distdoctor.bench import BenchOptions
-    from distdoctor.validate import ValidateOptions
+    from distdoctor.bench.sweep import BenchOptions
+    from distdoctor.validate.sweep import ValidateOptions
 
     vopts = ValidateOptions(inject=tuple(inject), **QUICK_VALIDATE)
     bopts = BenchOptions(**QUICK_BENCH)
@@ -47,8 +47,8 @@ def quick_options(inject: tuple[str, ...] = ()):
 
 def check_worker(ctx, validate: dict, bench: dict) -> dict:
     """Runs on every rank: the validate loop, then the bench loop, in the same process group."""
-    from distdoctor.bench import bench_worker
-    from distdoctor.validate import validate_worker
+    from distdoctor.bench.sweep import bench_worker
+    from distdoctor.validate.sweep import validate_worker
 
     ctx.stage = "validate"
     validated = validate_worker(ctx, **validate)
@@ -64,17 +64,17 @@ def _part(job, name: str):
 
 def run_check(cfg: WorldConfig, inject: tuple[str, ...] = (), on_event=None) -> dict | None:
     """Run the check; the report on the reporting rank, None on the others (under torchrun)."""
-    from distdoctor.bench import summarize_bench
-    from distdoctor.env import collect_env
-    from distdoctor.faults import check_ranks, parse_faults
-    from distdoctor.validate import summarize_validate
+    from distdoctor.bench.sweep import summarize_bench
+    from distdoctor.world.env import collect_env
+    from distdoctor.world.faults import check_ranks, parse_faults
+    from distdoctor.validate.sweep import summarize_validate
     from distdoctor.world import resolve_nproc
 
     start = time.time()
     vopts, bopts = quick_options(inject)
     check_ranks(parse_faults(vopts.inject), resolve_nproc(cfg))
     env = collect_env()
-    job = run_job("distdoctor.check:check_worker", {"validate": vopts.worker_args(), "bench": bopts.worker_args()},
+    job = run_job("distdoctor.validate.check:check_worker", {"validate": vopts.worker_args(), "bench": bopts.worker_args()},
                   cfg, on_event=on_event)
     if not job.is_reporter:
         return None
@@ -196,7 +196,7 @@ def check_progress(n_hint: str):
     The live display is started only at the first progress event, i.e. once the workers exist: CPU workers are
     forked, and no display thread should be running (and holding the stderr lock) at fork time.
     """
-    from distdoctor.launchers import detect
+    from distdoctor.world.launchers import detect
 
     launch = detect()
     quiet = launch is not None and launch.rank != 0  # under a launcher only rank 0 speaks

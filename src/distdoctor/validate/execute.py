@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from distdoctor.collectives import get_spec
 from distdoctor.collectives.base import GroupView, Variant, itemsize, tolerance
 from distdoctor.errors import InputError
-from distdoctor.faults import FaultPlan
+from distdoctor.world.faults import FaultPlan
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(i?B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}

@@ -35,8 +35,8 @@ from distdoctor.cli import FORMAT_OPTION
 from distdoctor.collectives import SPECS, get_spec
 from distdoctor.collectives.base import DTYPES, REDOPS
 from distdoctor.errors import CheckFailed, InputError
-from distdoctor.faults import check_ranks, parse_faults
-from distdoctor.validate_exec import Case, parse_sizes, plan_cases, run_cases
+from distdoctor.world.faults import check_ranks, parse_faults
+from distdoctor.validate.execute import Case, parse_sizes, plan_cases, run_cases
 from distdoctor.world import WorldConfig, config_from_options, resolve_nproc, run_job, world_options
 
 DEFAULT_SIZES = "0,1,1023,1MiB"
@@ -297,7 +297,7 @@ def run_validate(cfg: WorldConfig, opts: ValidateOptions, on_event=None) -> dict
         if world_size < 2:
             raise InputError("--nproc", "validate needs a world of at least 2 ranks")
         check_ranks(faults, world_size)
-    job = run_job("distdoctor.validate:validate_worker", opts.worker_args(), cfg, on_event=on_event)
+    job = run_job("distdoctor.validate.sweep:validate_worker", opts.worker_args(), cfg, on_event=on_event)
     if not job.is_reporter:
         return None
     return summarize_validate(job, opts)
@@ -328,7 +328,7 @@ def _split(value: str | None) -> tuple[str, ...] | None:
 def validate_command(sizes, ops, dtypes, redops, seed, no_subgroups, inject, straggler_s, html_file, fmt,
                      **world_kw):
     """Check every collective's result against an exact float64 reference, on every rank and group."""
-    from distdoctor.validate_report import print_validate, progress_display
+    from distdoctor.report.validate_text import print_validate, progress_display
 
     cfg = config_from_options(**world_kw)
     opts = ValidateOptions(ops=_split(ops) or VALIDATE_OPS, dtypes=_split(dtypes) or DTYPES, sizes=sizes,

@@ -47,8 +47,8 @@ def collect_env() -> dict:
     import torch
 
     from distdoctor import __version__
-    from distdoctor.launchers import detect
-    from distdoctor.world import WorldConfig, pick_iface, resolve_backend, resolve_nproc
+    from distdoctor.world.launchers import detect
+    from distdoctor.world.job import WorldConfig, pick_iface, resolve_backend, resolve_nproc
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     names = [torch.cuda.get_device_name(i) for i in range(gpus)]
@@ -99,7 +99,7 @@ def collect_env() -> dict:
 def _rendezvous(launch) -> str:
     """Where this world's ranks would meet (no socket is opened)."""
     from distdoctor.errors import InputError
-    from distdoctor.launchers import rendezvous
+    from distdoctor.world.launchers import rendezvous
 
     if launch.kind in ("torchrun", "env"):
         return f"the launcher's, at {os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"

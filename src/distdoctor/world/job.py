@@ -66,7 +66,7 @@ class WorldConfig:
 
 def under_launcher() -> bool:
     """True when an outside launcher (torchrun, srun, mpirun) already made this process a rank."""
-    from distdoctor.launchers import detect
+    from distdoctor.world.launchers import detect
 
     return detect() is not None
 
@@ -78,7 +78,7 @@ def _gpu_count() -> int:
 
 
 def resolve_nproc(cfg: WorldConfig) -> int:
-    from distdoctor.launchers import detect
+    from distdoctor.world.launchers import detect
 
     launch = detect()
     if launch is not None:
@@ -150,7 +150,7 @@ def free_port(addr: str = "127.0.0.1") -> int:
 def config_from_options(nproc=None, timeout=60.0, backend=None, master_addr=None, master_port=None,
                         iface=None, **_ignored) -> WorldConfig:
     """Validate the world options; bad values raise InputError naming the flag."""
-    from distdoctor.launchers import detect, is_local_address
+    from distdoctor.world.launchers import detect, is_local_address
 
     launch = detect()
     given = master_addr is not None
@@ -402,12 +402,12 @@ def is_comm_error(message: str) -> bool:
 
 def run_job(target: str, args: dict, cfg: WorldConfig, on_event: Callable[[dict], None] | None = None) -> JobResult:
     """Run `target(ctx, **args)` in every rank of a world; return what every rank computed and who was lost."""
-    from distdoctor import launchers
+    from distdoctor.world import launchers
 
     _load_target(target)  # fail early, in the caller, on a bad target
     launch = launchers.detect()
     if launch is not None:
-        from distdoctor import _launched
+        from distdoctor.world import launched
 
         store_path = None
         if launch.kind not in ("torchrun", "env"):  # srun / mpirun: nobody agreed a rendezvous yet
@@ -415,8 +415,8 @@ def run_job(target: str, args: dict, cfg: WorldConfig, on_event: Callable[[dict]
             launchers.preflight(launch, rdzv, cfg.timeout_s)
             launchers.export(launch, rdzv)
             store_path = rdzv.store_path
-        return _launched.run_in_rank(target, args, cfg, on_event, store_path=store_path,
+        return launched.run_in_rank(target, args, cfg, on_event, store_path=store_path,
                                      store_in_rank0=launch.kind not in ("torchrun", "env") and store_path is None)
-    from distdoctor import _standalone
+    from distdoctor.world import standalone
 
-    return _standalone.run_standalone(target, args, cfg, on_event)
+    return standalone.run_standalone(target, args, cfg, on_event)

@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from typing import Callable
 
-from distdoctor import world as W
+from distdoctor.world import job as W
 
 HEARTBEAT_S = 0.5
 HEARTBEAT_STALE_S = 2.5

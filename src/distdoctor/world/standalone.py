@@ -32,7 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from distdoctor.world import (JobResult, LostRank, WorkerContext, WorldConfig, _describe_exception,
+from distdoctor.world.job import (JobResult, LostRank, WorkerContext, WorldConfig, _describe_exception,
                               _init_process_group, _load_target, is_comm_error, pick_iface, resolve_backend,
                               resolve_nproc)
 

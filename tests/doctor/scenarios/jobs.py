@@ -82,10 +82,10 @@ def _native_enable(out: str, scenario: str) -> None:
     if not os.environ.get("DISTDOCTOR_TRACE"):
         return
     try:
-        import distdoctor.trace as trace
+        import distdoctor.recorder as recorder
 
         # dumps on demand only (Watch decides when), so both kinds of dump show the same moment
-        trace.enable(dump_dir=os.path.join(out, scenario, "native"), hang_timeout=0, dump_on_exit=False)
+        recorder.enable(dump_dir=os.path.join(out, scenario, "native"), hang_timeout=0, dump_on_exit=False)
     except (ImportError, AttributeError):  # the recorder is not in this build
         pass
 
@@ -94,9 +94,9 @@ def _native_dump(reason: str) -> None:
     if not os.environ.get("DISTDOCTOR_TRACE"):
         return
     try:
-        import distdoctor.trace as trace
+        import distdoctor.recorder as recorder
 
-        trace.dump(reason)  # type: ignore[attr-defined]
+        recorder.dump(reason)  # type: ignore[attr-defined]
     except (ImportError, AttributeError):
         pass
     except Exception as exc:  # the recorder's failure must not hide the Flight Recorder dump

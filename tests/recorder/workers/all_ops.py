@@ -13,10 +13,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-import distdoctor.trace as trace
+import distdoctor.recorder as recorder
 
 warnings.simplefilter("ignore")
-trace.enable(hang_timeout=0)  # before init: also turns Flight Recorder on
+recorder.enable(hang_timeout=0)  # before init: also turns Flight Recorder on
 dist.init_process_group("gloo", timeout=timedelta(seconds=60))
 rank, world = dist.get_rank(), dist.get_world_size()
 assert world == 4
@@ -84,15 +84,15 @@ dist.barrier(group=mine)
 async_states = []
 if rank == 0:
     work = dist.irecv(torch.empty(1), src=1)
-    async_states.append(trace.get_recorder().snapshot("probe").entries[-1].state)
+    async_states.append(recorder.get_recorder().snapshot("probe").entries[-1].state)
     dist.barrier(group=g01)  # only now does rank 1 send
     work.wait()
-    async_states.append(trace.get_recorder().snapshot("probe").entries[-1].state)
+    async_states.append(recorder.get_recorder().snapshot("probe").entries[-1].state)
 elif rank == 1:
     dist.barrier(group=g01)
     dist.send(torch.ones(1), dst=0)
 
-path = trace.dump("all ops done")
+path = recorder.dump("all ops done")
 fr = json.loads(torch._C._distributed_c10d._dump_fr_trace_json(True, False))
 Path(os.environ["DISTDOCTOR_DUMP_DIR"]).parent.joinpath(f"result_{rank}.json").write_text(
     json.dumps({"dump": path, "fr_entries": fr.get("entries", []), "refused": refused,

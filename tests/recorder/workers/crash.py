@@ -5,9 +5,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-import distdoctor.trace as trace
+import distdoctor.recorder as recorder
 
-trace.enable(hang_timeout=0)
+recorder.enable(hang_timeout=0)
 dist.init_process_group("gloo", timeout=timedelta(seconds=60))
 rank = dist.get_rank()
 

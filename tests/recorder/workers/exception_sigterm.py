@@ -8,9 +8,9 @@ import time
 import torch
 import torch.distributed as dist
 
-import distdoctor.trace as trace
+import distdoctor.recorder as recorder
 
-trace.enable(hang_timeout=0, buffer_size=60000)
+recorder.enable(hang_timeout=0, buffer_size=60000)
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[1]}", rank=0, world_size=1)
 x = torch.ones(1)
 for _ in range(int(sys.argv[2])):

@@ -10,9 +10,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
-import distdoctor.trace as trace
+import distdoctor.recorder as recorder
 
-trace.enable(hang_timeout=0)
+recorder.enable(hang_timeout=0)
 init_device_mesh("cpu", (2,))
 dist.barrier()
 if dist.get_rank() == 0:

@@ -15,12 +15,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-import distdoctor.trace as trace
+import distdoctor.recorder as recorder
 
 release = Path(sys.argv[1])
 # the program's own SIGUSR1 handler, installed first: the recorder must chain to it
 signal.signal(signal.SIGUSR1, lambda *_: release.with_name(f"usr1_rank{os.environ['RANK']}").touch())
-trace.enable(hang_timeout=float(os.environ.get("HANG_TIMEOUT", "2")))
+recorder.enable(hang_timeout=float(os.environ.get("HANG_TIMEOUT", "2")))
 dist.init_process_group("gloo", timeout=timedelta(seconds=120))
 rank = dist.get_rank()
 

@@ -20,13 +20,13 @@ os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-import distdoctor.trace as trace  # noqa: E402
+import distdoctor.recorder as recorder  # noqa: E402
 
 WORLD, STEPS = 4, 10
 
 
 def rank_main(rank: int, port: int, out: str, late: float) -> None:
-    trace.enable(dump_dir=out, hang_timeout=0, dump_on_exit=True)
+    recorder.enable(dump_dir=out, hang_timeout=0, dump_on_exit=True)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(

@@ -14,14 +14,14 @@ def _distdoctor_start() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         try:
-            import distdoctor.trace as trace
+            import distdoctor.recorder as recorder
         except ImportError:
             src = os.environ.get("DISTDOCTOR_HOOK_SRC")
             if not src:
                 raise
             sys.path.append(src)  # last, so it never shadows the program's own packages
-            import distdoctor.trace as trace
-        trace.enable_from_env()
+            import distdoctor.recorder as recorder
+        recorder.enable_from_env()
     except Exception as exc:
         print(f"distdoctor.trace: warning: recorder not enabled ({type(exc).__name__}: {exc})", file=sys.stderr)
 
