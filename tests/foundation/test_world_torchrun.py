@@ -62,11 +62,11 @@ def test_a_rank_lost_between_collectives_is_named_with_the_one_the_survivors_wai
     """A rank cut off between two collectives published no phase: the report names the collective the
     survivors were left waiting in, the one it never joined."""
     from distdoctor import world as W
-    from distdoctor.world.launched import _name_the_collective_missed
+    from distdoctor.world.blame import name_the_collective_missed
 
     result = W.JobResult(world_size=4, backend="gloo", device="cpu")
     result.lost = [W.LostRank(2, "host1", "exited or unreachable: no heartbeat for 9 s", None),
                    W.LostRank(3, "host1", "unreachable: never joined", None)]
-    _name_the_collective_missed(result, {0: "all_reduce 1K", 1: "all_reduce 1K"})
+    name_the_collective_missed(result, {0: "all_reduce 1K", 1: "all_reduce 1K"}, never={3})
     assert result.lost[0].in_op == "all_reduce 1K"
     assert result.lost[1].in_op is None  # never joined: it was in nothing

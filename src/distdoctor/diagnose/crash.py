@@ -10,11 +10,10 @@ of its own; ranks that crashed alike (same exception type and message) share one
 
 from __future__ import annotations
 
-import re
-
 from distdoctor.diagnose.findings import Finding, fmt_ranks
 from distdoctor.diagnose.progress import crash_of, crash_phrase, last_completed
 from distdoctor.trace.model import TraceSet
+from distdoctor.world.failures import COMM_FAILURE  # what a backend raises when a peer is gone or silent
 
 
 def crashed_ranks(ts: TraceSet) -> dict[int, dict]:
@@ -26,12 +25,6 @@ def crashed_ranks(ts: TraceSet) -> dict[int, dict]:
             if crash:
                 out[rank] = crash
     return out
-
-
-# What a backend raises when a peer is gone or silent (Gloo's "Connection closed by peer", "Read error",
-# timeouts; NCCL's DistBackendError, aborted communicators).
-COMM_FAILURE = re.compile(r"DistBackendError|connection (closed|reset)|closed by peer|reset by peer|read error|"
-                          r"broken pipe|timed out|timeout|socket|nccl ?error|ncclRemoteError|abort", re.IGNORECASE)
 
 
 def on_its_own(rank: int, crash: dict, waiting: set[int]) -> bool:

@@ -259,11 +259,11 @@ def scaling_command(max_ranks, batch, global_batch, layers, hidden, steps, warmu
     if under_launcher():
         raise InputError("scaling", "it starts its own worlds of 1, 2, 4, ... ranks; run it without torchrun")
     cfg_world = {k: v for k, v in world.items() if k != "nproc"}
-    from distdoctor.world.job import _gpu_count, config_from_options
+    from distdoctor.world import config_from_options, gpu_count
 
     cfg = config_from_options(nproc=None, **cfg_world)
     if max_ranks is None:
-        gpus = _gpu_count()
+        gpus = gpu_count()
         max_ranks = gpus if gpus >= 2 else (os.cpu_count() or 1)
     if png:
         parent = os.path.dirname(os.path.abspath(png))

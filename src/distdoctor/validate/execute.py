@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from distdoctor.collectives import get_spec
 from distdoctor.collectives.base import GroupView, Variant, itemsize, tolerance
 from distdoctor.errors import InputError
+from distdoctor.world.failures import is_comm_failure, is_unsupported
 from distdoctor.world.faults import FaultPlan
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(i?B)?\s*$", re.IGNORECASE)
@@ -103,14 +104,6 @@ def plan_cases(ops, dtypes, sizes, redops, subgroups: bool, n: int) -> list[Case
                     for size in size_list:
                         cases.append(Case(len(cases), gname, spec.name, variant, dtype, size))
     return cases
-
-
-# Errors that mean "this backend does not do this op/dtype", as opposed to a broken world.
-_UNSUPPORTED = re.compile(r"not supported|unsupported|can't be cast|cannot be cast|Cannot use|not implemented|"
-                          r"NotImplemented|does not support|Invalid (usage|scalar type)|no kernel|isn't supported",
-                          re.IGNORECASE)
-_COMM_FAILURE = re.compile(r"timed out|timeout|connection|closed|reset by peer|broken pipe|abort|"
-                           r"EnforceNotMet|terminated|Socket", re.IGNORECASE)
 
 
 def _digest(t) -> str:
@@ -227,7 +220,7 @@ def probe_support(ctx, cases: list[Case], seed: int) -> dict[tuple, str]:
     for entries in everyone:
         for key, why in entries:
             key = tuple(key)
-            if key not in merged or (_COMM_FAILURE.search(merged[key]) and not _COMM_FAILURE.search(why)):
+            if key not in merged or (is_comm_failure(merged[key]) and not is_comm_failure(why)):
                 merged[key] = why
     return {key: f"not supported by {ctx.backend}: {why}" for key, why in merged.items()}
 
@@ -254,9 +247,9 @@ def _run_one(case: Case, gv: GroupView, seed, device, plan: FaultPlan, nth: int,
         dist.barrier(group=gv.handle)
     except Exception as exc:
         msg = _first_line(exc)
-        if _COMM_FAILURE.search(msg) and not _UNSUPPORTED.search(msg):
+        if is_comm_failure(msg) and not is_unsupported(msg):
             raise  # the world is broken: let the launcher report this rank and where it was
-        rec.update(status="skipped" if _UNSUPPORTED.search(msg) else "error", reason=msg)
+        rec.update(status="skipped" if is_unsupported(msg) else "error", reason=msg)
         return rec
     out = prepared.output()
     if out is not None and device is not None and str(device).startswith("cuda"):

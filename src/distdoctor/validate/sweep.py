@@ -38,6 +38,7 @@ from distdoctor.errors import CheckFailed, InputError
 from distdoctor.world.faults import check_ranks, parse_faults
 from distdoctor.validate.execute import Case, parse_sizes, plan_cases, run_cases
 from distdoctor.world import WorldConfig, config_from_options, resolve_nproc, run_job, world_options
+from distdoctor.world.blame import is_vague
 
 DEFAULT_SIZES = "0,1,1023,1MiB"
 VALIDATE_OPS = tuple(SPECS)
@@ -149,17 +150,13 @@ def _primary_lost(lost: list, gaps: dict, entered: dict[int, list[int]]) -> list
     timed out waiting is collateral when another lost rank has a definite cause, or when a rank skipped a
     call (the desynchronization then explains every timeout after it). After a skip, a rank that died in or
     after the skipped call is collateral too: gloo aborts a rank whose peers pair up mismatched calls."""
-    def vague(lr) -> bool:
-        # "exited" without an exit code: stopped by the launcher after another rank failed
-        return lr.reason == "exited" or lr.reason.startswith(("timed out", "unreachable"))
-
     first_gap = min((idx for idx, _ in gaps.values()), default=None)
 
     def after_desync(lr) -> bool:
         calls = entered.get(lr.rank) or []
         return first_gap is not None and bool(calls) and calls[-1] >= first_gap
 
-    definite = [lr for lr in lost if not vague(lr) and not after_desync(lr)]
+    definite = [lr for lr in lost if not is_vague(lr.reason) and not after_desync(lr)]
     if definite or gaps:
         return definite
     return lost

@@ -48,7 +48,7 @@ def collect_env() -> dict:
 
     from distdoctor import __version__
     from distdoctor.world.launchers import detect
-    from distdoctor.world.job import WorldConfig, pick_iface, resolve_backend, resolve_nproc
+    from distdoctor.world.config import WorldConfig, pick_iface, resolve_backend, resolve_nproc
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     names = [torch.cuda.get_device_name(i) for i in range(gpus)]

@@ -23,10 +23,12 @@ import socket
 import sys
 import threading
 import time
-from collections import Counter
 from typing import Callable
 
-from distdoctor.world import job as W
+from distdoctor.world.blame import GONE, HUNG, NEVER_STARTED, RUNNING, RankEnd, judge
+from distdoctor.world.config import WorldConfig, pick_iface, resolve_backend
+from distdoctor.world.result import JobResult, LostRank
+from distdoctor.world.worker import WorkerContext, describe_exception, init_process_group, load_target
 
 HEARTBEAT_S = 0.5
 HEARTBEAT_STALE_S = 2.5
@@ -34,6 +36,34 @@ HEARTBEAT_STALE_S = 2.5
 # once it has been silent for a timeout plus this grace.
 STUCK_GRACE_S = 6.0
 _job_counter = itertools.count()
+
+
+class _StoreChannel:
+    """Under a launcher: keys in the process group's store, which outlives any single worker."""
+
+    def __init__(self, store, prefix: str, rank: int, on_event=None):
+        self.store = store
+        self.prefix = prefix
+        self.rank = rank
+        self.on_event = on_event
+        self.lock = threading.Lock()
+
+    def send(self, event: dict) -> None:
+        kind = event["type"]
+        with self.lock:
+            if kind == "phase":
+                self.store.set(f"{self.prefix}/phase/{self.rank}", json.dumps(event))
+            elif kind == "record":
+                self.store.append(f"{self.prefix}/rec/{self.rank}", json.dumps(event["record"]) + "\n")
+            elif kind in ("start", "hb"):
+                self.store.set(f"{self.prefix}/{kind}/{self.rank}", json.dumps(event))
+        if kind == "progress" and self.on_event is not None:
+            self.on_event(event)
+
+    def done(self, outcome: dict) -> None:
+        with self.lock:
+            self.store.set(f"{self.prefix}/done/{self.rank}", json.dumps(outcome))
+
 
 
 class _Terminated(BaseException):
@@ -54,19 +84,6 @@ class _Heartbeat(threading.Thread):
                 return
 
 
-def _name_the_collective_missed(result: W.JobResult, victims: dict[int, str | None]) -> None:
-    """A rank lost between two collectives published no phase; the collective it failed to join is the one the
-    survivors were left waiting in (their most common phase), so that is the one the report names for it.
-    `victims`: survivor rank -> the phase it was in."""
-    waiting = Counter(phase for phase in victims.values() if phase)
-    if not waiting:
-        return
-    missed = waiting.most_common(1)[0][0]
-    for lr in result.lost:
-        if lr.in_op is None and lr.rank not in victims and not lr.reason.startswith("unreachable: never joined"):
-            lr.in_op = missed
-
-
 def _get_json(store, key: str):
     try:
         if not store.check([key]):
@@ -76,8 +93,8 @@ def _get_json(store, key: str):
         return None
 
 
-def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable | None,
-                store_path: str | None = None, store_in_rank0: bool = False) -> W.JobResult:
+def run_in_rank(target: str, args: dict, cfg: WorldConfig, on_event: Callable | None,
+                store_path: str | None = None, store_in_rank0: bool = False) -> JobResult:
     """This process is one rank of a launcher's world. `store_path`: meet through a FileStore there (a one-node
     srun/mpirun world) instead of MASTER_ADDR/MASTER_PORT. `store_in_rank0`: the TCPStore lives in rank 0's
     process (srun/mpirun across nodes), not in a launcher agent, so rank 0 must outlive the others' last read."""
@@ -86,9 +103,9 @@ def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable 
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    backend = W.resolve_backend(cfg, local_world)
+    backend = resolve_backend(cfg, local_world)
     multi_host = world_size > local_world
-    iface = cfg.iface or (W.pick_iface(os.environ.get("MASTER_ADDR", cfg.master_addr), multi_host)
+    iface = cfg.iface or (pick_iface(os.environ.get("MASTER_ADDR", cfg.master_addr), multi_host)
                           if backend == "gloo" else None)
     prefix = f"distdoctor/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/job{next(_job_counter)}"
     start = time.time()
@@ -111,21 +128,21 @@ def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable 
     os.dup2(2, 1)
     try:
         try:
-            device, timeout, local_rank = W._init_process_group(backend, cfg.timeout_s, iface, store_path)
+            device, timeout, local_rank = init_process_group(backend, cfg.timeout_s, iface, store_path)
             store = dist.distributed_c10d._get_default_store()
-            channel = W._StoreChannel(store, prefix, rank, on_event if rank == 0 else None)
+            channel = _StoreChannel(store, prefix, rank, on_event if rank == 0 else None)
             channel.send({"type": "start", "host": socket.gethostname(), "pid": os.getpid(), "t": time.time()})
             heartbeat = _Heartbeat(channel)
             heartbeat.start()
-            ctx = W.WorkerContext(rank, world_size, local_rank, backend, device, timeout, channel)
-            value = W._load_target(target)(ctx, **args)
+            ctx = WorkerContext(rank, world_size, local_rank, backend, device, timeout, channel)
+            value = load_target(target)(ctx, **args)
             json.dumps(value)  # not JSON-serializable: this rank's error, not a store failure later
             outcome = {"ok": True, "value": value}
         except _Terminated:
             outcome = {"ok": False, "error": "terminated by the launcher (another worker failed)",
                        "phase": (ctx.failed_in or ctx.current_phase) if ctx else None}
         except Exception as exc:  # noqa: BLE001 - reported, and the job fails
-            outcome = {"ok": False, "error": W._describe_exception(exc),
+            outcome = {"ok": False, "error": describe_exception(exc),
                        "phase": (ctx.failed_in or ctx.current_phase) if ctx else None}
         if ctx is None:  # no process group, no store: this rank can only speak for itself
             return _alone(rank, world_size, backend, iface, outcome, start)
@@ -141,7 +158,7 @@ def run_in_rank(target: str, args: dict, cfg: W.WorldConfig, on_event: Callable 
             result = _gather(store, prefix, rank, world_size, backend, iface, cfg.timeout_s, terminated)
         except Exception as exc:  # noqa: BLE001 - the store is gone: its host (rank 0's machine) is down
             result = _alone(rank, world_size, backend, iface, outcome, start,
-                            f"unreachable: the rendezvous store is gone ({W._describe_exception(exc)})")
+                            f"unreachable: the rendezvous store is gone ({describe_exception(exc)})")
         finally:
             guard.cancel()
         if store_in_rank0 and rank == 0 and result.is_reporter:
@@ -171,21 +188,21 @@ def _give_up_on_store(rank: int, outcome: dict) -> None:
     os._exit(1)
 
 
-def _alone(rank, world_size, backend, iface, outcome, start, store_gone: str | None = None) -> W.JobResult:
+def _alone(rank, world_size, backend, iface, outcome, start, store_gone: str | None = None) -> JobResult:
     """This rank can only speak for itself: the world never formed, or the store (on rank 0's host) is gone.
 
     World not formed: every rank failed the same way, so rank 0 alone reports it. Store gone: nobody can tell
     who else survived, so every survivor reports that rank 0's host is unreachable."""
-    result = W.JobResult(world_size=world_size, backend=backend, device="cuda" if backend == "nccl" else "cpu",
+    result = JobResult(world_size=world_size, backend=backend, device="cuda" if backend == "nccl" else "cpu",
                          iface=iface, mode="launcher", ok=False, is_reporter=rank == 0 or store_gone is not None)
     if outcome.get("ok"):
         result.results[rank] = outcome["value"]
     else:
         result.errors[rank] = outcome["error"]
     if store_gone is not None:
-        result.lost.append(W.LostRank(0, os.environ.get("MASTER_ADDR", "?"), store_gone, None))
+        result.lost.append(LostRank(0, os.environ.get("MASTER_ADDR", "?"), store_gone, None))
     else:
-        result.lost.append(W.LostRank(rank, socket.gethostname(), f"world did not start: {outcome.get('error')}",
+        result.lost.append(LostRank(rank, socket.gethostname(), f"world did not start: {outcome.get('error')}",
                                       None))
     return result
 
@@ -208,7 +225,7 @@ def _rank_stuck(store, prefix: str, r: int, now: float, timeout_s: float) -> boo
 READERS_WAIT_S = 5.0
 
 
-def _wait_for_readers(store, prefix: str, result: W.JobResult) -> None:
+def _wait_for_readers(store, prefix: str, result: JobResult) -> None:
     """The store dies with this process: wait (briefly) until every other rank that finished has read the report
     flag, so that none of them finds the store gone and reports rank 0 lost."""
     expected = sum(1 for r in result.results if r != 0) + sum(1 for r in result.errors if r != 0)
@@ -218,7 +235,7 @@ def _wait_for_readers(store, prefix: str, result: W.JobResult) -> None:
             time.sleep(0.05)
 
 
-def _gather(store, prefix, rank, world_size, backend, iface, timeout_s, terminated) -> W.JobResult:
+def _gather(store, prefix, rank, world_size, backend, iface, timeout_s, terminated) -> JobResult:
     deadline = time.time() + timeout_s + STUCK_GRACE_S + 5
     done_keys = [f"{prefix}/done/{r}" for r in range(world_size)]
     is_reporter = rank == 0
@@ -242,7 +259,7 @@ def _gather(store, prefix, rank, world_size, backend, iface, timeout_s, terminat
                 continue
         time.sleep(0.2)
 
-    result = W.JobResult(world_size=world_size, backend=backend, device="cuda" if backend == "nccl" else "cpu",
+    result = JobResult(world_size=world_size, backend=backend, device="cuda" if backend == "nccl" else "cpu",
                          iface=iface, mode="launcher", is_reporter=is_reporter)
     if not is_reporter:
         outcome = _get_json(store, done_keys[rank]) or {}
@@ -251,52 +268,29 @@ def _gather(store, prefix, rank, world_size, backend, iface, timeout_s, terminat
             store.add(f"{prefix}/read", 1)  # done with the store: its host may go
         return result
     now = time.time()
-    victims: dict[int, str | None] = {}  # survivors left waiting -> the phase they were in
-    for r in range(world_size):
+    ends = []
+    for r in range(world_size):  # what the store says of each rank, as facts for the one blame policy (blame.py)
         start = _get_json(store, f"{prefix}/start/{r}") or {}
-        host = start.get("host", "?")
         phase = _get_json(store, f"{prefix}/phase/{r}") or {}
-        result.phases[r] = phase.get("phase")
+        end = RankEnd(r, start.get("host", "?"), phase.get("phase"), outcome=_get_json(store, done_keys[r]))
+        ends.append(end)
         with contextlib.suppress(Exception):
             if store.check([f"{prefix}/rec/{r}"]):
                 raw = store.get(f"{prefix}/rec/{r}").decode()
-                result.records[r] = [json.loads(line) for line in raw.splitlines() if line.strip()]
-        result.records.setdefault(r, [])
-        outcome = _get_json(store, done_keys[r])
-        if outcome is not None and outcome.get("ok"):
-            result.results[r] = outcome.get("value")
-            continue
-        in_op = (outcome or {}).get("phase") or result.phases[r]
-        if outcome is not None:
-            result.errors[r] = outcome["error"]
-            if W.is_comm_error(outcome["error"]) or "terminated by the launcher" in outcome["error"]:
-                victims[r] = in_op
-            else:
-                result.lost.append(W.LostRank(r, host, f"raised {outcome['error']}", in_op))
+                end.records = [json.loads(line) for line in raw.splitlines() if line.strip()]
+        if end.outcome is not None:
             continue
         hb = _get_json(store, f"{prefix}/hb/{r}")
         if not start:
-            result.lost.append(W.LostRank(r, host, "unreachable: never joined", None))
+            end.fate, end.why = NEVER_STARTED, "unreachable: never joined"
         elif hb is not None and now - hb["t"] <= HEARTBEAT_STALE_S:
             since = phase.get("t") or start.get("t") or now
-            if now - since > timeout_s + STUCK_GRACE_S:
-                result.lost.append(W.LostRank(r, host, f"hung: no progress for {now - since:.0f} s", in_op))
-            else:
-                # Alive and inside its current step for less than a timeout: most likely waiting in a collective
-                # for a rank that is gone. A victim, unless nothing else explains the failure.
-                result.errors[r] = f"still running {in_op or 'its job'} when the report was made"
-                victims[r] = in_op
+            # Alive: hung once silent for a timeout and a grace; before that most likely waiting in a collective
+            # for a rank that is gone.
+            end.fate, end.seconds = (HUNG, now - since) if now - since > timeout_s + STUCK_GRACE_S else (RUNNING, None)
         else:
-            last = hb["t"] if hb else start.get("t", now)
-            result.lost.append(W.LostRank(r, host, f"exited or unreachable: no heartbeat for {now - last:.0f} s",
-                                          in_op))
-    if not result.lost:
-        for r in victims:
-            reason = result.errors[r] if result.errors[r].startswith("still running") else \
-                f"unreachable: {result.errors[r]}"
-            result.lost.append(W.LostRank(r, "?", reason, result.phases.get(r)))
-    _name_the_collective_missed(result, victims)
-    result.ok = len(result.results) == world_size and not result.lost and not result.errors
+            end.fate, end.seconds = GONE, now - (hb["t"] if hb else start.get("t", now))
+    judge(ends, result)
     with contextlib.suppress(Exception):
         store.set(f"{prefix}/reported", "1")
     return result

@@ -7,10 +7,8 @@ death) and writes its outcome file at the end. A watcher thread in the parent ta
 0's progress to on_event, peeks exit codes (waitid WNOWAIT: the agent can still reap), and kills a rank that
 made no progress for a whole timeout after another rank ended.
 
-How a lost rank is named: a rank with no result is lost when it died on its own first (its exit code), when it
-made no progress for a timeout (hung), or when its function raised something other than a communication error.
-Ranks that only timed out or saw a peer close the connection are victims: their errors are kept in
-`JobResult.errors` and they are named as lost only when no rank explains the failure.
+How a lost rank is named: `_classify` turns what the watcher saw of each rank (its outcome, exit code, when it
+last made progress, whether the watcher killed it) into facts for blame.py, the policy every world shares.
 """
 
 from __future__ import annotations
@@ -32,9 +30,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from distdoctor.world.job import (JobResult, LostRank, WorkerContext, WorldConfig, _describe_exception,
-                              _init_process_group, _load_target, is_comm_error, pick_iface, resolve_backend,
-                              resolve_nproc)
+from distdoctor.world.blame import EXITED, HUNG, NEVER_STARTED, STOPPED, RankEnd, judge
+from distdoctor.world.config import WorldConfig, pick_iface, resolve_backend, resolve_nproc
+from distdoctor.world.result import JobResult
+from distdoctor.world.worker import WorkerContext, describe_exception, init_process_group, load_target
+
 
 class _FileChannel:
     """Standalone: one append-only JSON-lines file per rank; O_APPEND line writes survive a hard death."""
@@ -99,14 +99,14 @@ def standalone_worker(target: str, args: dict, backend: str, timeout_s: float, i
     _wait_for_siblings(run_dir)
     ctx = None
     try:
-        device, timeout, local_rank = _init_process_group(backend, timeout_s, iface, store_path)
+        device, timeout, local_rank = init_process_group(backend, timeout_s, iface, store_path)
         import torch.distributed as dist
 
         ctx = WorkerContext(rank, dist.get_world_size(), local_rank, backend, device, timeout, channel)
-        value = _load_target(target)(ctx, **args)
+        value = load_target(target)(ctx, **args)
         channel.done({"ok": True, "value": value})
     except BaseException as exc:  # noqa: BLE001 - everything a rank raises is reported, then the rank fails
-        message = _describe_exception(exc)
+        message = describe_exception(exc)
         with contextlib.suppress(Exception):
             phase = (ctx.failed_in or ctx.current_phase) if ctx else None
             channel.done({"ok": False, "error": message, "phase": phase,
@@ -352,7 +352,7 @@ def run_standalone(target: str, args: dict, cfg: WorldConfig, on_event) -> JobRe
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
     except Exception as exc:  # rendezvous or start-up failure: no world at all
-        launch_error = _describe_exception(exc)
+        launch_error = describe_exception(exc)
     finally:
         watcher.stop_event.set()
         watcher.join()
@@ -374,75 +374,31 @@ def _reap(watcher: _Watcher) -> None:
                 os.kill(st.pid, signal.SIGKILL)
 
 
-def _exit_reason(code: int | None) -> str:
-    if code is None:
-        return "exited"
-    if code < 0:
-        try:
-            return f"exited with code {code} ({signal.Signals(-code).name})"
-        except ValueError:
-            return f"exited with code {code}"
-    return f"exited with code {code}"
-
-
 def _classify(watcher: _Watcher, n: int, backend: str, iface, failures: dict, launch_error) -> JobResult:
-    ranks = watcher.ranks
-    result = JobResult(world_size=n, backend=backend, device="cuda" if backend == "nccl" else "cpu", iface=iface)
-    victims: list[int] = []
-    stopped: list[tuple[int, float]] = []  # (rank, idle s): no error of its own, stopped by the agent
-    ended = [st.ended_at for st in ranks if st.ended_at is not None]
-    for rank, st in enumerate(ranks):
-        result.records[rank] = st.records
-        result.phases[rank] = st.phase
-        outcome = st.outcome
-        if outcome and outcome.get("ok"):
-            result.results[rank] = outcome.get("value")
-            continue
-        in_op = (outcome or {}).get("phase") or st.phase
-        if outcome is not None:  # the function raised
-            result.errors[rank] = outcome["error"]
-            if is_comm_error(outcome["error"]):
-                victims.append(rank)
-            else:
-                result.lost.append(LostRank(rank, st.host, f"raised {outcome['error']}", in_op))
-            continue
-        if st.killed_hung is not None:
-            result.lost.append(LostRank(rank, st.host, f"hung: no progress for {st.killed_hung:.0f} s", in_op))
+    """What the watcher saw of each rank, as facts for the one blame policy (blame.py)."""
+    ended = [st.ended_at for st in watcher.ranks if st.ended_at is not None]
+    ends = []
+    for rank, st in enumerate(watcher.ranks):
+        end = RankEnd(rank, st.host, st.phase, st.records, st.outcome)
+        ends.append(end)
+        if st.outcome is not None:
             continue
         failure = failures.get(rank)
         code = st.exit_code if st.exit_code is not None else getattr(failure, "exitcode", None)
         idle = (st.ended_at or time.time()) - (st.last_activity or st.ended_at or time.time())
         first = st.ended_at is not None and st.ended_at <= min(ended) + 0.3
-        if st.pid is None:
-            why = "never started" + (f": {launch_error}" if launch_error else "")
-            result.lost.append(LostRank(rank, st.host, why, None))
+        if st.killed_hung is not None:
+            end.fate, end.seconds = HUNG, st.killed_hung
+        elif st.pid is None:
+            end.fate, end.why = NEVER_STARTED, "never started" + (f": {launch_error}" if launch_error else "")
         elif idle > watcher.timeout_s:
-            result.lost.append(LostRank(rank, st.host, f"hung: no progress for {idle:.0f} s", in_op))
+            end.fate, end.seconds = HUNG, idle
         elif first and code is not None and code != -signal.SIGTERM:
-            result.lost.append(LostRank(rank, st.host, _exit_reason(code), in_op))
+            end.fate, end.exit_code = EXITED, code
         else:
-            # Stopped by the agent because another rank failed: collateral, unless nobody else explains it.
-            # An unknown exit code means the agent reaped it while stopping the group (a rank that dies on its
-            # own is seen by the watcher, which polls ten times as often as the agent's monitor).
-            stopped.append((rank, idle))
-    timed_out = [r for r in victims if "timed out" in result.errors[r].lower() or "timeout" in
-                 result.errors[r].lower()]
-    if not result.lost and timed_out and stopped:
-        # Every failing rank timed out waiting, while these ranks never errored at all: they were not in the
-        # collective the others waited in — they hung (entered their phase later than the others theirs).
-        for rank, idle in stopped:
-            result.lost.append(LostRank(rank, ranks[rank].host, f"hung: no progress for {idle:.0f} s",
-                                        ranks[rank].phase))
-    if not result.lost and victims:
-        # Nobody explains the failure (every peer timed out or lost the connection): name them all.
-        for rank in victims:
-            st = ranks[rank]
-            reason = "unreachable" if "timed out" not in result.errors[rank].lower() and \
-                "timeout" not in result.errors[rank].lower() else "timed out waiting for peers"
-            result.lost.append(LostRank(rank, st.host, f"{reason}: {result.errors[rank]}",
-                                        ranks[rank].phase))
-    if launch_error and not result.lost:
-        result.lost.append(LostRank(0, socket.gethostname(), f"world did not start: {launch_error}", None))
-    result.lost.sort(key=lambda lr: lr.rank)
-    result.ok = len(result.results) == n and not result.lost and not result.errors
-    return result
+            # Stopped by the agent because another rank failed. An unknown exit code means the agent reaped it
+            # while stopping the group (a rank that dies on its own is seen by the watcher, which polls ten times
+            # as often as the agent's monitor).
+            end.fate, end.seconds = STOPPED, idle
+    result = JobResult(world_size=n, backend=backend, device="cuda" if backend == "nccl" else "cpu", iface=iface)
+    return judge(ends, result, world_error=launch_error)
