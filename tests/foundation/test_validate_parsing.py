@@ -12,7 +12,7 @@ from vb_helpers import run_cli
 def test_parse_fault_kinds():
     assert parse_fault("corrupt:1") == Fault("corrupt", 1, None)
     assert parse_fault("corrupt:1:3") == Fault("corrupt", 1, 3)
-    assert parse_fault("delay:2:0.5") == Fault("delay", 2, None, 0.5)
+    assert parse_fault("delay:2:0.5") == Fault("delay", 2, 0.5)
     assert parse_fault("crash:3") == Fault("crash", 3, 1)
     assert parse_fault("skip:0:4") == Fault("skip", 0, 4)
 

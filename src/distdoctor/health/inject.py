@@ -1,8 +1,10 @@
 """Fault injection for the health monitor: prove each check catches what it claims, on the right rank.
 
-Spec: KIND:RANK[:ARG], applied from training step `at_step` on (the same grammar as `validate --inject`):
+The faults are the one grammar's (world/faults.py, docs/validate.md "Fault injection"), applied from training step
+`at_step` on:
   drift:RANK[:PARAM]   after the optimizer step, move one element of PARAM (default: the first parameter)
-                       by one ulp on RANK — the smallest possible divergence between replicas
+                       by one ulp on RANK — the smallest possible divergence between replicas (a number in
+                       PARAM's place moves the first parameter by that amount instead)
   nan:RANK:LAYER       LAYER's forward output gets a NaN on RANK at that step (once)
   slow:RANK[:SECONDS]  RANK sleeps SECONDS (default 0.05) in every forward from that step on — a straggler
   mem:RANK[:MIB]       RANK allocates and holds MIB (default 512) MiB at that step — memory imbalance
@@ -12,47 +14,20 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 import torch
 
 from distdoctor.errors import InputError
+from distdoctor.world.faults import HEALTH_KINDS, Fault, parse_fault
 
-KINDS = ("drift", "nan", "slow", "mem")
-
-
-@dataclass(frozen=True)
-class Injection:
-    kind: str
-    rank: int
-    arg: str | None = None
-
-
-def parse_injection(spec: str, world_size: int | None = None) -> Injection:
-    parts = spec.split(":", 2)
-    if parts[0] not in KINDS:
-        raise InputError(f"--inject {spec}", f"unknown kind {parts[0]!r}; expected one of {', '.join(KINDS)}")
-    if len(parts) < 2 or not parts[1].isdigit():
-        raise InputError(f"--inject {spec}", "expected KIND:RANK[:ARG] with RANK a non-negative integer")
-    rank = int(parts[1])
-    if world_size is not None and rank >= world_size:
-        raise InputError(f"--inject {spec}", f"rank {rank} does not exist in a world of {world_size}")
-    arg = parts[2] if len(parts) > 2 else None
-    if parts[0] == "nan" and not arg:
-        raise InputError(f"--inject {spec}", "nan needs a layer name: nan:RANK:LAYER")
-    if parts[0] in ("slow", "mem") and arg is not None:
-        try:
-            if float(arg) <= 0:
-                raise ValueError
-        except ValueError:
-            raise InputError(f"--inject {spec}", f"{arg!r} is not a positive number") from None
-    return Injection(parts[0], rank, arg)
+def parse_injection(spec: str, world_size: int | None = None) -> Fault:
+    return parse_fault(spec, HEALTH_KINDS, world_size)
 
 
 class Injector:
-    """Applies one Injection to a model on its rank. Call `after_step(step)` after optimizer.step()."""
+    """Plants one fault to a model on its rank. Call `after_step(step)` after optimizer.step()."""
 
-    def __init__(self, injection: Injection | None, model: torch.nn.Module, rank: int, at_step: int = 3):
+    def __init__(self, injection: Fault | None, model: torch.nn.Module, rank: int, at_step: int = 3):
         self.injection = injection if injection is not None and injection.rank == rank else None
         self.model, self.at_step = model, at_step
         self.step = 0
@@ -65,7 +40,7 @@ class Injector:
         if kind == "nan":
             modules = dict(inner.named_modules())
             if arg not in modules:
-                raise InputError(f"--inject nan:{rank}:{arg}", f"no layer named {arg!r}; layers: "
+                raise InputError(f"--inject {self.injection}", f"no layer named {arg!r}; layers: "
                                  f"{', '.join(n for n in modules if n)}")
             # prepend: the NaN must be in the layer's output before any observer (the monitor) sees it
             self._handle = modules[arg].register_forward_hook(self._nan_hook, prepend=True)
@@ -73,9 +48,9 @@ class Injector:
             self._handle = inner.register_forward_pre_hook(self._slow_hook)
         elif kind == "drift":
             params = dict(inner.named_parameters())
-            name = arg or next(iter(params))
+            name = arg if isinstance(arg, str) else next(iter(params))
             if name not in params:
-                raise InputError(f"--inject drift:{rank}:{arg}", f"no parameter named {arg!r}")
+                raise InputError(f"--inject {self.injection}", f"no parameter named {arg!r}")
             self._drift_param = params[name]
 
     def _nan_hook(self, module, args, out):
@@ -87,7 +62,7 @@ class Injector:
 
     def _slow_hook(self, module, args):
         if self.step >= self.at_step:
-            time.sleep(float(self.injection.arg or 0.05))
+            time.sleep(self.injection.arg)
 
     def after_step(self) -> None:
         inj = self.injection
@@ -95,7 +70,10 @@ class Injector:
             if inj.kind == "drift":
                 with torch.no_grad():
                     flat = self._drift_param.data.view(-1)
-                    flat[0] = torch.nextafter(flat[0], torch.tensor(math.inf, dtype=flat.dtype, device=flat.device))
+                    if isinstance(inj.arg, float):  # an amount (parity's spelling)
+                        flat[0] += inj.arg
+                    else:  # one ulp: the smallest divergence there is
+                        flat[0] = torch.nextafter(flat[0], torch.tensor(math.inf, dtype=flat.dtype, device=flat.device))
             elif inj.kind == "mem":
-                self._held = torch.ones(int(float(inj.arg or 512) * 2**20) // 4, dtype=torch.float32)
+                self._held = torch.ones(int(inj.arg * 2**20) // 4, dtype=torch.float32)
         self.step += 1

@@ -14,8 +14,10 @@ different summation order, so the tolerance can be tight (default rtol 1e-10 on 
 bug (a missed all-reduce, a wrong average, a stale gradient) is many orders of magnitude larger. DDP
 replicas must also be bit-identical to each other (`ranks_identical`).
 
-Inputs come from (seed, step), never from a reference run. `--inject drift:RANK[:AMOUNT]` moves one weight
-on RANK after the first step, to show that the check fails (exit 1) and names the rank.
+Inputs come from (seed, step), never from a reference run. `--inject drift:RANK[:PARAM]` (the one fault grammar,
+world/faults.py) moves one element of PARAM (default: the first weight) by 1e-6 on RANK after the first step, to
+show that the check fails (exit 1) and names the rank; `drift:RANK:AMOUNT`, the older spelling, moves the first
+weight by AMOUNT.
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ import torch.nn as nn
 
 from distdoctor.errors import CheckFailed, InputError
 from distdoctor.world import config_from_options, resolve_nproc, run_job, world_options
+from distdoctor.world.faults import PARITY_KINDS, parse_fault
 
 MODES = ("ddp", "ddp_grad_accum", "ddp_no_sync", "data_parallel")
 D_IN, HIDDEN, D_OUT = 8, 16, 4
+DRIFT = 1e-6  # what --inject drift moves one element by: far beyond rounding (~1e-17) and the tolerance
 
 
 def make_model(seed: int) -> nn.Module:
@@ -77,7 +81,7 @@ def data_parallel(steps: int, batch: int, seed: int, lr: float) -> dict[str, lis
 
 
 def parity_worker(ctx, steps: int, batch: int, accum: int, seed: int, lr: float, modes: list[str],
-                  inject: list | None = None) -> dict:
+                  inject: dict | None = None) -> dict:
     """In each rank: train every DDP mode from the same start; return the final parameters per mode."""
     device = torch.device(ctx.device)
     n, shard = ctx.world_size, batch // ctx.world_size
@@ -97,9 +101,9 @@ def parity_worker(ctx, steps: int, batch: int, accum: int, seed: int, lr: float,
                     with nullcontext() if sync else ddp.no_sync():
                         (nn.functional.mse_loss(ddp(xm), ym) / micro).backward()
                 opt.step()
-                if inject and inject[0] == ctx.rank and step == 0:
+                if inject and inject["rank"] == ctx.rank and step == 0:
                     with torch.no_grad():
-                        model[0].weight.view(-1)[0] += inject[1]
+                        dict(model.named_parameters())[inject["param"]].view(-1)[0] += inject["amount"]
             out[mode] = {name: p.detach().cpu().reshape(-1).tolist() for name, p in model.named_parameters()}
     return {"params": out, "world_size": n}
 
@@ -138,7 +142,7 @@ def run_parity(cfg, steps: int, batch: int | None, accum: int, seed: int, lr: fl
     batch = batch or 8 * n * accum
     if batch % (n * accum):
         raise InputError("--batch", f"{batch} does not split into {n} ranks x {accum} micro-batches")
-    inj = _parse_inject(inject, n)
+    inj = _parse_inject(inject, n, seed)
     modes = ["ddp", "ddp_grad_accum", "ddp_no_sync"]
     result = run_job("distdoctor.health.parity:parity_worker",
                      {"steps": steps, "batch": batch, "accum": accum, "seed": seed, "lr": lr, "modes": modes,
@@ -168,20 +172,16 @@ def run_parity(cfg, steps: int, batch: int | None, accum: int, seed: int, lr: fl
     return doc
 
 
-def _parse_inject(spec: str | None, n: int) -> list | None:
+def _parse_inject(spec: str | None, n: int, seed: int) -> dict | None:
+    """`drift:RANK[:PARAM]` (or the older `drift:RANK:AMOUNT`) -> which rank moves which parameter by how much."""
     if not spec:
         return None
-    parts = spec.split(":")
-    if parts[0] != "drift" or len(parts) not in (2, 3) or not parts[1].isdigit():
-        raise InputError(f"--inject {spec}", "expected drift:RANK[:AMOUNT]")
-    rank = int(parts[1])
-    if rank >= n:
-        raise InputError(f"--inject {spec}", f"rank {rank} does not exist in a world of {n}")
-    try:
-        amount = float(parts[2]) if len(parts) == 3 else 1e-6
-    except ValueError:
-        raise InputError(f"--inject {spec}", f"{parts[2]!r} is not a number") from None
-    return [rank, amount]
+    fault = parse_fault(spec, PARITY_KINDS, world_size=n)
+    names = [name for name, _ in make_model(seed).named_parameters()]
+    param = fault.arg if isinstance(fault.arg, str) else names[0]
+    if param not in names:
+        raise InputError(f"--inject {spec}", f"no parameter named {param!r} (parameters: {', '.join(names)})")
+    return {"rank": fault.rank, "param": param, "amount": fault.arg if isinstance(fault.arg, float) else DRIFT}
 
 
 def render_text(doc: dict) -> str:
@@ -222,7 +222,9 @@ def render_text(doc: dict) -> str:
               help="Relative tolerance of the parameter comparison with the one-process run (>= 0).")
 @click.option("--atol", type=click.FloatRange(min=0), default=1e-12, show_default=True,
               help="Absolute tolerance of the parameter comparison with the one-process run (>= 0).")
-@click.option("--inject", default=None, help="drift:RANK[:AMOUNT] — move one weight on RANK after step 1 (must fail).")
+@click.option("--inject", default=None, metavar="drift:RANK[:PARAM]",
+              help="Move one element of PARAM (default: the first weight) on RANK after step 1, which must fail. "
+                   "drift:RANK:AMOUNT moves the first weight by AMOUNT.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: one JSON document on stdout and nothing else there.")
 def parity_command(steps, batch, accum, seed, lr, rtol, atol, inject, fmt, **world):

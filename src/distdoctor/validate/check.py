@@ -66,13 +66,13 @@ def run_check(cfg: WorldConfig, inject: tuple[str, ...] = (), on_event=None) -> 
     """Run the check; the report on the reporting rank, None on the others (under torchrun)."""
     from distdoctor.bench.sweep import summarize_bench
     from distdoctor.world.env import collect_env
-    from distdoctor.world.faults import check_ranks, parse_faults
+    from distdoctor.world.faults import parse_faults
     from distdoctor.validate.sweep import summarize_validate
     from distdoctor.world import resolve_nproc
 
     start = time.time()
     vopts, bopts = quick_options(inject)
-    check_ranks(parse_faults(vopts.inject), resolve_nproc(cfg))
+    parse_faults(vopts.inject, world_size=resolve_nproc(cfg))
     env = collect_env()
     job = run_job("distdoctor.validate.check:check_worker", {"validate": vopts.worker_args(), "bench": bopts.worker_args()},
                   cfg, on_event=on_event)

@@ -7,6 +7,7 @@ pure function of (options, world size) that every rank and the reporter compute 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from distdoctor.collectives import get_spec
 from distdoctor.collectives.base import GroupView, Variant, itemsize, tolerance
 from distdoctor.errors import InputError
 from distdoctor.world.failures import is_comm_failure, is_unsupported
-from distdoctor.world.faults import FaultPlan
+from distdoctor.world.faults import CRASH_EXIT_CODE, Fault
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(i?B)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -118,6 +119,36 @@ def _digest(t) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
+
+
+class FaultPlan:
+    """The faults (world/faults.py) that hit this rank, planted around each collective by the loop below."""
+
+    def __init__(self, faults: list[dict] | list[Fault], rank: int):
+        self.faults = [f if isinstance(f, Fault) else Fault(**f) for f in faults]
+        self.rank = rank
+
+    def _hit(self, kind: str, nth: int) -> Fault | None:
+        return next((f for f in self.faults if f.kind == kind and f.applies(self.rank, nth)), None)
+
+    def should_skip(self, nth: int) -> bool:
+        return self._hit("skip", nth) is not None
+
+    def before(self, nth: int) -> None:
+        """Called before this rank's nth collective (1-based): crash or sleep."""
+        if self._hit("crash", nth):
+            os._exit(CRASH_EXIT_CODE)  # no cleanup, no goodbye: like a killed process
+        delay = self._hit("delay", nth)
+        if delay:
+            time.sleep(delay.arg)
+
+    def after(self, nth: int, output) -> None:
+        """Called with this rank's output tensor after its nth collective: corrupt it in place."""
+        if output is None or output.numel() == 0 or not self._hit("corrupt", nth):
+            return
+        flat = output.view(-1)
+        i = flat.numel() // 2
+        flat[i] = flat[i] + 1 + flat[i].abs()  # far outside any tolerance, representable in every dtype
 
 
 # A rank can run ahead of a straggler in another subgroup instance by at most this many cases.

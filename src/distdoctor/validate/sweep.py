@@ -35,7 +35,7 @@ from distdoctor.cli import FORMAT_OPTION
 from distdoctor.collectives import SPECS, get_spec
 from distdoctor.collectives.base import DTYPES, REDOPS
 from distdoctor.errors import CheckFailed, InputError
-from distdoctor.world.faults import check_ranks, parse_faults
+from distdoctor.world.faults import parse_faults
 from distdoctor.validate.execute import Case, parse_sizes, plan_cases, run_cases
 from distdoctor.world import WorldConfig, config_from_options, resolve_nproc, run_job, world_options
 from distdoctor.world.blame import is_vague
@@ -288,12 +288,11 @@ def _stragglers(cases, done, n: int, threshold: float) -> tuple[list[dict], dict
 def run_validate(cfg: WorldConfig, opts: ValidateOptions, on_event=None) -> dict | None:
     """Run validate on the world `cfg` describes. Returns the report on the reporting rank, None elsewhere."""
     opts.check()
-    faults = parse_faults(opts.inject)
     world_size = resolve_nproc(cfg)
     if world_size is not None:
         if world_size < 2:
             raise InputError("--nproc", "validate needs a world of at least 2 ranks")
-        check_ranks(faults, world_size)
+        parse_faults(opts.inject, world_size=world_size)  # an injected rank outside the world: one line
     job = run_job("distdoctor.validate.sweep:validate_worker", opts.worker_args(), cfg, on_event=on_event)
     if not job.is_reporter:
         return None

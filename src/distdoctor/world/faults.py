@@ -1,121 +1,136 @@
-"""Fault injection for `validate` (and anything else that runs collectives): `--inject KIND:RANK[:ARG]`.
+"""One fault-injection grammar, `KIND:RANK[:ARG]`, for every command that plants faults to prove a check can fail:
+`validate` and `check` (around collectives), the health monitor's demo and `parity` (in training).
 
-Kinds, each shown to be caught by a real check:
-- `corrupt:RANK[:N]`  perturb RANK's output after every collective (or only the N-th, 1-based): the result
-                      check and the cross-rank hash name RANK;
-- `delay:RANK:SECONDS` RANK sleeps SECONDS before every collective (a straggler): results stay right, the
-                      arrival check (how long each rank waited for the others) names RANK;
-- `crash:RANK[:N]`    RANK exits before its N-th collective (default 1): the survivors stop on the world's
-                      timeout and the lost-rank report names RANK and the collective;
-- `skip:RANK[:N]`     RANK skips its N-th collective (default 1), like an asymmetric code path: the per-rank
-                      sequence of collectives entered names RANK.
-Faults are plain data (JSON-able) so they travel to workers in the job's arguments.
+Each kind gives ARG one meaning (KINDS; the table of kinds is in docs/validate.md, "Fault injection"). `drift`'s
+ARG is the parameter that drifts; parity's older spelling `drift:RANK:AMOUNT` (a number where PARAM goes, e.g.
+`drift:1:1e-9`) is still read, the number being the amount the first parameter moves by. Every error is one line
+naming the `--inject` text and the reason. Faults are plain data (JSON-able): they travel to workers in a job's
+arguments, and each command plants them its own way (validate/execute.py, health/inject.py, health/parity.py).
 """
 
 from __future__ import annotations
 
-import os
-import time
 from dataclasses import asdict, dataclass
+from typing import Any, Callable
 
 from distdoctor.errors import InputError
 
-KINDS = ("corrupt", "delay", "crash", "skip")
 CRASH_EXIT_CODE = 17
+
+
+def _nth(text: str) -> int:
+    try:
+        nth = int(text)
+    except ValueError:
+        raise ValueError(f"N {text!r} is not an integer (the 1-based collective to hit)") from None
+    if nth < 1:
+        raise ValueError("N must be >= 1 (the 1-based collective to hit)")
+    return nth
+
+
+def _positive(name: str, upper: float | None = None) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"{name} {text!r} is not a number") from None
+        if not (value > 0 and (upper is None or value < upper)):
+            bound = f", < {upper:g}" if upper is not None else ""
+            raise ValueError(f"{name} must be a positive number (> 0{bound}), got {text!r}")
+        return value
+    return parse
+
+
+def _name(text: str) -> str:
+    if not text.strip():
+        raise ValueError("the name is empty")
+    return text
+
+
+def _param_or_amount(text: str) -> str | float:
+    """drift's PARAM; a number there is the amount of parity's older spelling `drift:RANK:AMOUNT`."""
+    try:
+        return float(text)
+    except ValueError:
+        return _name(text)
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    arg: str  # what ARG is called in messages and docs
+    parse: Callable[[str], Any]  # ARG text -> value; ValueError(reason) when it is not one
+    means: str  # ARG in words
+    default: Any = None  # the value when ARG is left out
+    required: bool = False
+    example: str = ""
+
+
+KINDS: dict[str, Kind] = {k.name: k for k in (
+    Kind("corrupt", "N", _nth, "the 1-based collective to hit", example="corrupt:1"),
+    Kind("delay", "SECONDS", _positive("SECONDS", 3600), "seconds of sleep", required=True, example="delay:1:0.5"),
+    Kind("crash", "N", _nth, "the 1-based collective to hit", default=1, example="crash:3"),
+    Kind("skip", "N", _nth, "the 1-based collective to hit", default=1, example="skip:0"),
+    Kind("drift", "PARAM", _param_or_amount, "a parameter name", example="drift:2:fc2.weight"),
+    Kind("nan", "LAYER", _name, "a layer name", required=True, example="nan:1:fc2"),
+    Kind("slow", "SECONDS", _positive("SECONDS"), "seconds of sleep", default=0.05, example="slow:1:0.05"),
+    Kind("mem", "MIB", _positive("MIB"), "MiB to hold", default=512.0, example="mem:0:512"),
+)}
+# What each command can plant.
+VALIDATE_KINDS = ("corrupt", "delay", "crash", "skip")
+HEALTH_KINDS = ("drift", "nan", "slow", "mem")
+PARITY_KINDS = ("drift",)
+_USED_BY = {**{k: "validate and check" for k in VALIDATE_KINDS}, **{k: "the health monitor" for k in HEALTH_KINDS},
+            "drift": "the health monitor and parity"}
 
 
 @dataclass(frozen=True)
 class Fault:
     kind: str
     rank: int
-    nth: int | None = None  # 1-based collective index it applies to; None = every collective
-    seconds: float = 0.0
+    arg: Any = None  # parsed ARG: int N, float SECONDS/MIB/AMOUNT, str LAYER/PARAM; None = every call (corrupt)
 
     def __str__(self) -> str:
-        arg = f":{self.seconds:g}" if self.kind == "delay" else (f":{self.nth}" if self.nth is not None else "")
-        return f"{self.kind}:{self.rank}{arg}"
+        return f"{self.kind}:{self.rank}" + (f":{self.arg:g}" if isinstance(self.arg, float) else
+                                             f":{self.arg}" if self.arg is not None else "")
 
     def applies(self, rank: int, nth: int) -> bool:
-        return rank == self.rank and (self.nth is None or self.nth == nth)
+        """validate: whether this fault hits `rank`'s nth collective (an N-less fault hits every one)."""
+        return rank == self.rank and (not isinstance(self.arg, int) or self.arg == nth)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def parse_fault(text: str) -> Fault:
-    """Parse one `KIND:RANK[:ARG]`; InputError (one line) on anything else."""
+def parse_fault(text: str, kinds: tuple[str, ...] = VALIDATE_KINDS, world_size: int | None = None) -> Fault:
+    """Parse one `KIND:RANK[:ARG]` for a command that plants `kinds`; InputError (one line) on anything else."""
     what = f"--inject {text}"
     parts = text.strip().split(":")
     if len(parts) not in (2, 3) or not parts[0]:
-        raise InputError(what, "expected KIND:RANK[:ARG], e.g. corrupt:1, delay:2:0.5, crash:3, skip:0")
-    kind, rank_text = parts[0].lower(), parts[1]
-    if kind not in KINDS:
-        raise InputError(what, f"unknown kind {parts[0]!r} (one of {', '.join(KINDS)})")
+        examples = ", ".join(KINDS[k].example for k in kinds)
+        raise InputError(what, f"expected KIND:RANK[:ARG], e.g. {examples}")
+    name, rank_text = parts[0].lower(), parts[1]
+    if name not in kinds:
+        elsewhere = f"; {name} is planted by {_USED_BY[name]}" if name in _USED_BY else ""
+        raise InputError(what, f"unknown kind {parts[0]!r} here (one of {', '.join(kinds)}){elsewhere}")
+    kind = KINDS[name]
     try:
         rank = int(rank_text)
     except ValueError:
-        raise InputError(what, f"rank {rank_text!r} is not an integer") from None
+        raise InputError(what, f"RANK {rank_text!r} is not an integer") from None
     if rank < 0:
-        raise InputError(what, "rank must be >= 0")
-    arg = parts[2] if len(parts) == 3 else None
-    if kind == "delay":
-        if arg is None:
-            raise InputError(what, "delay needs SECONDS, e.g. delay:1:0.5")
-        try:
-            seconds = float(arg)
-        except ValueError:
-            raise InputError(what, f"SECONDS {arg!r} is not a number") from None
-        if not (0 < seconds < 3600):
-            raise InputError(what, "SECONDS must be > 0 and < 3600")
-        return Fault(kind, rank, None, seconds)
-    nth = None
-    if arg is not None:
-        try:
-            nth = int(arg)
-        except ValueError:
-            raise InputError(what, f"N {arg!r} is not an integer (the 1-based collective to hit)") from None
-        if nth < 1:
-            raise InputError(what, "N must be >= 1 (the 1-based collective to hit)")
-    if kind in ("crash", "skip") and nth is None:
-        nth = 1
-    return Fault(kind, rank, nth)
+        raise InputError(what, "RANK must be >= 0")
+    if world_size is not None and rank >= world_size:
+        raise InputError(what, f"rank {rank} does not exist in a world of {world_size}")
+    if len(parts) == 2:
+        if kind.required:
+            raise InputError(what, f"{name} needs {kind.arg} ({kind.means}), e.g. {kind.example}")
+        return Fault(name, rank, kind.default)
+    try:
+        return Fault(name, rank, kind.parse(parts[2]))
+    except ValueError as exc:
+        raise InputError(what, f"{kind.arg}: {exc}" if not str(exc).startswith(kind.arg) else str(exc)) from None
 
 
-def parse_faults(texts) -> list[Fault]:
-    return [parse_fault(t) for t in texts or ()]
-
-
-def check_ranks(faults: list[Fault], world_size: int) -> None:
-    for f in faults:
-        if f.rank >= world_size:
-            raise InputError(f"--inject {f}", f"rank {f.rank} does not exist in a world of {world_size}")
-
-
-class FaultPlan:
-    """The faults that hit this rank, applied around each collective by the worker."""
-
-    def __init__(self, faults: list[dict] | list[Fault], rank: int):
-        self.faults = [f if isinstance(f, Fault) else Fault(**f) for f in faults]
-        self.rank = rank
-
-    def _hit(self, kind: str, nth: int) -> Fault | None:
-        return next((f for f in self.faults if f.kind == kind and f.applies(self.rank, nth)), None)
-
-    def should_skip(self, nth: int) -> bool:
-        return self._hit("skip", nth) is not None
-
-    def before(self, nth: int) -> None:
-        """Called before this rank's nth collective (1-based): crash or sleep."""
-        if self._hit("crash", nth):
-            os._exit(CRASH_EXIT_CODE)  # no cleanup, no goodbye: like a killed process
-        delay = self._hit("delay", nth)
-        if delay:
-            time.sleep(delay.seconds)
-
-    def after(self, nth: int, output) -> None:
-        """Called with this rank's output tensor after its nth collective: corrupt it in place."""
-        if output is None or output.numel() == 0 or not self._hit("corrupt", nth):
-            return
-        flat = output.view(-1)
-        i = flat.numel() // 2
-        flat[i] = flat[i] + 1 + flat[i].abs()  # far outside any tolerance, representable in every dtype
+def parse_faults(texts, kinds: tuple[str, ...] = VALIDATE_KINDS, world_size: int | None = None) -> list[Fault]:
+    return [parse_fault(t, kinds, world_size) for t in texts or ()]
