@@ -9,7 +9,8 @@ import re
 import numpy as np
 
 from distdoctor.diagnose.match import build_views
-from distdoctor.diagnose.straggler import _median_of_others, find_stragglers
+from distdoctor.diagnose.straggler import find_stragglers
+from distdoctor.world.lateness import median_of_others as _median_of_others
 from distdoctor.trace.model import Entry, GroupInfo, RankTrace, TraceSet
 
 

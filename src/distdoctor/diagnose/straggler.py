@@ -32,11 +32,9 @@ import numpy as np
 
 from distdoctor.diagnose.findings import Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView, SeqEntries
+from distdoctor.world.lateness import MIN_LATE_S, MIN_STEP_SHARE, Z, judge_lateness, median_of_others  # noqa: F401
 
 MIN_SAMPLES = 4
-MIN_LATE_S = 0.02
-MIN_STEP_SHARE = 0.05
-Z = 4.0
 MAX_PERIOD = 64
 
 
@@ -68,24 +66,6 @@ def _arrivals(view: GroupView):
     return ranks, kept, np.asarray(rows, dtype=np.float64), keys
 
 
-def _median_of_others(a: np.ndarray) -> np.ndarray:
-    """For each cell, the median of the other cells of its row (rows are collectives, columns ranks)."""
-    n = a.shape[1]
-    order = np.argsort(a, axis=1, kind="stable")
-    s = np.take_along_axis(a, order, axis=1)
-    pos = np.empty_like(order)
-    np.put_along_axis(pos, order, np.arange(n)[None, :].repeat(a.shape[0], axis=0), axis=1)
-    m = n - 1  # the others
-
-    def others_at(j):  # the j-th smallest of the others, for every cell
-        jj = np.where(j < pos, j, j + 1)
-        return np.take_along_axis(s, jj, axis=1)
-
-    if m % 2:
-        return others_at(np.full_like(pos, m // 2))
-    return (others_at(np.full_like(pos, m // 2 - 1)) + others_at(np.full_like(pos, m // 2))) / 2
-
-
 def _step_period(rows: list[int], firsts: np.ndarray) -> float | None:
     """The step, from one class's occurrences (their positions `rows` in the group's sequence): the smallest k
     for which every k-th occurrence is the same number of collectives later (the class occurs k times per step;
@@ -110,7 +90,7 @@ def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
         if got is None:
             continue
         ranks, seqs, a, keys = got
-        late = a - _median_of_others(a)
+        late = a - median_of_others(a)
         samples += len(a)
         for j in np.argmax(a, axis=1):
             last_count[ranks[j]] += 1
@@ -123,13 +103,11 @@ def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
                 continue
             x = late[rows]
             step = _step_period(rows, firsts)
-            med = np.median(x, axis=0)
-            noise = max(1.4826 * float(np.median(np.abs(x - med))), 1e-4)
-            se = 1.2533 * noise / np.sqrt(len(rows))
+            med, noise, is_late = judge_lateness(x, step_s=step)  # the one rule (world/lateness.py)
             for j, r in enumerate(ranks):
                 all_late[r].append(float(med[j]))
                 m = float(med[j])
-                if m < MIN_LATE_S or m < Z * se or (step and m < MIN_STEP_SHARE * step):
+                if not is_late[j]:
                     continue
                 if r not in best or m > best[r]["late_s"]:
                     best[r] = {"late_s": m, "step_s": step, "group": view.name, "op": op, "sizes": sizes,

@@ -300,7 +300,8 @@ class HealthMonitor:
                 f"rank {r} computes {1e3 * med[r]:.2f} ms per step vs {1e3 * others[len(others) // 2]:.2f} ms on the "
                 f"others (score {found['score'][r]:.2f}); the other ranks wait for it in the gradient all-reduce",
                 data={"score": {str(q): s for q, s in found["score"].items()},
-                      "median_compute_s": {str(q): m for q, m in med.items()}}))
+                      "median_compute_s": {str(q): m for q, m in med.items()},
+                      "late_s": {str(q): t for q, t in found["late_s"].items()}}))
 
     def _check_memory(self, views: dict[int, RankView], step: int) -> None:
         peaks = {r: v.peak_bytes for r, v in views.items()}

@@ -12,11 +12,14 @@ other steps carry only their total time. (A Python communication hook would see 
 DDP copy the gradients more, several % of a step.) Loops without DDP time their collectives with
 `monitor.comm()`, which counts on every step.
 
-Score (as other straggler detectors define it): reference / own median compute time, where the reference
-is the median of the other ranks' medians; 1.0 is typical, 0.5 means twice as slow as the others. A rank
-is flagged when its median exceeds the reference by `threshold` times and by at least `min_gap_s`, and
-only once every rank has `min_samples` samples (a single slow step — a page fault, a checkpoint — is not a
-straggler).
+Decision: the one straggler rule (world/lateness.py) on each step's compute times, which are the ranks' arrivals
+at the gradient all-reduce (every rank starts a step when the previous all-reduce ends): a rank is late when
+its median compute time exceeds the median of the others' by at least `min_gap_s` and by `threshold` times the
+typical rank's (compute more than `threshold` x the others'), and by more than the step-to-step noise can
+explain; and only once every rank has `min_samples` samples (a single slow step — a page fault, a checkpoint —
+is not a straggler). Score (as other straggler detectors define it, reported with each rank): reference / own
+median compute time, where the reference is the median of the other ranks' medians; 1.0 is typical, 0.5 means
+twice as slow as the others.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import math
 import statistics
 import time
 from contextlib import contextmanager
+
+from distdoctor.world.lateness import late_ranks
 
 
 class StepTimer:
@@ -99,20 +104,19 @@ class StepTimer:
 
 def straggler_scores(compute: dict[int, list[float]], threshold: float = 1.5, min_gap_s: float = 0.005,
                      min_samples: int = 5) -> dict:
-    """Per-rank median compute time and score; the ranks flagged as stragglers.
+    """Per-rank median compute time, score and lateness; the ranks flagged as stragglers.
 
-    compute: global rank -> recent compute times in seconds.
+    compute: global rank -> recent compute times in seconds, one per step (the most recent steps are aligned).
     """
     medians = {r: statistics.median(v) for r, v in compute.items() if v}
-    scores, flagged = {}, []
+    scores = {}
     for r, own in medians.items():
         others = [m for q, m in medians.items() if q != r]
-        if not others:
-            scores[r] = 1.0
-            continue
-        ref = statistics.median(others)
-        scores[r] = ref / own if own > 0 else float("inf")
-        enough = all(len(v) >= min_samples for v in compute.values())
-        if enough and own > threshold * ref and own - ref >= min_gap_s:
-            flagged.append(r)
-    return {"median_s": medians, "score": scores, "flagged": sorted(flagged)}
+        scores[r] = (statistics.median(others) / own if own > 0 else float("inf")) if others else 1.0
+    steps = min((len(v) for v in compute.values()), default=0)
+    rows = [{r: v[len(v) - steps + i] for r, v in compute.items()} for i in range(steps)]
+    typical = statistics.median(medians.values()) if medians else 0.0
+    found = late_ranks(rows, min_late_s=max(min_gap_s, (threshold - 1) * typical))
+    enough = bool(compute) and all(len(v) >= min_samples for v in compute.values())
+    flagged = sorted(found.late) if enough else []
+    return {"median_s": medians, "score": scores, "flagged": flagged, "late_s": found.median_s}

@@ -7,8 +7,8 @@ groups of 2 neighbours and "replicate" groups of the ranks at the same shard pos
 
 Per call, on each rank (`validate_worker`):
 1. build inputs (deterministic from seed, op, variant, group, rank) and the float64 expected output;
-2. wait at a barrier on the group and time that wait: a rank that arrives late makes the others wait, so
-   lateness(rank) = max wait in the group - its own wait, needing no clock sync across hosts;
+2. wait at a barrier on the group and time that wait: everyone leaves together, so -wait is the rank's arrival
+   on a clock shared within the call (no clock sync across hosts), which the one straggler rule judges;
 3. run the torch.distributed call (combinations the backend cannot do were found beforehand by trying each
    once on a scratch group, and are `skipped` with the backend's error); a communication error propagates
    (the world reports the rank lost and the collective it was in);
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 import sys
 from dataclasses import dataclass
 
@@ -36,6 +35,7 @@ from distdoctor.collectives import SPECS, get_spec
 from distdoctor.collectives.base import DTYPES, REDOPS
 from distdoctor.errors import CheckFailed, InputError
 from distdoctor.world.faults import parse_faults
+from distdoctor.world.lateness import late_ranks
 from distdoctor.validate.execute import Case, parse_sizes, plan_cases, run_cases
 from distdoctor.world import WorldConfig, config_from_options, resolve_nproc, run_job, world_options
 from distdoctor.world.blame import is_vague
@@ -258,30 +258,26 @@ def _agreement(spec, recs: dict[int, dict]) -> tuple[bool | None, list[int]]:
 
 
 def _stragglers(cases, done, n: int, threshold: float) -> tuple[list[dict], dict[str, float]]:
-    """Ranks whose median lateness at the pre-call barrier is >= threshold seconds, and every rank's median
-    lateness (rank -> seconds)."""
-    late: dict[int, list[float]] = {}
+    """The ranks late at the pre-call barrier by the one straggler rule (world/lateness.py) with a floor of
+    `threshold` seconds, and every rank's median lateness (rank -> seconds).
+
+    Everyone leaves a barrier together, so a rank's wait there is the barrier's end minus its arrival: -wait is
+    its arrival on a clock shared within that call (no clock sync across hosts needed)."""
+    arrivals = []
     for idx, recs in done.items():
-        by_group: dict[tuple, list[dict]] = {}
+        by_group: dict[tuple, dict[int, float]] = {}
         for r in recs.values():
             if r.get("wait") is not None:
-                by_group.setdefault(tuple(r["members"]), []).append(r)
-        for members, group_recs in by_group.items():
-            if len(group_recs) < 2:
-                continue
-            longest = max(r["wait"] for r in group_recs)
-            for r in group_recs:
-                late.setdefault(r["rank"], []).append(longest - r["wait"])
+                by_group.setdefault(tuple(r["members"]), {})[r["rank"]] = -r["wait"]
+        arrivals += by_group.values()
+    found = late_ranks(arrivals, min_late_s=threshold)
     out = []
-    medians = {}
-    for rank, values in sorted(late.items()):
-        med = statistics.median(values)
-        medians[str(rank)] = round(med, 5)
-        if med >= threshold:
-            share = sum(v >= threshold for v in values) / len(values)
-            out.append({"rank": rank, "median_late_s": round(med, 4), "share_late": round(share, 3),
-                        "collectives": len(values)})
-    return out, medians
+    for rank, med in sorted(found.late.items()):
+        values = found.samples_s[rank]
+        out.append({"rank": rank, "median_late_s": round(med, 4),
+                    "share_late": round(sum(v >= threshold for v in values) / len(values), 3),
+                    "collectives": len(values)})
+    return out, {str(rank): round(med, 5) for rank, med in sorted(found.median_s.items())}
 
 
 # ---------------------------------------------------------------------------------------------- CLI
