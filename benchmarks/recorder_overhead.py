@@ -68,7 +68,7 @@ def _recording_alone(calls: int) -> float:
     from distdoctor.recorder.describe import DESCRIBERS
 
     rec = get_recorder()
-    _, describer, _ = DESCRIBERS["all_reduce"]
+    describer, _ = DESCRIBERS["all_reduce"]
     x = torch.zeros(1)
     t0 = time.thread_time()  # CPU time of this thread: immune to the machine's other load
     for _ in range(calls):

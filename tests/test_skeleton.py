@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from distdoctor.collectives import SPECS, bus_factor, canonical_op, get_spec
+from distdoctor.collectives import REDUCING_OPS, SPECS, bus_factor, canonical_op, get_spec, reduces
 from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace, dumps, loads
 
 
@@ -46,6 +46,16 @@ def test_sizes_and_aliases():
     assert canonical_op("nccl:recv 1<-0") == "recv"
     assert canonical_op("nccl:mystery") is None
     assert all(spec.name == name for name, spec in SPECS.items())
+
+
+def test_reducing_ops_and_the_recorder_s_op_names_come_from_the_specs():
+    from distdoctor.recorder.describe import DESCRIBERS
+
+    assert REDUCING_OPS == {"all_reduce", "reduce", "reduce_scatter"}
+    assert reduces("reduce_scatter_tensor") and not reduces("all_gather") and not reduces("no-such-op")
+    # every torch.distributed function the recorder wraps is recorded as the spec that lists it among its aliases
+    assert {name: canonical_op(name) for name in DESCRIBERS if canonical_op(name) is None} == {}
+    assert canonical_op("all_gather_into_tensor") == "all_gather" and canonical_op("isend") == "send"
 
 
 def test_native_trace_round_trip():

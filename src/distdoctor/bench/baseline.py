@@ -22,6 +22,7 @@ import json
 import re
 import statistics
 
+from distdoctor.collectives import get_spec
 from distdoctor.errors import InputError
 
 DEFAULT_TOLERANCE_PCT = 10.0  # nccl-tests' own bandwidth check (NCCL_TESTS_MIN_BW) allows 10% below the target
@@ -123,7 +124,7 @@ def _op_name(text: str) -> str | None:
                   r"sendrecv)", text or "")
     if m is None:
         return None
-    return {"alltoall": "all_to_all"}.get(m.group(1), m.group(1))
+    return get_spec(m.group(1)).name  # nccl-tests' spelling (alltoall) is one of the spec's aliases
 
 
 def compare(report: dict, base: dict, tolerance_pct: float) -> dict:

@@ -105,7 +105,8 @@ def count_for(op: str, size_bytes: int, dtype: str, n: int) -> int:
     spec = get_spec(op)
     per_element = spec.size_bytes(1, itemsize(dtype), n)
     count = size_bytes // per_element if per_element else 0
-    return count // n * n if op == "all_to_all" else count
+    timed = next(v for v in spec.bench_variants(n, "sum", 0).values() if v is not None)
+    return spec.effective_count(count, n, timed)  # all_to_all's even split: a multiple of n, as nccl-tests rounds
 
 
 def _warm_up(call, warmup: int, group, device) -> bool:
@@ -263,7 +264,7 @@ def summarize_bench(job, opts: BenchOptions) -> dict:
         wrong = None if not opts.check else sum(recs[r]["wrong"] or 0 for r in range(n))
         rows.append({"op": opts.op, "size_bytes": size, "count": count, "dtype": opts.dtype, "inplace": inplace,
                      "time_us": time_us, "algbw_gbps": algbw, "busbw_gbps": algbw * spec.bus_factor(n),
-                     "wrong": wrong, "redop": opts.redop if spec_reduces(opts.op) else None,
+                     "wrong": wrong, "redop": opts.redop if spec.reduces else None,
                      "root": opts.root % n if spec.rooted else None, "per_rank_time_us": per_rank,
                      "slowest_rank": per_rank.index(time_us)})
         if all("iter_s" in recs[r] for r in range(n)):
@@ -346,10 +347,6 @@ def check_memory(opts: BenchOptions, n: int, cfg: WorldConfig) -> None:
 
 def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
-
-
-def spec_reduces(op: str) -> bool:
-    return op in ("all_reduce", "reduce", "reduce_scatter")
 
 
 def per_rank_summary(rows: list[dict], n: int) -> dict:

@@ -22,6 +22,8 @@ SPECS: dict[str, CollectiveSpec] = {
 }
 
 _ALIASES: dict[str, str] = {alias: spec.name for spec in SPECS.values() for alias in (spec.name, *spec.aliases)}
+# The collectives that combine data with a reduction op (what a trace entry's reduce_op is about).
+REDUCING_OPS = frozenset(name for name, spec in SPECS.items() if spec.reduces)
 
 
 def get_spec(name: str) -> CollectiveSpec:
@@ -45,8 +47,14 @@ def canonical_op(name: str) -> str | None:
     return _ALIASES.get(base)
 
 
+def reduces(name: str) -> bool:
+    """Whether collective `name` (a spec name or alias) reduces; False for a name no spec knows."""
+    return _ALIASES.get(name) in REDUCING_OPS
+
+
 def bus_factor(name: str, n: int) -> float:
     return get_spec(name).bus_factor(n)
 
 
-__all__ = ["CollectiveSpec", "SPECS", "get_spec", "canonical_op", "canonical_dtype", "same_collective", "bus_factor"]
+__all__ = ["CollectiveSpec", "SPECS", "REDUCING_OPS", "get_spec", "canonical_op", "canonical_dtype", "same_collective",
+           "bus_factor", "reduces"]

@@ -6,6 +6,7 @@ from distdoctor.collectives.base import (REDOPS, CollectiveSpec, GroupView, Prep
 
 class AllReduce(CollectiveSpec):
     name = "all_reduce"
+    reduces = True
     aliases = ("allreduce", "all_reduce_coalesced", "allreduce_coalesced", "allreduce_sparse")
     replicated = True
 

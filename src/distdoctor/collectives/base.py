@@ -5,7 +5,8 @@ hang analyzer's size checks all use, so each fact lives in exactly one place:
 - `bus_factor(n)`: nccl-tests' busbw = algbw * bus_factor(n), for a group of n ranks;
 - `size_bytes(count, itemsize, n)`: the "size" column of nccl-tests (what algbw divides by);
 - `out_numel(in_numel, n)`: per-rank output elements given per-rank input elements (analyzer size checks);
-- `rooted`: whether it has a root (src/dst) that every member must agree on.
+- `rooted`: whether it has a root (src/dst) that every member must agree on;
+- `reduces`: whether it combines the members' data with a reduction op (its trace entries carry one).
 
 Execution parts (used by validate and bench, never by the analyzer, so torch is imported lazily):
 - `variants(n)`: the calls to check on a group of n ranks: form (list/tensor, even/uneven splits), in-place
@@ -134,6 +135,8 @@ class Prepared:
 class CollectiveSpec:
     name: str = ""
     rooted: bool = False
+    # Whether the call combines the members' data with a reduction op (sum, max, ...): its trace entries carry one.
+    reduces: bool = False
     # Names this collective goes by in traces (Flight Recorder profiling names, torch function names).
     aliases: tuple[str, ...] = ()
 

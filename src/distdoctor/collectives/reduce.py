@@ -9,6 +9,7 @@ from distdoctor.collectives.base import (REDOPS, CollectiveSpec, GroupView, Prep
 
 class Reduce(CollectiveSpec):
     name = "reduce"
+    reduces = True
     rooted = True
 
     def bus_factor(self, n: int) -> float:

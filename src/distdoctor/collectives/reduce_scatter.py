@@ -10,6 +10,7 @@ from distdoctor.collectives.base import (REDOPS, CollectiveSpec, GroupView, Prep
 
 class ReduceScatter(CollectiveSpec):
     name = "reduce_scatter"
+    reduces = True
     aliases = ("reducescatter", "_reduce_scatter_base", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced",
                "reduce_scatter_base", "reduce_scatter_single", "reduce_scatter_coalesced")
 

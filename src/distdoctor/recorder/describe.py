@@ -9,8 +9,9 @@ group_src/group_dst/group_peer), and the reduce op. The recorder turns group ran
 Describers build the Call with `tuple.__new__` (all ten fields, in order) rather than the NamedTuple's
 generated Python-level constructor: they run on every call, and this keeps them free of an extra frame.
 
-`DESCRIBERS` maps the function name in torch.distributed to (spec op name, describer, is_p2p). Names that a
-torch version lacks are skipped when patching.
+`DESCRIBERS` maps the function name in torch.distributed to (describer, is_p2p); the op it is recorded as is the
+collective spec that has the function's name among its aliases (distdoctor.collectives.canonical_op), looked
+up when patching. Names that a torch version lacks are skipped when patching.
 """
 
 from __future__ import annotations
@@ -126,28 +127,28 @@ def describe_p2p_op(p2p_op) -> Call:
     return _c(p2p_op.group, True, (p2p_op.tensor,), _NONE, peer=p2p_op.peer, direction="send")
 
 
-DESCRIBERS: dict[str, tuple[str, Callable[..., Call], bool]] = {
-    "all_reduce": ("all_reduce", _all_reduce, False),
-    "all_reduce_coalesced": ("all_reduce", _all_reduce_coalesced, False),
-    "broadcast": ("broadcast", _broadcast, False),
-    "reduce": ("reduce", _reduce, False),
-    "all_gather": ("all_gather", _all_gather, False),
-    "all_gather_into_tensor": ("all_gather", _all_gather_single, False),
-    "all_gather_single": ("all_gather", _all_gather_single, False),
-    "_all_gather_base": ("all_gather", _all_gather_single, False),
-    "all_gather_coalesced": ("all_gather", _all_gather_coalesced, False),
-    "reduce_scatter": ("reduce_scatter", _reduce_scatter, False),
-    "reduce_scatter_tensor": ("reduce_scatter", _reduce_scatter_single, False),
-    "reduce_scatter_single": ("reduce_scatter", _reduce_scatter_single, False),
-    "_reduce_scatter_base": ("reduce_scatter", _reduce_scatter_single, False),
-    "all_to_all": ("all_to_all", _all_to_all, False),
-    "all_to_all_single": ("all_to_all", _all_to_all_single, False),
-    "gather": ("gather", _gather, False),
-    "scatter": ("scatter", _scatter, False),
-    "barrier": ("barrier", _barrier, False),
-    "monitored_barrier": ("barrier", _monitored_barrier, False),
-    "send": ("send", _send, True),
-    "recv": ("recv", _recv, True),
-    "isend": ("send", _isend, True),
-    "irecv": ("recv", _irecv, True),
+DESCRIBERS: dict[str, tuple[Callable[..., Call], bool]] = {
+    "all_reduce": (_all_reduce, False),
+    "all_reduce_coalesced": (_all_reduce_coalesced, False),
+    "broadcast": (_broadcast, False),
+    "reduce": (_reduce, False),
+    "all_gather": (_all_gather, False),
+    "all_gather_into_tensor": (_all_gather_single, False),
+    "all_gather_single": (_all_gather_single, False),
+    "_all_gather_base": (_all_gather_single, False),
+    "all_gather_coalesced": (_all_gather_coalesced, False),
+    "reduce_scatter": (_reduce_scatter, False),
+    "reduce_scatter_tensor": (_reduce_scatter_single, False),
+    "reduce_scatter_single": (_reduce_scatter_single, False),
+    "_reduce_scatter_base": (_reduce_scatter_single, False),
+    "all_to_all": (_all_to_all, False),
+    "all_to_all_single": (_all_to_all_single, False),
+    "gather": (_gather, False),
+    "scatter": (_scatter, False),
+    "barrier": (_barrier, False),
+    "monitored_barrier": (_monitored_barrier, False),
+    "send": (_send, True),
+    "recv": (_recv, True),
+    "isend": (_isend, True),
+    "irecv": (_irecv, True),
 }

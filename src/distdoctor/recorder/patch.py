@@ -236,13 +236,14 @@ def patch() -> None:
         import torch.distributed.distributed_c10d as module
 
         c10d = module
+        from distdoctor.collectives import canonical_op
         from distdoctor.recorder import describe
 
         SKIP_FILES.update({c10d.__file__, __file__, describe.__file__})
         wrappers = {}
-        for name, (op, describer, is_p2p) in DESCRIBERS.items():
+        for name, (describer, is_p2p) in DESCRIBERS.items():
             if hasattr(c10d, name):
-                wrappers[name] = _make_wrapper(name, getattr(c10d, name), op, describer, is_p2p)
+                wrappers[name] = _make_wrapper(name, getattr(c10d, name), canonical_op(name), describer, is_p2p)
         for name, factory in (("batch_isend_irecv", _make_batch_wrapper),
                               ("init_process_group", _make_init_wrapper),
                               ("destroy_process_group", _make_destroy_wrapper)):

@@ -53,7 +53,6 @@ DEFAULT_SUSPECT_FACTOR = 3.0
 WAITS_KEPT = 256  # completed collectives whose wait times set the adaptive threshold
 DEFAULT_DUMP_DIR = "distdoctor-dumps"
 CALLER_FRAMES = 4
-_REDUCING = ("all_reduce", "reduce", "reduce_scatter")
 _THIS_DIR = os.path.dirname(os.path.abspath(__file__))
 _SHAPE = operator.attrgetter("shape")
 _DTYPE = operator.attrgetter("dtype")
@@ -128,8 +127,10 @@ def _dtype_name(dtype) -> str:
 
 
 def _reduce_name(op, name: str) -> str | None:
-    if op is None:
-        return "sum" if name in _REDUCING else None
+    if op is None:  # torch's default; imported here, at dump time, to keep the recorder's start-up light
+        from distdoctor.collectives import reduces
+
+        return "sum" if reduces(name) else None
     label = getattr(op, "name", None) or str(op)
     return str(label).rsplit(".", 1)[-1].lower()
 

@@ -25,8 +25,6 @@ from distdoctor.sim.ir import label
 from distdoctor.sim.result import SimResult
 from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace, dumps
 
-_REDUCING = {"all_reduce", "reduce_scatter", "reduce"}
-
 
 def _where_now(res: SimResult, sid: int) -> str:
     rs = res.state
@@ -91,7 +89,7 @@ def to_rank_traces(res: SimResult) -> list[RankTrace]:
                 out = get_spec(op.kind).out_numel(op.bytes, n)
                 entries.append(Entry(group=op.group, op=op.kind, seq=seq, in_sizes=[[op.bytes]],
                                      out_sizes=[[out]], root=op.root,
-                                     reduce_op="sum" if op.kind in _REDUCING else None, **common))
+                                     reduce_op="sum" if get_spec(op.kind).reduces else None, **common))
             else:
                 if p2p_group not in groups:
                     groups[p2p_group] = GroupInfo(p2p_group, all_ranks, desc="all ranks (point-to-point)")
