@@ -13,7 +13,7 @@ import pytest
 
 from distdoctor.recorder import dumpfile
 from distdoctor.trace.model import loads
-from distdoctor.recorder.ring import RecorderConfig
+from distdoctor.recorder import RecorderConfig
 
 from recorder_helpers import kill_group
 

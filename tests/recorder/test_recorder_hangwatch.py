@@ -15,7 +15,7 @@ from distdoctor.report.diagnose_text import render_text
 from distdoctor.recorder.hangwatch import HangWatch
 from distdoctor.trace.loaders import load_traces
 from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace, dumps
-from distdoctor.recorder.ring import RecorderConfig
+from distdoctor.recorder import RecorderConfig
 
 
 class Call(SimpleNamespace):

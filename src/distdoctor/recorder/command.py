@@ -27,9 +27,9 @@ import time
 import click
 
 from distdoctor.errors import InputError
-from distdoctor.recorder.dumpfile import ensure_private_dir, write_atomic
-from distdoctor.recorder.ring import (DEFAULT_BUFFER, DEFAULT_HANG_TIMEOUT, DEFAULT_SUSPECT_FACTOR,
+from distdoctor.recorder.config import (DEFAULT_BUFFER, DEFAULT_HANG_TIMEOUT, DEFAULT_SUSPECT_FACTOR,
                                        DEFAULT_SUSPECT_FLOOR)
+from distdoctor.recorder.dumpfile import ensure_private_dir, write_atomic
 from distdoctor.recorder.run_watch import POLL_S, JobWatch, read_header, signal_ranks
 
 HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hook")

@@ -98,7 +98,7 @@ def flight_recorder_dump() -> bytes | None:
         if hasattr(c, "_dump_nccl_trace"):
             return bytes(c._dump_nccl_trace(True, stacks, False))
     except Exception as exc:
-        print(f"distdoctor.trace: warning: Flight Recorder dump failed: {type(exc).__name__}: {exc}",
+        print(f"distdoctor.recorder: warning: Flight Recorder dump failed: {type(exc).__name__}: {exc}",
               file=sys.stderr, flush=True)
     return None
 

@@ -298,7 +298,7 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
             try:
                 patch()
             except Exception as exc:  # never break `import torch`
-                print(f"distdoctor.trace: warning: cannot patch torch.distributed ({type(exc).__name__}: {exc}); recorder stays off",
+                print(f"distdoctor.recorder: warning: cannot patch torch.distributed ({type(exc).__name__}: {exc}); recorder stays off",
                       file=sys.stderr, flush=True)
 
         loader.exec_module = exec_then_patch

@@ -39,81 +39,17 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 
 from distdoctor.recorder import patch
-from distdoctor.trace import model
+from distdoctor.recorder.config import RecorderConfig, warn
 from distdoctor.recorder.describe import Call
 from distdoctor.recorder.dumpfile import all_thread_stacks, ensure_private_dir, flight_recorder_dump, write_atomic
+from distdoctor.trace import model
 
-DEFAULT_BUFFER = 2000
-DEFAULT_HANG_TIMEOUT = 300.0
-DEFAULT_SUSPECT_FLOOR = 10.0  # a hang is suspected after max(floor, factor x the longest recent collective wait)
-DEFAULT_SUSPECT_FACTOR = 3.0
 WAITS_KEPT = 256  # completed collectives whose wait times set the adaptive threshold
-DEFAULT_DUMP_DIR = "distdoctor-dumps"
-CALLER_FRAMES = 4
 _THIS_DIR = os.path.dirname(os.path.abspath(__file__))
 _SHAPE = operator.attrgetter("shape")
 _DTYPE = operator.attrgetter("dtype")
-
-
-def _warn(message: str) -> None:
-    print(f"distdoctor.trace: warning: {message}", file=sys.stderr, flush=True)
-
-
-def _env_number(name: str, kind, default):
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = kind(raw)
-        if value < 0:
-            raise ValueError
-        return value
-    except ValueError:
-        _warn(f"{name}={raw!r} is not a non-negative number; using {default}")
-        return default
-
-
-@dataclass
-class RecorderConfig:
-    dump_dir: str
-    hang_timeout: float | None  # None or 0: no hang watchdog
-    buffer_size: int = DEFAULT_BUFFER
-    stacks: bool = True  # dumps include every thread's Python stack
-    dump_on_exit: bool = False  # also dump at a clean exit (else only when a collective is still pending)
-    frames: int = CALLER_FRAMES  # caller frames kept per call
-    suspect_floor: float | None = DEFAULT_SUSPECT_FLOOR  # None or 0: no suspected stage, only the hang timeout
-    suspect_factor: float = DEFAULT_SUSPECT_FACTOR
-
-    @classmethod
-    def resolve(cls, dump_dir=None, hang_timeout=None, buffer_size=None, stacks=None, dump_on_exit=None,
-                suspect_floor=None, suspect_factor=None):
-        """Explicit arguments win over DISTDOCTOR_* environment variables, which win over defaults."""
-        if dump_dir is None:
-            dump_dir = os.environ.get("DISTDOCTOR_DUMP_DIR") or DEFAULT_DUMP_DIR
-        if hang_timeout is None:
-            hang_timeout = _env_number("DISTDOCTOR_HANG_TIMEOUT", float, DEFAULT_HANG_TIMEOUT)
-        if buffer_size is None:
-            buffer_size = _env_number("DISTDOCTOR_BUFFER", int, DEFAULT_BUFFER)
-        if stacks is None:
-            stacks = os.environ.get("DISTDOCTOR_STACKS", "1") != "0"
-        if dump_on_exit is None:
-            dump_on_exit = os.environ.get("DISTDOCTOR_DUMP_ON_EXIT", "0") == "1"
-        frames = _env_number("DISTDOCTOR_FRAMES", int, CALLER_FRAMES)
-        if suspect_floor is None:
-            suspect_floor = _env_number("DISTDOCTOR_SUSPECT_FLOOR", float, DEFAULT_SUSPECT_FLOOR)
-        if suspect_factor is None:
-            suspect_factor = _env_number("DISTDOCTOR_SUSPECT_FACTOR", float, DEFAULT_SUSPECT_FACTOR)
-        if suspect_floor < 0 or suspect_factor < 0:
-            raise ValueError("suspect_floor and suspect_factor must be >= 0")
-        if buffer_size < 1:
-            raise ValueError(f"buffer_size must be at least 1, got {buffer_size}")
-        if hang_timeout is not None and hang_timeout < 0:
-            raise ValueError(f"hang_timeout must be >= 0 seconds, got {hang_timeout}")
-        return cls(os.path.abspath(os.fspath(dump_dir)), hang_timeout or None, int(buffer_size), bool(stacks),
-                   bool(dump_on_exit), int(frames), float(suspect_floor) or None, float(suspect_factor))
 
 
 class _Record:
@@ -289,7 +225,7 @@ class Recorder:
             self.world_size = c10d.get_world_size()
             self._learn_group(c10d._world.default_pg)
         except Exception as exc:  # pragma: no cover - defensive; never break the job
-            _warn(f"cannot read the process group ({exc}); recorder stays off")
+            warn(f"cannot read the process group ({exc}); recorder stays off")
             return
         self.active = True
         self.pid = os.getpid()
@@ -419,7 +355,7 @@ class Recorder:
                     write_atomic(fr_path, fr)
                 self.dumps_written += 1
             except Exception as exc:
-                _warn(f"dump to {self.config.dump_dir} failed: {type(exc).__name__}: {exc}")
+                warn(f"dump to {self.config.dump_dir} failed: {type(exc).__name__}: {exc}")
                 path = None
             finally:
                 self._dumping, self._dump_thread = False, None
@@ -443,7 +379,7 @@ class Recorder:
                 write_atomic(self.dump_paths()[0], model.dumps(trace).encode())
                 return True
             except Exception as exc:
-                _warn(f"dump to {self.config.dump_dir} failed: {type(exc).__name__}: {exc}")
+                warn(f"dump to {self.config.dump_dir} failed: {type(exc).__name__}: {exc}")
                 return False
 
 

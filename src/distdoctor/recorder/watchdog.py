@@ -110,7 +110,7 @@ class Watchdog:
             try:
                 self._check()
             except Exception as exc:  # the watchdog must outlive any surprise
-                print(f"distdoctor.trace: watchdog error: {type(exc).__name__}: {exc}", file=sys.stderr)
+                print(f"distdoctor.recorder: watchdog error: {type(exc).__name__}: {exc}", file=sys.stderr)
 
     def _wait(self, tick: float) -> None:
         if self._wakeup_r is None:

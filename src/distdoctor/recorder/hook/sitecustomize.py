@@ -23,7 +23,7 @@ def _distdoctor_start() -> None:
             import distdoctor.recorder as recorder
         recorder.enable_from_env()
     except Exception as exc:
-        print(f"distdoctor.trace: warning: recorder not enabled ({type(exc).__name__}: {exc})", file=sys.stderr)
+        print(f"distdoctor.recorder: warning: recorder not enabled ({type(exc).__name__}: {exc})", file=sys.stderr)
 
     try:
         import importlib.machinery
