@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from distdoctor.validate.sweep import execute as validate_exec  # noqa: E402
+from distdoctor.validate import execute as validate_exec  # noqa: E402
 from distdoctor.validate.sweep import ValidateOptions, run_validate  # noqa: E402
 from distdoctor.world import WorldConfig  # noqa: E402
 

@@ -20,8 +20,8 @@ from distdoctor.errors import CheckFailed, InputError
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": ("distdoctor.validate.check:check_command", "The main job: environment, quick validate and quick bench, one verdict."),
     "env": ("distdoctor.world.env:env_command", "Torch version, backends, devices and the mode distdoctor will use."),
-    "validate": ("distdoctor.validate.sweep:validate_command", "Check every collective's result against an exact reference."),
-    "bench": ("distdoctor.bench.sweep:bench_command", "Collective bandwidth with nccl-tests' algbw/busbw semantics."),
+    "validate": ("distdoctor.validate.command:validate_command", "Check every collective's result against an exact reference."),
+    "bench": ("distdoctor.bench.command:bench_command", "Collective bandwidth with nccl-tests' algbw/busbw semantics."),
     "diagnose": ("distdoctor.diagnose.command:diagnose_command", "Explain a hang or desync from per-rank traces."),
     "run": ("distdoctor.recorder.command:run_command", "Run a training command with the distdoctor recorder on."),
     "sim": ("distdoctor.sim.command:sim_group", "Simulate a parallel plan: deadlocks, bubbles, needless waits."),

@@ -2,7 +2,8 @@
 
 import pytest
 
-from distdoctor.bench.sweep import BenchOptions, count_for, format_table, summarize_bench
+from distdoctor.bench import BenchOptions, format_table, summarize_bench
+from distdoctor.bench.sweep import count_for
 from distdoctor.errors import InputError
 from distdoctor.world import JobResult, LostRank
 

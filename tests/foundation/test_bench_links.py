@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from distdoctor.bench.sweep import BenchOptions, format_table, summarize_bench
+from distdoctor.bench import BenchOptions, format_table, summarize_bench
 from distdoctor.bench.links import link_failures, summarize_links, tournament
 from distdoctor.errors import InputError
 from distdoctor.world import JobResult, LostRank, WorldConfig, run_job

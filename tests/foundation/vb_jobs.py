@@ -13,7 +13,7 @@ def links_losing_rank(ctx, victim, nbytes, iters):
     """bench --links' probe, with `victim` exiting as it starts its first timed transfer (mid-probe)."""
     import os
 
-    from distdoctor.bench.sweep import links as bench_links
+    from distdoctor.bench import links as bench_links
 
     if ctx.rank == victim:
         def die(*args, **kwargs):

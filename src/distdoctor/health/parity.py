@@ -23,7 +23,6 @@ weight by AMOUNT.
 from __future__ import annotations
 
 import json
-import os
 from contextlib import nullcontext
 
 import click

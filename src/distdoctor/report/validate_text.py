@@ -3,7 +3,6 @@ in detail, and a verdict line that names the culprit ranks."""
 
 from __future__ import annotations
 
-import contextlib
 import sys
 
 from rich.console import Console
@@ -106,23 +105,3 @@ def _variant(r: dict) -> str:
 
 def _skip_what(r: dict) -> str:
     return " ".join(p for p in (r.get("redop"), r.get("dtype")) if p) or r["op"]
-
-
-@contextlib.contextmanager
-def progress_display(title: str):
-    """A rich progress bar on stderr while the job runs (only on a terminal); yields an on_event callback."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    progress = Progress(TextColumn(title), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                        TimeElapsedColumn(), console=Console(file=sys.stderr), transient=True)
-    task = progress.add_task("starting ranks", total=None)
-
-    def on_event(ev: dict) -> None:
-        if ev.get("type") == "progress":
-            progress.update(task, completed=ev["done"], total=ev["total"], description=ev.get("what", ""))
-
-    with progress:
-        yield on_event

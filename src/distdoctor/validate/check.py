@@ -16,10 +16,8 @@ no wrong element.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import os
 import sys
 import time
 
@@ -27,6 +25,7 @@ import click
 
 from distdoctor.cli import FORMAT_OPTION
 from distdoctor.errors import CheckFailed
+from distdoctor.report.check_text import format_check, verdict
 from distdoctor.world import WorldConfig, config_from_options, run_job, world_options
 
 QUICK_VALIDATE = dict(dtypes=("float32", "bfloat16"), sizes="0,1023,64KiB", redops=("sum", "max"))
@@ -99,146 +98,6 @@ def run_check(cfg: WorldConfig, inject: tuple[str, ...] = (), on_event=None) -> 
     return report
 
 
-# ---------------------------------------------------------------------------------------------- text
-def _not_run(r: dict) -> bool:
-    return r["status"] == "skipped" and (r.get("reason") or "").startswith("not run")
-
-
-def _counts(validate: dict) -> tuple[int, int, int]:
-    """(passed, failed, skipped) — checks the world never reached are not counted as skipped."""
-    rows = validate["results"]
-    return (sum(r["status"] == "pass" for r in rows), sum(r["status"] == "fail" for r in rows),
-            sum(r["status"] == "skipped" and not _not_run(r) for r in rows))
-
-
-def _where(report: dict) -> str:
-    device = "GPU" if report["device"] == "cuda" else "CPU"
-    iface = f", iface {report['iface']}" if report.get("iface") else ""
-    return f"{report['world_size']} ranks, {report['backend']} on {device}{iface}"
-
-
-def _peak(bench: dict) -> dict | None:
-    return max(bench["rows"], key=lambda r: r["busbw_gbps"], default=None)
-
-
-def verdict(report: dict) -> str:
-    """One line a person reads in five seconds."""
-    validate, bench = report["validate"], report["bench"]
-    n_pass, n_fail, n_skip = _counts(validate)
-    if report["passed"]:
-        peak = _peak(bench)
-        bw = f"all_reduce busbw {peak['busbw_gbps']:.2f} GB/s at {_size(peak['size_bytes'])}" if peak else "no bench"
-        return (f"PASS: collectives correct on {_where(report)} ({n_pass} checks passed, {n_skip} skipped); "
-                f"{bw}")
-    reasons = []
-    for lr in report["lost"]:
-        reasons.append(f"rank {lr['rank']} lost ({lr['reason']}" + (f", in {lr['in_op']})" if lr["in_op"] else ")"))
-    for c in validate.get("culprits", []):
-        if not any(f"rank {c['rank']} lost" in r for r in reasons):
-            reasons.append(f"rank {c['rank']}: {'; '.join(c['why'][:2])}")
-    if n_fail and not reasons:
-        reasons.append(f"{n_fail} of {len(validate['results'])} checks failed")
-    for why in bench.get("failures", []):
-        if not why.startswith("lost"):
-            reasons.append(f"bench: {why}")
-    return f"FAIL on {_where(report)}: " + "; ".join(reasons or ["see the validate and bench parts"])
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:g} {unit}"
-    return f"{n} B"
-
-
-def format_check(report: dict) -> str:
-    env, validate, bench = report["env"], report["validate"], report["bench"]
-    n_pass, n_fail, n_skip = _counts(validate)
-    groups = sorted({r["group"].split("[")[0] for r in validate["results"]})
-    ops = sorted({r["op"] for r in validate["results"]})
-    rows = bench["rows"]
-    lines = [report["verdict"], ""]
-    count = env["device_count"]
-    gpus = (f"{count} GPU" + ("s" if count != 1 else "")) if count else "no GPU"
-    backends = ", ".join(env["available_backends"]) or "none"
-    lines.append(f"  env       torch {env['torch_version']}, backends {backends}, {gpus}, {env['cpu_count']} CPUs "
-                 f"-> {env['mode']}")
-    n_not_run = sum(_not_run(r) for r in validate["results"])
-    not_run = f", {n_not_run} not run" if n_not_run else ""
-    lines.append(f"  validate  {'PASS' if validate['passed'] else 'FAIL'}: {n_pass} passed, {n_fail} failed, "
-                 f"{n_skip} skipped{not_run} ({len(ops)} collectives x {', '.join(QUICK_VALIDATE['dtypes'])}; "
-                 f"groups {', '.join(groups)})")
-    if rows:
-        peak = _peak(bench)
-        wrong = sum(r["wrong"] or 0 for r in rows)
-        lines.append(f"  bench     all_reduce {_size(rows[0]['size_bytes'])}..{_size(rows[-1]['size_bytes'])}: "
-                     f"avg busbw {bench['avg_busbw_gbps']:.2f} GB/s, peak {peak['busbw_gbps']:.2f} GB/s at "
-                     f"{_size(peak['size_bytes'])}, {wrong} wrong")
-    else:
-        why = f" ({'; '.join(bench['failures'])})" if bench.get("failures") else ""
-        lines.append("  bench     not measured" + why)
-    for lr in report["lost"]:
-        lines.append(f"  lost      rank {lr['rank']} on {lr['host']}: {lr['reason']}"
-                     + (f", in {lr['in_op']}" if lr["in_op"] else ""))
-    failures = [r for r in validate["results"] if r["status"] == "fail"]
-    for r in failures[:5]:
-        lines.append(f"  failed    {r['op']} {r['dtype']} count={r['count']} on {r['group']}: {r['reason'][:100]}")
-    if len(failures) > 5:
-        lines.append(f"            … and {len(failures) - 5} more (run `distdoctor validate` for the full table)")
-    lines.append(f"  took      {report['wall_s']:.1f} s")
-    return "\n".join(lines)
-
-
-@contextlib.contextmanager
-def check_progress(n_hint: str):
-    """Progress on stderr: a rich bar per stage on a terminal, one line per stage otherwise.
-
-    The live display is started only at the first progress event, i.e. once the workers exist: CPU workers are
-    forked, and no display thread should be running (and holding the stderr lock) at fork time.
-    """
-    from distdoctor.world.launchers import detect
-
-    launch = detect()
-    quiet = launch is not None and launch.rank != 0  # under a launcher only rank 0 speaks
-    if not quiet:
-        click.echo(f"distdoctor check: starting {n_hint} …", err=True)
-    state: dict = {"progress": None, "tasks": {}, "stage": None}
-    tty = sys.stderr.isatty()
-
-    def on_event(ev: dict) -> None:
-        if ev.get("type") != "progress":
-            return
-        stage = ev.get("stage") or "run"
-        if quiet:
-            return
-        if not tty:
-            if stage != state["stage"]:
-                state["stage"] = stage
-                click.echo(f"distdoctor check: {stage} …", err=True)
-            return
-        if state["progress"] is None:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            state["progress"] = Progress(TextColumn("{task.fields[stage]:<9}"), BarColumn(), MofNCompleteColumn(),
-                                         TextColumn("{task.description}"), TimeElapsedColumn(),
-                                         console=Console(file=sys.stderr), transient=True)
-            state["progress"].start()
-        tasks = state["tasks"]
-        if stage not in tasks:
-            for other in tasks.values():  # the earlier stage is complete once the next one reports
-                task = state["progress"].tasks[other]
-                state["progress"].update(other, completed=task.total or task.completed)
-            tasks[stage] = state["progress"].add_task(ev.get("what", ""), total=ev["total"], stage=stage)
-        state["progress"].update(tasks[stage], completed=ev["done"], total=ev["total"], description=ev.get("what", ""))
-
-    try:
-        yield on_event
-    finally:
-        if state["progress"] is not None:
-            state["progress"].stop()
-
-
 @click.command("check")
 @world_options
 @click.option("--inject", multiple=True, metavar="KIND:RANK[:ARG]",
@@ -249,14 +108,17 @@ def check_progress(n_hint: str):
 @FORMAT_OPTION
 def check_command(fmt: str, inject: tuple[str, ...], html_file: str | None, **world_kw) -> None:
     """The main job: environment, quick validate and quick bench in one world, one verdict."""
+    from distdoctor.report.progress import check_progress
     from distdoctor.world import resolve_backend, resolve_nproc, under_launcher
+    from distdoctor.world.launchers import detect
 
     cfg = config_from_options(**world_kw)
     quick_options(inject)  # bad --inject: one line, before any rank starts
     n = resolve_nproc(cfg)
     hint = f"a world of {n} ranks (joining the launcher's)" if under_launcher() else \
         f"{n} {resolve_backend(cfg, n)} ranks"
-    with check_progress(hint) as on_event:
+    launch = detect()
+    with check_progress(hint, quiet=launch is not None and launch.rank != 0) as on_event:  # only rank 0 speaks
         report = run_check(cfg, inject, on_event=on_event)
     if report is None:  # not the reporter
         return
