@@ -126,7 +126,8 @@ def test_every_package_is_a_stage_named_in_the_architecture_doc():
     packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")} - HELPER_PACKAGES
     named = set(_sections())
     assert packages - named == set(), f"packages with no section in docs/architecture.md: {sorted(packages - named)}"
-    assert named - packages == set(), f"docs/architecture.md describes packages that do not exist: {sorted(named - packages)}"
+    assert named - packages == set(), \
+        f"docs/architecture.md describes packages that do not exist: {sorted(named - packages)}"
 
 
 def test_each_stage_imports_only_what_the_architecture_doc_allows():

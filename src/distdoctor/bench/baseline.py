@@ -3,7 +3,7 @@
 A baseline is read by content, whatever its name:
 - distdoctor's `bench --format json` report (or `check --format json`, whose `bench` part is one);
 - nccl-tests' `-J` JSON document (distdoctor's own `bench -J` writes the same): `results[]` with `size` and
-  `out_of_place`/`in_place` objects holding `bus_bw` (see bench_nccl);
+  `out_of_place`/`in_place` objects holding `bus_bw` (see nccl_tests.py);
 - nccl-tests' text output (or distdoctor's table, which has the same layout): the header line that names the
   columns (`size count type redop [root] time algbw busbw #wrong ...`, with or without -I's columns or
   `#bitdiff`) says where each placement's busbw is; the rows under it are read, everything else (NCCL INFO

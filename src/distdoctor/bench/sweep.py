@@ -5,7 +5,7 @@ multiple of n, as nccl-tests does); for the out-of-place and the in-place form o
 it): `warmup` untimed calls, a barrier, then `iters` back-to-back calls timed with CUDA events on GPU or
 perf_counter on CPU, divided by iters. Each rank times itself; the reported time is the max over ranks
 (per-rank times are kept; a synchronizing collective makes every rank wait for the slowest link, so they rarely
-point at a slow host: `--links` does, with point-to-point transfers per host pair, in bench_links.py).
+point at a slow host: `--links` does, with point-to-point transfers per host pair, in links.py).
 algbw = size / time; busbw = algbw * spec.bus_factor(n) (the spec is the one place that states it). With -c,
 the buffers are refilled after timing, the call runs once more and the elements off the float64 reference are
 counted (#wrong, summed over ranks).
@@ -44,7 +44,7 @@ class BenchOptions:
     check: bool = True
     min_busbw: float | None = None
     seed: int = 0
-    links: bool = False  # after the sweep, point-to-point between hosts (bench_links)
+    links: bool = False  # after the sweep, point-to-point between hosts (links.py)
     link_bytes: int = 4 << 20
     link_iters: int = 10
     per_iter: bool = False  # -I: time every iteration (min/max/p99/cv% per row, like nccl-tests -I)
@@ -356,7 +356,7 @@ def per_rank_summary(rows: list[dict], n: int) -> dict:
 
 def run_bench(cfg: WorldConfig, opts: BenchOptions, on_event=None, baseline: dict | None = None,
               tolerance_pct: float = 10.0) -> dict | None:
-    """Run the sweep (and --links); `baseline` (bench_baseline.load_baseline): compare and fail the sizes below it."""
+    """Run the sweep (and --links); `baseline` (baseline.load_baseline): compare and fail the sizes below it."""
     opts.validate()
     n = resolve_nproc(cfg)
     if n is not None and n < 2:

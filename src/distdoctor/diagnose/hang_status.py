@@ -1,6 +1,6 @@
 """Was the job hung when the ranks dumped, and how sure is the recorder? The `hang` object of `diagnose`.
 
-The recorder's watchdog (trace/hangwatch.py) writes the hang episode a dump belongs to into the dump's header:
+The recorder's watchdog (recorder/hangwatch.py) writes the hang episode a dump belongs to into the dump's header:
 `suspected` (a call in flight past the adaptive threshold max(floor, factor x the longest recent collective
 wait)), `confirmed` (no progress for the hang timeout) or `resumed` (progress came back; the dump keeps the
 picture from the moment the hang was suspected), with the threshold and how it was derived, and this rank's own

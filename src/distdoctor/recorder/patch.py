@@ -2,7 +2,7 @@
 
 `patch()` replaces the public collective and p2p functions of `torch.distributed.distributed_c10d` (and the
 same names re-exported by `torch.distributed`) with thin wrappers that record into `current`, the Recorder
-that `recorder.enable()` installs (see recorder.py for what a record holds). Async calls return a
+that `recorder.enable()` installs (see ring.py for what a record holds). Async calls return a
 `TracedWork`, a `Work` subclass delegating to the real one, whose wait()/is_completed() complete the record.
 A thread-local guard keeps nested calls (all_gather_object -> all_gather, batch_isend_irecv -> isend) from
 being recorded twice: the outermost call wins, except for the object collectives, which are not wrapped, so

@@ -1,7 +1,7 @@
 """What `distdoctor run` does while the job runs, and what it says when it ends.
 
 While the job runs (`JobWatch.poll`, every POLL_S): it reads the header line of each rank's dump when the file
-changed. When a rank's watchdog dumped for a suspected or confirmed hang (trace/hangwatch.py), it writes the
+changed. When a rank's watchdog dumped for a suspected or confirmed hang (recorder/hangwatch.py), it writes the
 episode to `.request.json` in the dump directory and sends SIGUSR1 to every registered rank on this host that
 has not dumped for it yet — the rank stuck outside any collective, whose stack is the answer, included; ranks
 blocked inside a collective dump from their watchdog thread. Once every registered, live rank dumped (or after

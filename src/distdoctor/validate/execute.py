@@ -1,6 +1,6 @@
 """The rank-side half of validate: the call plan, size parsing, mesh groups and the loop that runs the calls.
 
-Kept apart from `validate.py` (CLI, summary) so `check` and tests can reuse the loop, and so the plan is one
+Kept apart from `sweep.py` (options, summary) so `check` and tests can reuse the loop, and so the plan is one
 pure function of (options, world size) that every rank and the reporter compute identically.
 """
 
