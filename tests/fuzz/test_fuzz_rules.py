@@ -6,7 +6,7 @@ Each test names the module whose docstring states its rule.
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from test_fuzz_invariant import CHECKS, _diagnose
@@ -22,3 +22,23 @@ def test_a_healthy_job_is_ok_in_every_form(job, data):
     for mix in (None, forms):
         _, _, report = _diagnose(job, mix)
         assert report.verdict == "ok", [f.detail for f in report.findings]
+
+
+@CHECKS
+@given(jobs(faults=("lone",), max_faults=1, late=False), st.data())
+def test_a_call_only_one_rank_makes_names_that_rank(job, data):
+    """waitfor.py, rank-conditional calls: a rank blocked in the first collective of a group nobody else ever
+    used, while others wait for it in a group they had used before, is missing where they wait (not an order
+    deadlock), in every form. (When the others also wait in their first call on a group, the dumps cannot tell a
+    conditional call from a swap of first uses; nor when they wait for it only in p2p: not asserted.)"""
+    assume(job.faults)
+    (rank, _), = job.faults.items()
+    forms = {r: data.draw(st.sampled_from(["native", "pickle", "json", "both"])) for r in range(job.world)}
+    for mix in (None, forms):
+        _, _, report = _diagnose(job, mix)
+        waiting = [w for w in report.waits if w.rank != rank and rank in w.waits_for]
+        if not any(not w.entry.is_p2p and report.views[w.entry.group].last_completed.get(w.rank, -1) >= 0
+                   for w in waiting):
+            return  # nobody waits for it (the others finished, or never needed it), or only in first uses
+        first = report.findings[0]
+        assert (first.kind, first.ranks) == ("missing_ranks", [rank]), [f.detail for f in report.findings]

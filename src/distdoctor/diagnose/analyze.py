@@ -28,8 +28,8 @@ from distdoctor.diagnose.progress import (describe_rank, is_gloo_fr, last_comple
                                          rank_progress, where_now)
 from distdoctor.diagnose.rankstate import rank_states
 from distdoctor.diagnose.straggler import find_stragglers
-from distdoctor.diagnose.waitfor import (Cycle, Wait, build_waits, describe_cycle, find_cycles, graph,
-                                         on_possible_cycle)
+from distdoctor.diagnose.waitfor import (Cycle, Wait, build_waits, conditional_waits, describe_cycle, find_cycles,
+                                         graph, on_possible_cycle)
 from distdoctor.trace.model import Entry, TraceSet
 
 MISMATCHES = ("type_mismatch", "size_mismatch", "dtype_mismatch", "root_mismatch")
@@ -70,8 +70,11 @@ class Report:
 def analyze(ts: TraceSet) -> Report:
     views = build_views(ts)
     waits, pending = build_waits(ts, views)
-    cyclic = on_possible_cycle(waits)
-    cycles = find_cycles(graph(cyclic) if cyclic else None)
+    cycles = _cycles(waits)
+    conditional = conditional_waits(waits, cycles, views, ts) if cycles else []
+    if conditional:  # calls only some ranks make: the others wait for those ranks, no order was swapped
+        waits = [w for w in waits if not any(w is c for c in conditional)]
+        cycles = _cycles(waits)
     crashes = crashed_ranks(ts)
     explainer = Explainer(ts, views, waits, pending, crashes)
     findings: list[Finding] = []
@@ -156,6 +159,11 @@ def analyze(ts: TraceSet) -> Report:
     missing = {"missing": True, "state": "no_trace"}  # one object for every absent rank: a corrupt rank number can
     ranks = {str(r): progress.get(r, missing) for r in sorted(set(progress).union(no_dump))}  # imply a huge world
     return Report(ts, findings, ranks, ts.world_size, waits, cycles, consequences, views)
+
+
+def _cycles(waits: list[Wait]) -> list[Cycle]:
+    cyclic = on_possible_cycle(waits)
+    return find_cycles(graph(cyclic) if cyclic else None)
 
 
 def _survivors_wait(f: Finding, d: Divergence, views: dict[str, GroupView]) -> None:

@@ -263,6 +263,12 @@ class Explainer:
             return (f"no other rank's trace shows group '{e.group}': its other members never called a collective "
                     f"on it, or left no trace (Gloo's dumps do not list group members) - a collective only some "
                     f"ranks call, such as one on a group made with new_group for metrics")
+        never = [m for m in others if m in self.ts.ranks and not view.by_rank.get(m)]
+        if never and len(never) == len(others):
+            return (f"no other member ({fmt_ranks(others)}) ever issued a collective on "
+                    f"{fmt_group(e.group, view.desc)}: a call only some ranks make (rank-conditional code, such as "
+                    f"logging on one rank through a group made with new_group), unless the others would make it "
+                    f"later (then the ranks call collectives in different orders)")
         if view is not None and completed_by_peers(rank, e, view, self.ts):
             return (f"{fmt_ranks(others)} completed it (the rank's own dump had not marked it completed yet: "
                     f"Gloo marks completion late)")
