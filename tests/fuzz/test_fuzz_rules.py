@@ -42,3 +42,20 @@ def test_a_call_only_one_rank_makes_names_that_rank(job, data):
             return  # nobody waits for it (the others finished, or never needed it), or only in first uses
         first = report.findings[0]
         assert (first.kind, first.ranks) == ("missing_ranks", [rank]), [f.detail for f in report.findings]
+
+
+@CHECKS
+@given(jobs(faults=("stop", "crash", "skip", "swap", "size", "dtype", "root", "op", "lone", "no_dump"), late=False),
+       st.sampled_from(["native", "pickle"]))
+def test_every_finding_names_the_users_code(job, form):
+    """sites.py: where a dump has frames (the recorder's call sites and stacks, Flight Recorder's pickle), every
+    finding names a line of the user's code; a metadata mismatch names the line of the call the ranks disagree
+    on."""
+    _, _, report = _diagnose(job, {r: form for r in range(job.world)})
+    for f in report.findings:
+        assert any(f"{name}:" in f.detail for name in ("train.py", "data.py", "model.py")), f.detail
+    if len(job.faults) == 1 and report.findings:
+        (rank, (fault, at)), = job.faults.items()
+        first = report.findings[0]
+        if fault in ("size", "dtype", "op") and first.kind.endswith("_mismatch") and first.ranks == [rank]:
+            assert f"train.py:{100 + at}" in first.detail, first.detail

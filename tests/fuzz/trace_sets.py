@@ -276,9 +276,9 @@ def _sizes(op: str, size: int, n: int, is_root: bool = False) -> tuple[list, lis
     return [[size]], [[size]]
 
 
-def fr_dump(trace: RankTrace, groups: dict[str, list[int]]) -> dict:
+def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False) -> dict:
     """The NCCL-style Flight Recorder dump of the same calls: `nccl:` names, C++ dtype names, no roots, members
-    in pg_config, group-local p2p peers in the profiling name."""
+    in pg_config, group-local p2p peers in the profiling name; each call's stack with `frames` (the pickle)."""
     entries = []
     p2p_seq: dict[str, int] = {}
     for i, e in enumerate(trace.entries):
@@ -297,7 +297,10 @@ def fr_dump(trace: RankTrace, groups: dict[str, list[int]]) -> dict:
             "input_dtypes": [FR_DTYPE.get(d, d) for d in e.in_dtypes],
             "output_dtypes": [FR_DTYPE.get(d, d) for d in e.out_dtypes],
             "state": "completed" if e.state == "completed" else "started", "retired": e.state == "completed",
-            "time_discovered_started_ns": 0, "time_discovered_completed_ns": 0, "thread_name": "pt_main"})
+            "time_discovered_started_ns": 0, "time_discovered_completed_ns": 0, "thread_name": "pt_main",
+            # the Python stack of the call, innermost first (the JSON form has none)
+            **({"frames": [{"name": f.name, "filename": f.filename, "line": f.line} for f in reversed(e.frames)]}
+               if frames else {})})
     pg_config = {g: {"name": g, "desc": "default_pg" if g == "0" else "undefined", "ranks": json.dumps(m)}
                  for g, m in groups.items() if trace.rank in m}
     return {"version": "2.10", "rank": trace.rank, "pg_config": pg_config, "pg_status": {}, "entries": entries}
@@ -315,7 +318,7 @@ def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, s
                 f.write(dumps(t))
         if form in ("pickle", "both"):
             with open(os.path.join(directory, f"rank_{r}.fr.pkl"), "wb") as f:
-                pickle.dump(fr_dump(t, groups), f)
+                pickle.dump(fr_dump(t, groups, frames=True), f)
         if form == "json":
             with open(os.path.join(directory, f"fr_rank_{r}.json"), "w") as f:
                 json.dump(fr_dump(t, groups), f)

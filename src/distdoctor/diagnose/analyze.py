@@ -13,6 +13,7 @@ Order of reasoning:
 4. stragglers, only when nothing hangs.
 5. the guarantee (explain.py): every rank blocked at dump time and every crashed rank is named in a finding or
    is a consequence pointing at the finding that explains it; what nothing explains gets a finding there.
+6. where in the user's code (sites.py): every finding names the call sites of the calls it is about.
 Findings sort by kind priority (findings.PRIORITY), then by when their evidence happened."""
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from distdoctor.diagnose.match import Divergence, GroupView, build_views, callsi
 from distdoctor.diagnose.progress import (describe_rank, is_gloo_fr, last_completed, probably_inside,
                                          rank_progress, where_now)
 from distdoctor.diagnose.rankstate import rank_states
+from distdoctor.diagnose.sites import annotate
 from distdoctor.diagnose.straggler import find_stragglers
 from distdoctor.diagnose.waitfor import (Cycle, Wait, build_waits, conditional_waits, describe_cycle, find_cycles,
                                          graph, on_possible_cycle)
@@ -152,6 +154,7 @@ def analyze(ts: TraceSet) -> Report:
     findings = _one_finding_per_absent_rank(sort_findings(findings), consequences)
     findings, explained_by = explainer.explain_all(findings)
     consequences = consequences_of(explainer, findings, explained_by, consequences)
+    annotate(findings, ts, views, pending)
     progress = {r: rank_progress(t, pending.get(r, [])) for r, t in ts.ranks.items()}
     states = rank_states(ts, explainer, findings, explained_by, on_cycle)
     for r, p in progress.items():
