@@ -197,13 +197,15 @@ def test_ddp_gradient_all_reduces_come_from_the_flight_recorder_dump(scenario_du
 def test_a_crashed_rank_is_described_as_crashed(scenario_dumps, run_cli):
     _, report = _report(scenario_dumps, "crash", "native")
     f = report.findings[0]
-    assert "rank 2 crashed: ValueError: shape [8] does not match [4] in layer 3" in f.detail
+    # the recorder's exception header: exit code, type, message
+    assert "rank 2 crashed (exit code 1): ValueError: shape [8] does not match [4] in layer 3" in f.detail
     assert "raised at forward (" in f.detail and "jobs.py:" in f.detail
     assert "ranks 0, 1, 3 wait for it in all_reduce #2" in f.detail
     assert report.ranks["2"]["state"] == "crashed" and report.ranks["2"]["crash"]["type"] == "ValueError"
+    assert report.ranks["2"]["crash"]["exit_code"] == 1 and report.ranks["2"]["crash"]["thread"] == "MainThread"
     text = run_cli("diagnose", str(scenario_dumps["dir"] / "crash" / "native")).stdout
     line = next(x for x in text.split("where each rank is:")[1].splitlines() if x.startswith("  rank 2:"))
-    assert "crashed: ValueError" in line and "in no collective" not in line and "now at" not in line
+    assert "crashed (exit code 1): ValueError" in line and "in no collective" not in line and "now at" not in line
 
 
 def test_late_completion_is_not_a_rank_still_in_the_collective(scenario_dumps):

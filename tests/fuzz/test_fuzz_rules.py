@@ -6,11 +6,16 @@ Each test names the module whose docstring states its rule.
 
 from __future__ import annotations
 
+import tempfile
+
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from distdoctor.diagnose import analyze
+from distdoctor.trace.loaders import load_traces
+
 from test_fuzz_invariant import CHECKS, _diagnose
-from trace_sets import jobs
+from trace_sets import ground_truth, jobs, run, traces, write
 
 
 @CHECKS
@@ -59,3 +64,44 @@ def test_every_finding_names_the_users_code(job, form):
         first = report.findings[0]
         if fault in ("size", "dtype", "op") and first.kind.endswith("_mismatch") and first.ranks == [rank]:
             assert f"train.py:{100 + at}" in first.detail, first.detail
+
+
+def _hidden_blocked_calls(job):
+    """The job's recorder traces, as if every collective a rank is blocked in had been issued from C++ (DDP's
+    buckets): the trace ends before it, and only the hang header's `blocked_in` tells (no Flight Recorder dump
+    given). Returns (report, ranks whose call was hidden, ground truth)."""
+    ran = run(job)
+    ts_in = traces(job, ran)
+    assume(ts_in)
+    hidden = set()
+    for r, t in ts_in.items():
+        last = t.entries[-1] if t.entries else None
+        if last is None or last.is_p2p or last.state == "completed":
+            continue
+        t.entries = t.entries[:-1]
+        t.hang = {"status": "suspected", "this_rank": {"blocked_in": {
+            "group": last.group, "seq": last.seq, "op": f"gloo:{last.op}", "source": "flight_recorder",
+            "since": last.t_created}, "blocked_for_s": 12.0}}
+        hidden.add(r)
+    with tempfile.TemporaryDirectory() as d:
+        write(d, job, ts_in, {})
+        ts = load_traces([d])
+    return analyze(ts), hidden, ground_truth(job, ran)
+
+
+@CHECKS
+@given(jobs(faults=("stop", "crash", "skip", "swap", "lone", "no_dump"), late=False))
+def test_a_hang_only_the_watchdog_saw_is_never_ok(job):
+    """hang_status.py: ranks whose headers say they were blocked in a call their traces cannot hold (issued from
+    C++) are blocked all the same: never `ok`, each accounted for; with one rank stopped, it is the culprit."""
+    report, hidden, (blocked, crashed) = _hidden_blocked_calls(job)
+    doc = report.to_json()
+    if hidden:
+        assert doc["verdict"] == "problem"
+    explained = {r for f in doc["findings"] for r in f["ranks"]} | {r for c in doc["consequences"] for r in c["ranks"]}
+    assert hidden <= explained, (hidden, doc["findings"], doc["consequences"])
+    if len(job.faults) == 1 and hidden:
+        (rank, (fault, _)), = job.faults.items()
+        if fault == "stop" and rank not in blocked and rank not in hidden:
+            first = report.findings[0]
+            assert (first.kind, first.ranks) == ("missing_ranks", [rank]), [f.detail for f in report.findings]

@@ -72,13 +72,14 @@ class Report:
 def analyze(ts: TraceSet) -> Report:
     views = build_views(ts)
     waits, pending = build_waits(ts, views)
+    waits += hang_status.header_waits(ts, views, pending)  # calls only the recorder's watchdog saw
     cycles = _cycles(waits)
     conditional = conditional_waits(waits, cycles, views, ts) if cycles else []
     if conditional:  # calls only some ranks make: the others wait for those ranks, no order was swapped
         waits = [w for w in waits if not any(w is c for c in conditional)]
         cycles = _cycles(waits)
     crashes = crashed_ranks(ts)
-    explainer = Explainer(ts, views, waits, pending, crashes)
+    explainer = Explainer(ts, views, waits, pending, crashes, {w.rank for w in conditional})
     findings: list[Finding] = []
     consequences: list[dict] = []
 

@@ -14,7 +14,8 @@ What each finding names (`annotate`, the last step of the analysis):
 - type/size/dtype/root_mismatch, state_mismatch: where the culprits (the stuck ranks) called it, and the others;
 - order_deadlock, p2p_deadlock, stuck_collective: where each rank named is blocked;
 - crashed: where the others wait for it (where it raised is crash.py's);
-- missing_dump: where the ranks blocked on the lost ones wait, else where the survivors got to;
+- missing_dump: where the ranks blocked on the lost ones wait, else where the survivors got to (the last
+  collective on the default group, else each survivor's stack or last call);
 - straggler: where the late rank was last on time and where it was first late (straggler.py): the time is
   lost between the two (a DDP gradient bucket issued from C++ has no call site; the other may).
 Each finding gets `evidence["sites"]` ([{"ranks", "what", "site"}]) and one sentence at the end of its detail,
@@ -155,8 +156,13 @@ class Sites:
         elif f.kind == "missing_dump":
             if ev.get("blocked"):
                 add(self.blocked(ev["blocked"]), "waiting for it in a call from")
-            else:
+            elif f.seq is not None:
                 add(self.at([r for r in self.ts.ranks], f.group, f.seq), f"got as far as {call}, called from")
+            else:  # no collective on the default group: where each survivor is
+                for r in sorted(self.ts.ranks)[:MAX_RANKS]:
+                    got = self.now(r)
+                    if got:
+                        out.append(([r], got[0], got[1]))
         elif f.kind == "straggler":
             out.extend(self._straggler(f))
         return out

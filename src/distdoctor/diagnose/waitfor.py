@@ -179,11 +179,12 @@ def on_possible_cycle(waits: list[Wait]) -> list[Wait]:
 
 
 def first_use(w: Wait, views: dict[str, GroupView], ts: TraceSet) -> bool:
-    """A collective wait in the rank's first call on its group (it completed none there) for members that hold
-    no entry at all on that group, though they left a trace."""
+    """A collective wait in the rank's first call on its group (it completed none there, and the call is not the
+    group's #n > 1: those before it were made) for members that hold no entry at all on that group, though they
+    left a trace."""
     e = w.entry
     view = views.get(e.group)
-    if e.is_p2p or view is None or view.last_completed.get(w.rank, -1) >= 0:
+    if e.is_p2p or view is None or view.last_completed.get(w.rank, -1) >= 0 or (e.seq or 0) > 1:
         return False
     return all(q in ts.ranks and not view.by_rank.get(q) for q in w.waits_for)
 
