@@ -51,11 +51,7 @@ DEFAULT_SUSPECT_FLOOR = 10.0  # a hang is suspected after max(floor, factor x th
 DEFAULT_SUSPECT_FACTOR = 3.0
 WAITS_KEPT = 256  # completed collectives whose wait times set the adaptive threshold
 DEFAULT_DUMP_DIR = "distdoctor-dumps"
-CALLER_FRAMES = 4  # the caller's frames kept per call, outside torch (see Recorder.begin)
-LIBRARY_FRAMES = 2  # and the innermost frames inside torch
-FRAMES_WALKED = 64
-LIBRARY_MARKS = ("/torch/", "/contextlib.py", "/functools.py", "typing_extensions.py")
-_LIBRARY_CODE: dict = {}  # code object -> whether it is torch's (or wrapping plumbing): looked up once each
+CALLER_FRAMES = 4  # the caller's frames kept per call, outside torch (patch.caller_frames)
 _REDUCING = ("all_reduce", "reduce", "reduce_scatter")
 _THIS_DIR = os.path.dirname(os.path.abspath(__file__))
 _SHAPE = operator.attrgetter("shape")
@@ -217,30 +213,7 @@ class Recorder:
         else:
             r.state, r.t_started = "started", now
         r.thread = threading.get_ident()
-        # (code, instruction offset) pairs; the line number is looked up at dump time (f_lineno costs more).
-        # The caller's innermost `frames` frames outside torch (a library such as FSDP or pipelining calls in
-        # from deep inside torch: its frames alone would never name the user's line), plus the innermost
-        # LIBRARY_FRAMES of torch's own (which API called in); at most FRAMES_WALKED frames are looked at.
-        frames = []
-        left = self.config.frames
-        library_left = LIBRARY_FRAMES
-        walked = 0
-        f = sys._getframe(2) if left else None
-        while f is not None and left and walked < FRAMES_WALKED:
-            code = f.f_code
-            if code.co_filename not in patch.SKIP_FILES:
-                library = _LIBRARY_CODE.get(code)
-                if library is None:
-                    library = _LIBRARY_CODE[code] = any(m in code.co_filename for m in LIBRARY_MARKS)
-                if not library:
-                    frames.append((code, f.f_lasti))
-                    left -= 1
-                elif library_left:
-                    frames.append((code, f.f_lasti))
-                    library_left -= 1
-            f = f.f_back
-            walked += 1
-        r.frames = frames
+        r.frames = patch.caller_frames(sys._getframe(2), self.config.frames) if self.config.frames else []
         self.buffer.append(r)
         self.pending.add(r)
         self.last_progress = now
