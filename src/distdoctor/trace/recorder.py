@@ -51,7 +51,7 @@ DEFAULT_SUSPECT_FLOOR = 10.0  # a hang is suspected after max(floor, factor x th
 DEFAULT_SUSPECT_FACTOR = 3.0
 WAITS_KEPT = 256  # completed collectives whose wait times set the adaptive threshold
 DEFAULT_DUMP_DIR = "distdoctor-dumps"
-CALLER_FRAMES = 4
+CALLER_FRAMES = 4  # the caller's frames kept per call, outside torch (patch.caller_frames)
 _REDUCING = ("all_reduce", "reduce", "reduce_scatter")
 _THIS_DIR = os.path.dirname(os.path.abspath(__file__))
 _SHAPE = operator.attrgetter("shape")
@@ -213,17 +213,7 @@ class Recorder:
         else:
             r.state, r.t_started = "started", now
         r.thread = threading.get_ident()
-        # (code, instruction offset) pairs; the line number is looked up at dump time (f_lineno costs more).
-        frames = []
-        left = self.config.frames
-        f = sys._getframe(2) if left else None
-        while f is not None and left:
-            code = f.f_code
-            if code.co_filename not in patch.SKIP_FILES:
-                frames.append((code, f.f_lasti))
-                left -= 1
-            f = f.f_back
-        r.frames = frames
+        r.frames = patch.caller_frames(sys._getframe(2), self.config.frames) if self.config.frames else []
         self.buffer.append(r)
         self.pending.add(r)
         self.last_progress = now
