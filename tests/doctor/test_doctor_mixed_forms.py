@@ -73,7 +73,7 @@ def test_the_same_first_finding_whatever_forms_the_ranks_left(scenario_dumps, na
         if allowed[0] == allowed[1]:
             continue
         # the fault is one only the recorder sees: the recorder's answer whenever the ranks it needs have it
-        needs = {"crash": [2], "bcast_obj": [0, 1, 2, 3], "lone": [0, 1, 2, 3], "pipeline": [0, 1],
+        needs = {"crash": [2], "bcast_obj": [0, 1, 2, 3], "pipeline": [0, 1],
                  "p2p": [0, 1]}[name]
         if all(mix[r] in ("recorder", "merged") for r in needs):
             assert got == allowed[1], (mix, got)

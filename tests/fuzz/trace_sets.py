@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace, dumps
 
-OPS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")
+OPS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "scatter")
+ROOTED = ("broadcast", "scatter")
 DTYPES = ("float32", "bfloat16", "int64")
 FR_DTYPE = {"float32": "Float", "bfloat16": "BFloat16", "int64": "Long"}
 FAULTS = ("none", "stop", "crash", "skip", "swap", "size", "dtype", "root", "op", "lone", "no_dump")
@@ -77,7 +78,7 @@ def jobs(draw, max_world: int = 8, faults=FAULTS, max_faults: int = 3, late: boo
             continue
         op = draw(st.sampled_from(OPS))
         steps.append(Step(g, op, draw(st.sampled_from([4, 8, 16])), draw(st.sampled_from(DTYPES)),
-                          draw(st.sampled_from(members)) if op in ("broadcast",) else None))
+                          draw(st.sampled_from(members)) if op in ROOTED else None))
     n_faults = draw(st.integers(0, min(max_faults, world)))
     chosen = draw(st.lists(st.integers(0, world - 1), min_size=n_faults, max_size=n_faults, unique=True))
     fault_map = {r: (draw(st.sampled_from(faults)), draw(st.integers(0, len(steps) - 1))) for r in chosen}
@@ -243,10 +244,10 @@ def traces(job: Job, ran: dict) -> dict[int, RankTrace]:
                 continue
             seqs[c.group] = seqs.get(c.group, 0) + 1
             n = len(groups[c.group])
-            ins, outs = _sizes(c.op, c.size, n)
+            ins, outs = _sizes(c.op, c.size, n, c.root == r)
             entries.append(Entry(index=i, group=c.group, op=c.op, seq=seqs[c.group], raw_op=c.op, in_sizes=ins,
-                                 out_sizes=outs, in_dtypes=[c.dtype] if ins else [],
-                                 out_dtypes=[c.dtype] if outs else [], root=c.root, state=state, t_created=t,
+                                 out_sizes=outs, in_dtypes=[c.dtype] * len(ins),
+                                 out_dtypes=[c.dtype] * len(outs), root=c.root, state=state, t_created=t,
                                  stream="MainThread", frames=frames))
         now = [Frame("<module>", USER, 1), Frame("load_batch", "data.py", 7)] if end == "stop" and reached else \
             [Frame("<module>", USER, 1), Frame("step", USER, calls[issued - 1].line if issued else 1)]
@@ -263,9 +264,11 @@ def traces(job: Job, ran: dict) -> dict[int, RankTrace]:
     return out
 
 
-def _sizes(op: str, size: int, n: int) -> tuple[list, list]:
+def _sizes(op: str, size: int, n: int, is_root: bool = False) -> tuple[list, list]:
     if op == "barrier":
         return [], []
+    if op == "scatter":  # the root passes one tensor per member (scatter_list), the others none
+        return [[size]] * n if is_root else [], [[size]]
     if op == "all_gather":
         return [[size]], [[size * n]]
     if op == "reduce_scatter":
@@ -273,9 +276,9 @@ def _sizes(op: str, size: int, n: int) -> tuple[list, list]:
     return [[size]], [[size]]
 
 
-def fr_dump(trace: RankTrace, groups: dict[str, list[int]]) -> dict:
+def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False) -> dict:
     """The NCCL-style Flight Recorder dump of the same calls: `nccl:` names, C++ dtype names, no roots, members
-    in pg_config, group-local p2p peers in the profiling name."""
+    in pg_config, group-local p2p peers in the profiling name; each call's stack with `frames` (the pickle)."""
     entries = []
     p2p_seq: dict[str, int] = {}
     for i, e in enumerate(trace.entries):
@@ -294,7 +297,10 @@ def fr_dump(trace: RankTrace, groups: dict[str, list[int]]) -> dict:
             "input_dtypes": [FR_DTYPE.get(d, d) for d in e.in_dtypes],
             "output_dtypes": [FR_DTYPE.get(d, d) for d in e.out_dtypes],
             "state": "completed" if e.state == "completed" else "started", "retired": e.state == "completed",
-            "time_discovered_started_ns": 0, "time_discovered_completed_ns": 0, "thread_name": "pt_main"})
+            "time_discovered_started_ns": 0, "time_discovered_completed_ns": 0, "thread_name": "pt_main",
+            # the Python stack of the call, innermost first (the JSON form has none)
+            **({"frames": [{"name": f.name, "filename": f.filename, "line": f.line} for f in reversed(e.frames)]}
+               if frames else {})})
     pg_config = {g: {"name": g, "desc": "default_pg" if g == "0" else "undefined", "ranks": json.dumps(m)}
                  for g, m in groups.items() if trace.rank in m}
     return {"version": "2.10", "rank": trace.rank, "pg_config": pg_config, "pg_status": {}, "entries": entries}
@@ -312,7 +318,7 @@ def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, s
                 f.write(dumps(t))
         if form in ("pickle", "both"):
             with open(os.path.join(directory, f"rank_{r}.fr.pkl"), "wb") as f:
-                pickle.dump(fr_dump(t, groups), f)
+                pickle.dump(fr_dump(t, groups, frames=True), f)
         if form == "json":
             with open(os.path.join(directory, f"fr_rank_{r}.json"), "w") as f:
                 json.dump(fr_dump(t, groups), f)

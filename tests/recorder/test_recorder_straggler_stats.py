@@ -74,3 +74,13 @@ def test_median_of_others():
         a = rng.random((30, n))
         ref = np.array([[np.median(np.delete(row, i)) for i in range(n)] for row in a])
         assert np.allclose(_median_of_others(a), ref)
+
+
+def test_where_the_time_is_lost_is_bracketed_at_every_seed():
+    """The last collective the late rank is on time at (the previous step's metrics all_reduce) and the first it
+    is late at (this step's gradient all_reduce) bracket its slow phase, whatever the jitter."""
+    for seed in range(20):
+        f = find_stragglers(build_views(timeline(seed)))[0]
+        on_time, late_from = f.evidence["on_time_at"]["seq"], f.evidence["late_from"]["seq"]
+        assert late_from % 2 == 1 and on_time == late_from - 1, (seed, on_time, late_from)
+        assert f"on time at all_reduce #{on_time} and late from all_reduce #{late_from}" in f.detail

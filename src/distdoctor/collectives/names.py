@@ -67,3 +67,10 @@ def same_collective(op_a: str, raw_a: str | None, op_b: str, raw_b: str | None) 
     if op_a == op_b:
         return True
     return as_recorded(op_b, backend_of(raw_a)) == op_a or as_recorded(op_a, backend_of(raw_b)) == op_b
+
+
+def dtype_signature(in_dtypes: list[str], out_dtypes: list[str]) -> str:
+    """What the members of a collective must agree on about dtypes: the distinct dtypes of a call's inputs (its
+    outputs when it passes none), in order. A list of n tensors of one dtype is that dtype: a scatter's root
+    passes n inputs where the others pass none (they only receive), a gather's root n outputs."""
+    return "/".join(dict.fromkeys(in_dtypes or out_dtypes))

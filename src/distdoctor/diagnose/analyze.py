@@ -15,6 +15,7 @@ Order of reasoning:
    the others.
 6. the guarantee (explain.py): every rank blocked at dump time and every crashed rank is named in a finding or
    is a consequence pointing at the finding that explains it; what nothing explains gets a finding there.
+7. where in the user's code (sites.py): every finding names the call sites of the calls it is about.
 Findings sort by kind priority (findings.PRIORITY), then by when their evidence happened."""
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ from distdoctor.diagnose.match import Divergence, GroupView, build_views, callsi
 from distdoctor.diagnose.progress import (describe_rank, is_gloo_fr, last_completed, probably_inside,
                                          rank_progress, where_now)
 from distdoctor.diagnose.rankstate import rank_states
+from distdoctor.diagnose.sites import annotate
 from distdoctor.diagnose.straggler import find_stragglers
 from distdoctor.diagnose.threads import thread_findings
-from distdoctor.diagnose.waitfor import (Cycle, Wait, build_waits, describe_cycle, find_cycles, graph,
-                                         on_possible_cycle)
+from distdoctor.diagnose.waitfor import (Cycle, Wait, build_waits, conditional_waits, describe_cycle, find_cycles,
+                                         graph, on_possible_cycle)
 from distdoctor.trace.model import Entry, TraceSet
 
 MISMATCHES = ("type_mismatch", "size_mismatch", "dtype_mismatch", "root_mismatch")
@@ -73,10 +75,14 @@ class Report:
 def analyze(ts: TraceSet) -> Report:
     views = build_views(ts)
     waits, pending = build_waits(ts, views)
-    cyclic = on_possible_cycle(waits)
-    cycles = find_cycles(graph(cyclic) if cyclic else None)
+    waits += hang_status.header_waits(ts, views, pending)  # calls only the recorder's watchdog saw
+    cycles = _cycles(waits)
+    conditional = conditional_waits(waits, cycles, views, ts) if cycles else []
+    if conditional:  # calls only some ranks make: the others wait for those ranks, no order was swapped
+        waits = [w for w in waits if not any(w is c for c in conditional)]
+        cycles = _cycles(waits)
     crashes = crashed_ranks(ts)
-    explainer = Explainer(ts, views, waits, pending, crashes)
+    explainer = Explainer(ts, views, waits, pending, crashes, {w.rank for w in conditional})
     findings: list[Finding] = []
     consequences: list[dict] = []
 
@@ -154,6 +160,7 @@ def analyze(ts: TraceSet) -> Report:
     findings += stuck  # after the collective findings, in their own order (strongest first)
     findings, explained_by = explainer.explain_all(findings)
     consequences = consequences_of(explainer, findings, explained_by, consequences)
+    annotate(findings, ts, views, pending)
     progress = {r: rank_progress(t, pending.get(r, [])) for r, t in ts.ranks.items()}
     states = rank_states(ts, explainer, findings, explained_by, on_cycle)
     for r, p in progress.items():
@@ -163,6 +170,11 @@ def analyze(ts: TraceSet) -> Report:
     for r, extra in thread_ranks.items():  # per-rank logs: "threads" and "log"
         ranks[str(r)].update(extra)
     return Report(ts, findings, ranks, ts.world_size, waits, cycles, consequences, views)
+
+
+def _cycles(waits: list[Wait]) -> list[Cycle]:
+    cyclic = on_possible_cycle(waits)
+    return find_cycles(graph(cyclic) if cyclic else None)
 
 
 def _survivors_wait(f: Finding, d: Divergence, views: dict[str, GroupView]) -> None:

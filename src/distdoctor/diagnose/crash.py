@@ -1,5 +1,6 @@
-"""Ranks that died of an exception, from the recorder's dump (`dump_reason` "exception: Type: message", and the
-traceback dumped as the stack 'exception in <thread>').
+"""Ranks that died of an exception, from the recorder's dump: its `exception` header (type, message, thread,
+where, exit code; an exception that ended only a side thread is no crash: the process went on), else its
+`dump_reason` "exception: Type: message", and the traceback dumped as the stack 'exception in <thread>'.
 
 A crash that happened while the rank waited for others inside a collective or p2p (the call raised: a peer
 closed the connection, the collective timed out), or whose exception is a communication failure at all, is
@@ -20,7 +21,7 @@ def crashed_ranks(ts: TraceSet) -> dict[int, dict]:
     """rank -> crash_of(trace), for every rank whose dump says it died of an exception."""
     out = {}
     for rank, trace in ts.ranks.items():
-        if trace.dump_reason and trace.dump_reason.startswith("exception"):  # cheap test before crash_of
+        if trace.exception or (trace.dump_reason and trace.dump_reason.startswith("exception")):  # cheap test
             crash = crash_of(trace)
             if crash:
                 out[rank] = crash

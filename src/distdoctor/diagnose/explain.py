@@ -5,8 +5,9 @@ waitfor.py) and each rank that died of an exception must be accounted for: named
 consequence of a finding - it waits, directly or through other waiting ranks, for a rank that a finding names
 (the finding first in the report wins: root cause first). Ranks nothing accounts for get a finding here,
 "suspected, because ...", from what the wait-for graph shows about them, never silence:
-- a wait chain that ends at ranks in no collective that no finding names: missing_ranks (they never issued the
-  call the chain's last rank waits in);
+- a wait chain that ends at ranks in no collective, or blocked in a call only they make (waitfor.py's
+  rank-conditional calls), that no finding names: missing_ranks (they never issued the call the chain's last
+  rank waits in);
 - a chain that ends at a rank without a trace: missing_dump;
 - ranks blocked in a call nothing visible holds up (every other member issued it, or no other member is known):
   stuck_collective;
@@ -48,8 +49,9 @@ def _seq(e: Entry):
 
 class Explainer:
     def __init__(self, ts: TraceSet, views: dict[str, GroupView], waits: list[Wait],
-                 pending: dict[int, list[Entry]], crashes: dict[int, dict]) -> None:
+                 pending: dict[int, list[Entry]], crashes: dict[int, dict], alone: set[int] | None = None) -> None:
         self.ts, self.views, self.pending, self.crashes = ts, views, pending, crashes
+        self.alone = alone or set()  # ranks blocked in a call only they make (waitfor.conditional_waits)
         self.waits_of: dict[int, list[Wait]] = {}
         for w in waits:
             self.waits_of.setdefault(w.rank, []).append(w)
@@ -151,14 +153,15 @@ class Explainer:
             if r in crashed:
                 continue
             if not self.waits_of.get(r):
-                e = self.pending[r][0]
-                stuck.setdefault((e.group, _seq(e), e.op, e.is_p2p), []).append(r)
+                if r not in self.alone or not any(r in w.waits_for for q in left for w in self.waits_of.get(q, [])):
+                    e = self.pending[r][0]  # (a rank alone in its call that others wait for is missing there)
+                    stuck.setdefault((e.group, _seq(e), e.op, e.is_p2p), []).append(r)
                 continue
             for w, sinks in self._sinks(r):
                 for q in sinks:
                     if q not in self.ts.ranks:
                         lost.add(q)
-                    elif not self.pending.get(q) and q not in named:
+                    elif (not self.pending.get(q) or q in self.alone) and q not in named:
                         got = idle_at.setdefault((w.entry.group, _seq(w.entry), w.entry.op), {
                             "waiters": set(), "idle": set(), "entry": w.entry})
                         got["waiters"].add(w.rank)
@@ -172,9 +175,8 @@ class Explainer:
             out.append(Finding(
                 "missing_ranks", idle, group=group, seq=seq, op=op, t=e.t_created,
                 detail=(f"Suspected, because {fmt_ranks(got['waiters'])} wait in {op} #{seq} on "
-                        f"{fmt_group(group, self._desc(group))} for {fmt_ranks(idle)}, which "
-                        f"{'is' if len(idle) == 1 else 'are'} in no collective and never joined it. "
-                        + "; ".join(describe_rank(q, self.ts.ranks.get(q), []) for q in idle[:8]) + "."),
+                        f"{fmt_group(group, self._desc(group))} for {fmt_ranks(idle)}, which never joined it. "
+                        + "; ".join(self._describe(q) for q in idle[:8]) + "."),
                 evidence={"waiting": sorted(got["waiters"]), "found_by": "wait-for graph"}))
         in_flight = []  # calls every member issued: one finding for all of them (a big job has one per group)
         for (group, seq, op, is_p2p), ranks in sorted(stuck.items(), key=lambda kv: str(kv[0])):
@@ -187,10 +189,16 @@ class Explainer:
             out.append(self._in_flight(in_flight))
         return out
 
+    def _describe(self, q: int) -> str:
+        pend = self.pending.get(q) or []
+        note = self.alone_reason(q, pend[0]) if pend else ""
+        return describe_rank(q, self.ts.ranks.get(q), pend, note)
+
     def _all_issued(self, rank: int, e: Entry) -> bool:
         view = self.views.get(e.group)
         others = [m for m in view.members if m != rank] if view is not None else []
-        return bool(others) and not completed_by_peers(rank, e, view, self.ts)
+        return bool(others) and not completed_by_peers(rank, e, view, self.ts) and \
+            all(e.seq in view.by_rank.get(m, {}) for m in others if m in self.ts.ranks)
 
     def _in_flight(self, calls: list[tuple]) -> Finding:
         """Ranks in collectives every member issued, which none completed: one finding, each call in evidence."""
@@ -266,6 +274,12 @@ class Explainer:
             return (f"no other rank's trace shows group '{e.group}': its other members never called a collective "
                     f"on it, or left no trace (Gloo's dumps do not list group members) - a collective only some "
                     f"ranks call, such as one on a group made with new_group for metrics")
+        never = [m for m in others if m in self.ts.ranks and not view.by_rank.get(m)]
+        if never and len(never) == len(others):
+            return (f"no other member ({fmt_ranks(others)}) ever issued a collective on "
+                    f"{fmt_group(e.group, view.desc)}: a call only some ranks make (rank-conditional code, such as "
+                    f"logging on one rank through a group made with new_group), unless the others would make it "
+                    f"later (then the ranks call collectives in different orders)")
         if view is not None and completed_by_peers(rank, e, view, self.ts):
             return (f"{fmt_ranks(others)} completed it (the rank's own dump had not marked it completed yet: "
                     f"Gloo marks completion late)")

@@ -14,15 +14,34 @@ state: the call it was blocked in and for how long, or none. This module merges 
   trace but no dump for this hang).
 
 Traces without hang headers (Flight Recorder dumps, older recorder dumps, dumps made on request) give None.
+
+The header is also evidence for the analysis (`header_waits`): a rank whose dump says its watchdog saw it
+blocked (a suspected or confirmed hang, `this_rank.blocked_in`) in a call only Flight Recorder saw (issued
+from C++: DDP's gradient buckets), while this rank's Flight Recorder dump is not among the traces, was blocked
+in a call its trace cannot hold. It is blocked in it all the same: the analysis gets a pending entry for it
+(`raw_op` "watchdog:<op>") and, for a collective, a wait for every member of the group that did not reach it
+(members whose own header shows them in that call, or whose Flight Recorder dump holds it, reached it). So the
+verdict is never `ok` beside a hang the recorder saw, and the members that never came are where the wait-for
+graph ends (explain.py names them). Where the trace can hold the call (the recorder's own calls, a rank whose
+Flight Recorder dump was given), the trace's state is the evidence, header or not.
 """
 
 from __future__ import annotations
 
 import time
 
+from typing import TYPE_CHECKING
+
+from distdoctor.collectives import canonical_op
 from distdoctor.diagnose.findings import fmt_ranks
 from distdoctor.diagnose.progress import where_now
-from distdoctor.trace.model import TraceSet
+from distdoctor.trace.model import Entry, TraceSet
+
+if TYPE_CHECKING:
+    from distdoctor.diagnose.match import GroupView
+    from distdoctor.diagnose.waitfor import Wait
+
+WATCHDOG = "watchdog:"  # raw_op prefix of the pending entries made from hang headers
 
 ORDER = {"resumed": 0, "suspected": 1, "confirmed": 2}
 
@@ -121,3 +140,68 @@ def _call(c: dict) -> str:
     group = "the default group '0'" if c.get("group") == "0" else f"group '{c.get('group')}'"
     src = " (Flight Recorder)" if c.get("source") == "flight_recorder" else ""
     return f"{c.get('op')} #{c.get('seq')} on {group}{src}"
+
+
+def _header_call(trace) -> dict | None:
+    """The call this rank's own watchdog saw it blocked in, for a dump of a suspected or confirmed hang."""
+    hang = trace.hang if isinstance(trace.hang, dict) else None
+    if not hang or hang.get("status") not in ("suspected", "confirmed"):
+        return None
+    call = (hang.get("this_rank") or {}).get("blocked_in")
+    if not isinstance(call, dict) or call.get("group") is None or call.get("seq") is None:
+        return None
+    op = canonical_op(str(call.get("op") or ""))
+    return {**call, "group": str(call["group"]), "op": op} if op else None
+
+
+def _holds(trace, call: dict) -> Entry | None:
+    """A Flight Recorder trace's entry for a call Flight Recorder numbered (a recorder-only trace numbers Python
+    calls only: its #n is another call)."""
+    if "flight_recorder" not in trace.source:
+        return None
+    p2p = call["op"] in ("send", "recv")
+    for e in trace.entries[-256:]:
+        if e.group == call["group"] and e.op == call["op"] and (e.p2p_seq if p2p else e.seq) == call["seq"]:
+            return e
+    return None
+
+
+def header_waits(ts: TraceSet, views: dict[str, GroupView], pending: dict[int, list[Entry]]) -> list[Wait]:
+    """Pending entries (added to `pending`) and waits for ranks the hang headers show blocked in a call their
+    traces do not hold (see the module's docstring)."""
+    from distdoctor.diagnose.waitfor import Wait
+
+    blocked: dict[int, tuple[dict, Entry]] = {}
+    for r, trace in ts.ranks.items():
+        call = _header_call(trace)
+        if call is None or call.get("source") != "flight_recorder" or "flight_recorder" in trace.source or \
+                pending.get(r):
+            continue
+        e = Entry(index=-1, group=call["group"], op=call["op"], raw_op=WATCHDOG + call["op"], state="started",
+                  t_created=call.get("since"), stream="MainThread")
+        if e.is_p2p:
+            e.p2p_seq = call["seq"]
+        else:
+            e.seq = call["seq"]
+        blocked[r] = (call, e)
+        pending[r] = [e]
+    waits: list[Wait] = []
+    for r, (call, e) in blocked.items():
+        view = views.get(call["group"])
+        if e.is_p2p or view is None:
+            continue
+        key = (call["group"], call["seq"], call["op"])
+        blockers = []
+        for m in view.members:
+            if m == r:
+                continue
+            theirs = blocked.get(m)
+            if theirs is not None and (theirs[0]["group"], theirs[0]["seq"], theirs[0]["op"]) == key:
+                continue
+            trace = ts.ranks.get(m)
+            if trace is not None and _holds(trace, call) is not None:
+                continue
+            blockers.append(m)
+        if blockers:
+            waits.append(Wait(r, e, blockers))
+    return waits

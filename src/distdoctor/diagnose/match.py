@@ -6,7 +6,9 @@ Flight Recorder is a ring buffer, so a rank's window may start late: comparison 
 and root; members whose last `seq` is smaller never issued it. Sizes are compared through the collective specs:
 every member's output numel must equal `spec.out_numel(input numel, group size)` (all_gather, reduce_scatter),
 and per-member input sizes must agree where the collective requires it (all_to_all's uneven splits and
-scatter's root-only input are exempt). The first `seq` with a mismatch or an absent member ends the scan for
+scatter's root-only input are exempt). Dtypes are compared as each call's distinct dtypes
+(collectives/names.py `dtype_signature`): a scatter's root passes n tensors where the others pass none, and
+that is one dtype, not a disagreement. The first `seq` with a mismatch or an absent member ends the scan for
 that group: everything after it is a consequence. A `seq` where some members completed and others did not is a
 state divergence; it is reported only when nothing structural follows it in the group.
 
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 
 from distdoctor.collectives import get_spec
-from distdoctor.collectives.names import as_recorded, backend_of
+from distdoctor.collectives.names import as_recorded, backend_of, dtype_signature
 from distdoctor.diagnose.progress import NOT_USER_CODE
 from distdoctor.trace.model import Entry, EntryColumns, TraceSet, entry_column, numel
 from distdoctor.trace.summary import summarize
@@ -229,7 +231,7 @@ def _compare_sizes(view: GroupView, seq: int, present: dict[int, Entry], t, hold
 def _compare_meta(view: GroupView, seq: int, op: str, present: dict[int, Entry], t, holders: list[int]):
     """Dtypes and roots, which every trace records alike whatever it calls the collective."""
     out: list[Divergence] = []
-    dtypes = {r: "/".join(e.in_dtypes or e.out_dtypes) for r, e in present.items() if e.in_dtypes or e.out_dtypes}
+    dtypes = {r: dtype_signature(e.in_dtypes, e.out_dtypes) for r, e in present.items() if e.in_dtypes or e.out_dtypes}
     bad, _, classes = _minority(dtypes) if dtypes else ([], None, {})
     if bad:
         out.append(Divergence(view.name, seq, op, "dtype_mismatch", bad, holders, f"dtypes: {_who(classes)}",

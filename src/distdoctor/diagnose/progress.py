@@ -62,17 +62,36 @@ EXCEPTION_PREFIX = "exception:"  # the recorder's dump_reason of an uncaught exc
 def crash_of(trace: RankTrace | None) -> dict | None:
     """How the rank died, when its dump says it died of an exception: the exception's type and message, where it
     was raised (the innermost user frame of its traceback, which the recorder dumps as a stack named
-    'exception in <thread>'), and the call it was in when a collective or p2p raised it."""
-    reason = (trace.dump_reason or "") if trace is not None else ""
-    if not reason.startswith(EXCEPTION_PREFIX):
+    'exception in <thread>'; `where`: the innermost frame of all, torch's or not), the thread, the exit code,
+    and the call it was in when a collective or p2p raised it.
+
+    The recorder's `exception` header says it best (type, message, thread, where, exit_code); older dumps only
+    have `dump_reason` ("exception: Type: message"). An exception that ended a thread other than the main one
+    (exit_code null) did not end the process: the rank is still running, and this returns None (see
+    thread_exception)."""
+    if trace is None:
         return None
-    text = reason[len(EXCEPTION_PREFIX):].strip()
-    kind, _, message = text.partition(": ")
-    out: dict = {"type": kind, "message": message, "text": text}
+    exc = trace.exception if isinstance(trace.exception, dict) and trace.exception.get("type") else None
+    reason = trace.dump_reason or ""
+    if exc is not None:
+        if exc.get("exit_code") is None and str(exc.get("thread") or "MainThread") != "MainThread":
+            return None
+        message = " ".join(str(exc.get("message") or "").split())
+        kind = str(exc["type"])
+        out: dict = {"type": kind, "message": message, "text": f"{kind}: {message}" if message else kind,
+                     "exit_code": exc.get("exit_code"), "thread": exc.get("thread") or "MainThread"}
+        if exc.get("where"):
+            out["where"] = str(exc["where"])
+    elif reason.startswith(EXCEPTION_PREFIX):
+        text = reason[len(EXCEPTION_PREFIX):].strip()
+        kind, _, message = text.partition(": ")
+        out = {"type": kind, "message": message, "text": text}
+    else:
+        return None
     for name, frames in (trace.stacks or {}).items():
         if name.startswith("exception in ") and frames:
             out["at"] = _innermost_user(frames)
-            out["thread"] = name[len("exception in "):]
+            out.setdefault("thread", name[len("exception in "):])
             break
     # The call that raised it: the rank's last entry that recorded an error (only the recorder records them).
     for i in reversed(summarize(trace).not_done[-64:]):
@@ -83,13 +102,24 @@ def crash_of(trace: RankTrace | None) -> dict | None:
     return out
 
 
+def thread_exception(trace: RankTrace | None) -> dict | None:
+    """An exception that ended a thread other than the main one (the process went on), from the header."""
+    exc = trace.exception if trace is not None and isinstance(trace.exception, dict) else None
+    if exc and exc.get("type") and exc.get("exit_code") is None and \
+            str(exc.get("thread") or "MainThread") != "MainThread":
+        return {k: exc.get(k) for k in ("type", "message", "thread", "where")}
+    return None
+
+
 def crash_phrase(crash: dict) -> str:
-    """'crashed: ValueError: bad config, raised at forward (model.py:41)'."""
+    """'crashed (exit code 1): ValueError: bad config, raised at forward (model.py:41)'."""
     text = crash["text"] if len(crash["text"]) <= 200 else crash["text"][:197] + "..."
-    where = f", raised at {crash['at']}" if crash.get("at") else ""
+    where = f", raised at {crash['at']}" if crash.get("at") else \
+        f", raised in {crash['where']}" if crash.get("where") else ""
+    code = f" (exit code {crash['exit_code']})" if crash.get("exit_code") is not None else ""
     e = crash.get("in_call")
     inside = f" inside {e.op} #{e.seq if not e.is_p2p else e.p2p_seq} on group '{e.group}'" if e is not None else ""
-    return f"crashed: {text}{inside}{where}"
+    return f"crashed{code}: {text}{inside}{where}"
 
 
 def probably_inside(trace: RankTrace | None, e: Entry) -> bool:
@@ -147,6 +177,9 @@ def rank_progress(trace: RankTrace, pending: list[Entry]) -> dict:
     crash = crash_of(trace)
     if crash:
         out["crash"] = {k: v for k, v in crash.items() if k != "in_call"}
+    dead_thread = thread_exception(trace)
+    if dead_thread:
+        out["thread_exception"] = dead_thread
     if trace.merged:
         out["merged"] = trace.merged
     return out

@@ -18,7 +18,9 @@ Decision, per class with at least MIN_SAMPLES occurrences: rank r is late when i
   - at least Z robust standard errors above zero, the noise being 1.4826 x the median absolute deviation of
     every member's lateness from its own median in that class (a slow rank's own scatter counts too).
 A rank is a straggler if it is late in any class; it is named with its largest median lateness, in ms and as
-a share of the step. Medians and MADs ignore a few hiccups (a GC pause, a descheduled process) that move a mean.
+a share of the step, and with where it loses the time: walking back from an occurrence of that class over the
+group's collectives while it is still late (at least half its median lateness), the last collective it was on
+time at and the first it was late at bracket its slow phase (sites.py names their call sites). Medians and MADs ignore a few hiccups (a GC pause, a descheduled process) that move a mean.
 
 Assumption: the clocks of the ranks agree to well under MIN_LATE_S (one host, or NTP-synced hosts); a constant
 offset between hosts reads as lateness.
@@ -80,6 +82,19 @@ def _step_period(rows: list[int], firsts: np.ndarray) -> float | None:
     return None
 
 
+def _bracket(late: np.ndarray, rows: list[int], seqs: list[int], keys: list[tuple], threshold: float) -> dict:
+    """Where the late rank loses its time: from one occurrence of the class it is late at (the second: the
+    first may be start-up's), back over the group's collectives while it is still late; the last one it was on
+    time at and the first one it was late at bracket its slow phase."""
+    k = rows[1] if len(rows) > 1 else rows[0]
+    while k > 0 and late[k - 1] >= threshold:
+        k -= 1
+    out = {"late_from": {"seq": seqs[k], "op": keys[k][0]}}
+    if k > 0:
+        out["on_time_at"] = {"seq": seqs[k - 1], "op": keys[k - 1][0]}
+    return out
+
+
 def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
     best: dict[int, dict] = {}
     all_late: dict[int, list[float]] = defaultdict(list)
@@ -112,6 +127,7 @@ def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
                 if r not in best or m > best[r]["late_s"]:
                     best[r] = {"late_s": m, "step_s": step, "group": view.name, "op": op, "sizes": sizes,
                                "samples": len(rows), "noise_s": noise, "seq": seqs[rows[0]],
+                               "bracket": _bracket(late[:, j], rows, seqs, keys, max(MIN_LATE_S, m / 2)),
                                "others_ms": {str(q): round(float(med[i]) * 1e3, 2) for i, q in enumerate(ranks)
                                              if q != r}}
     out = []
@@ -121,13 +137,17 @@ def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
         detail = (f"rank {r} arrives a median {b['late_s'] * 1e3:.0f} ms late{share} at {b['op']} on "
                   f"{fmt_group(b['group'])} ({b['samples']} calls, lateness noise ±{b['noise_s'] * 1e3:.1f} ms); "
                   f"the other ranks: {min(others):+.1f} to {max(others):+.1f} ms.")
+        on_time, late_from = b["bracket"].get("on_time_at"), b["bracket"]["late_from"]
+        if on_time:
+            detail += (f" Each step it is on time at {on_time['op']} #{on_time['seq']} and late from "
+                       f"{late_from['op']} #{late_from['seq']} on: the time is lost between the two.")
         out.append(Finding(
             "straggler", [r], group=b["group"], seq=b["seq"], op=b["op"], detail=detail,
             evidence={"late_ms": round(b["late_s"] * 1e3, 2), "last_arrivals": last_count[r], "collectives": samples,
                       "step_ms": round(b["step_s"] * 1e3, 2) if b["step_s"] else None,
                       "step_share": round(b["late_s"] / b["step_s"], 4) if b["step_s"] else None,
                       "collective": {"group": b["group"], "op": b["op"], "sizes": b["sizes"]},
-                      "samples": b["samples"], "noise_ms": round(b["noise_s"] * 1e3, 3),
+                      "samples": b["samples"], "noise_ms": round(b["noise_s"] * 1e3, 3), **b["bracket"],
                       "median_late_ms": {str(q): round(float(np.max(v)) * 1e3, 2)
                                          for q, v in sorted(all_late.items())}}))
     if len(out) > 1:  # one line says which ranks, each finding says how late

@@ -13,6 +13,16 @@ reached it if it issued G#n and has no older incomplete entry on the stream G#n 
 
 A strongly connected component with a cycle is a deadlock: no rank on it can move until another on it does.
 Only collective waits on the cycle: order_deadlock; only p2p waits: p2p_deadlock; mixed: order_deadlock.
+
+Rank-conditional calls (`conditional_waits`): a rank that waits in its first collective on a group none of the
+awaited members ever issued anything on, on a cycle whose other waits are in groups every rank had used, made
+a call only some ranks make (logging on rank 0 through a metrics group made with `new_group`): it is the rank
+missing from where the others wait, not a party to an order swap. (A p2p wait on the cycle is no such evidence:
+a stage that received fewer micro-batches than its peer sent went on to its next collective, which the peer
+would make after its sends - p2p.py's count disagreement.) Its wait is taken off the graph before
+cycles are sought (the rank stays blocked; analyze.py names it missing where the others wait for it). When
+every wait on the cycle is such a first use (two ranks each using a fresh group first), the dumps cannot tell a
+conditional call from a swap, and the cycle stays an order deadlock.
 Assumption: a rank that issued an operation and has nothing older pending is able to complete it once its peers
 arrive (true for NCCL and Gloo; a rank blocked in Python outside any collective has no blocking entry).
 """
@@ -166,6 +176,31 @@ def on_possible_cycle(waits: list[Wait]) -> list[Wait]:
         if len(kept) == len(left):
             return kept
         left = kept
+
+
+def first_use(w: Wait, views: dict[str, GroupView], ts: TraceSet) -> bool:
+    """A collective wait in the rank's first call on its group (it completed none there, and the call is not the
+    group's #n > 1: those before it were made) for members that hold no entry at all on that group, though they
+    left a trace."""
+    e = w.entry
+    view = views.get(e.group)
+    if e.is_p2p or view is None or view.last_completed.get(w.rank, -1) >= 0 or (e.seq or 0) > 1:
+        return False
+    return all(q in ts.ranks and not view.by_rank.get(q) for q in w.waits_for)
+
+
+def conditional_waits(waits: list[Wait], cycles: list[Cycle], views: dict[str, GroupView],
+                      ts: TraceSet) -> list[Wait]:
+    """The waits of rank-conditional calls (see the module's docstring): first-use waits on a cycle that also
+    holds a collective wait in a group its rank had used."""
+    out: list[Wait] = []
+    for c in cycles:
+        ranks = set(c.ranks)
+        inside = [w for w in waits if w.rank in ranks and ranks.intersection(w.waits_for)]
+        fresh = [w for w in inside if first_use(w, views, ts)]
+        if fresh and any(not w.entry.is_p2p and not any(w is f for f in fresh) for w in inside):
+            out.extend(fresh)
+    return out
 
 
 def graph(waits: list[Wait]) -> nx.DiGraph:

@@ -28,6 +28,35 @@ SKIP_FILES: set[str] = set()  # frames in these files are torch's or ours, not t
 _originals: dict[str, object] = {}
 _tls = threading.local()
 _patch_lock = threading.Lock()
+LIBRARY_FRAMES = 2  # torch's innermost frames kept per call, beside the caller's own
+FRAMES_WALKED = 64
+LIBRARY_MARKS = ("/torch/", "/contextlib.py", "/functools.py", "typing_extensions.py")
+_library_code: dict = {}  # code object -> whether it is torch's (or wrapping plumbing): looked up once each
+
+
+def caller_frames(f, wanted: int) -> list:
+    """(code, instruction offset) pairs from frame `f` outwards: the caller's innermost `wanted` frames outside
+    torch (a library such as FSDP or pipelining calls in from deep inside torch: its frames alone would never
+    name the user's line) and the innermost LIBRARY_FRAMES of torch's own (which API called in), never those in
+    SKIP_FILES; FRAMES_WALKED frames at most. Line numbers are looked up at dump time (f_lineno costs more)."""
+    out: list = []
+    library_left = LIBRARY_FRAMES
+    for _ in range(FRAMES_WALKED):
+        if f is None or not wanted:
+            break
+        code = f.f_code
+        if code.co_filename not in SKIP_FILES:
+            library = _library_code.get(code)
+            if library is None:
+                library = _library_code[code] = any(m in code.co_filename for m in LIBRARY_MARKS)
+            if not library:
+                out.append((code, f.f_lasti))
+                wanted -= 1
+            elif library_left:
+                out.append((code, f.f_lasti))
+                library_left -= 1
+        f = f.f_back
+    return out
 
 
 def _make_wrapper(raw: str, orig, op: str, describer, is_p2p: bool):

@@ -151,17 +151,7 @@ class Recorder:
         else:
             r.state, r.t_started = "started", now
         r.thread = threading.get_ident()
-        # (code, instruction offset) pairs; the line number is looked up at dump time (f_lineno costs more).
-        frames = []
-        left = self.config.frames
-        f = sys._getframe(2) if left else None
-        while f is not None and left:
-            code = f.f_code
-            if code.co_filename not in patch.SKIP_FILES:
-                frames.append((code, f.f_lasti))
-                left -= 1
-            f = f.f_back
-        r.frames = frames
+        r.frames = patch.caller_frames(sys._getframe(2), self.config.frames) if self.config.frames else []
         self.buffer.append(r)
         self.pending.add(r)
         self.last_progress = now

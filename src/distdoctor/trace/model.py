@@ -305,5 +305,6 @@ def loads(text: str, path: str = "") -> RankTrace:
         raise ValueError(f"line {lineno} is nested too deeply to be a distdoctor trace") from None
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         # Any wrong type or missing field in an untrusted file is the file's fault: one line, no traceback.
-        raise ValueError(f"malformed distdoctor trace ({type(exc).__name__}: {exc})") from None
+        why = str(exc).replace("\n", "\\n")  # one line, whatever a damaged field name holds
+        raise ValueError(f"malformed distdoctor trace ({type(exc).__name__}: {why})") from None
     return trace
