@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from distdoctor.trace import patch
+from distdoctor.recorder import patch
 
 TORCH_FILE = "/venv/site-packages/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py"
 LIBRARY = "\n".join(f"def lib{i}(k):\n    return lib{i + 1}(k)" for i in range(8)) + \
