@@ -114,3 +114,13 @@ def test_links_and_baseline_page_loads_in_chromium(tmp_path):
     page = load_page(str(tmp_path / "bench.html"))
     assert errors(page) == []  # the escaped <script> stays text: nothing runs
     assert "Links between hosts" in page["text"] and EVIL + "1" in page["text"]
+
+
+def test_a_rank_early_at_the_barrier_draws_no_negative_height():
+    """Validate's lateness is negative for a rank that arrives early: its bar goes below the axis, never a
+    `height='-…'` a browser rejects (seen as a console error on a loaded machine)."""
+    from distdoctor.report.cluster_html import _bars
+
+    svg = _bars({0: -0.8, 1: 150.0, 2: -0.3}, "lateness", "{:.1f}", 100.0, 100.0, {})
+    heights = [float(h) for h in re.findall(r"<rect [^>]*height='(-?[0-9.]+)'", svg)]
+    assert len(heights) == 3 and min(heights) >= 0

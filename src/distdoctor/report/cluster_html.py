@@ -313,10 +313,12 @@ def _bars(values: dict[int, float], caption: str, fmt: str, mark: float, red_abo
                f"<text x='52' y='{my + 4:.1f}' font-size='10' text-anchor='end'>{esc(fmt.format(mark))}</text>")
     for i, r in enumerate(ranks):
         h = values[r] / top * 150
+        # A rank early at the barrier has a negative lateness: a short bar below the axis (SVG heights are >= 0).
+        y, h = (base - h, h) if h >= 0 else (base, min(-h, 12.0))
         x = 60 + i * bar_w
         color = "#d62728" if values[r] > red_above else "#4c78a8"
         host = f" on {hosts.get(str(r))}" if hosts.get(str(r)) else ""
-        out.append(f"<rect x='{x}' y='{base - h:.1f}' width='{bar_w - 2}' height='{h:.1f}' fill='{color}'><title>"
+        out.append(f"<rect x='{x}' y='{y:.1f}' width='{bar_w - 2}' height='{h:.1f}' fill='{color}'><title>"
                    f"{esc(f'rank {r}{host}: ' + fmt.format(values[r]))}</title></rect>")
         if len(ranks) <= 32:
             out.append(f"<text x='{x + bar_w / 2 - 1:.1f}' y='{base + 14}' font-size='10' text-anchor='middle'>{r}"
