@@ -11,7 +11,8 @@ times) per training step. A straggler is late where it joins after its own slow 
 the step, a DDP gradient bucket) and on time at collectives that follow a synchronizing one; pooling both, as a
 single mean or a single "last to arrive" count did, made the answer flip between runs of the same job.
 
-Decision, per class with at least MIN_SAMPLES occurrences: rank r is late when its median lateness m is
+Decision, per class with at least MIN_SAMPLES occurrences over at least MIN_STEPS steps (a rank late in the
+only two steps of a short job may be a slow start or a process the OS descheduled on a busy host): rank r is late when its median lateness m is
   - at least MIN_LATE_S, and
   - at least MIN_STEP_SHARE of the step (when it is known: how often the class recurs, in collectives of its
     group, timed on the earliest arrivals), and
@@ -37,6 +38,7 @@ from distdoctor.diagnose.match import GroupView, SeqEntries
 from distdoctor.world.lateness import MIN_LATE_S, MIN_STEP_SHARE, Z, judge_lateness, median_of_others  # noqa: F401
 
 MIN_SAMPLES = 4
+MIN_STEPS = 3  # a rank late in two steps may be a slow start (or a descheduled process on a busy host)
 MAX_PERIOD = 64
 
 
@@ -68,18 +70,18 @@ def _arrivals(view: GroupView):
     return ranks, kept, np.asarray(rows, dtype=np.float64), keys
 
 
-def _step_period(rows: list[int], firsts: np.ndarray) -> float | None:
+def _step_period(rows: list[int], firsts: np.ndarray) -> tuple[float | None, int]:
     """The step, from one class's occurrences (their positions `rows` in the group's sequence): the smallest k
     for which every k-th occurrence is the same number of collectives later (the class occurs k times per step;
     three quarters of them, so a phase change or a call at start-up does not hide it), timed as the median of
-    the first arrivals' differences."""
+    the first arrivals' differences. Also returns k (1 when no period is found)."""
     pos = np.asarray(rows)
     for k in range(1, min(MAX_PERIOD, len(pos) // 2) + 1):
         gaps = pos[k:] - pos[:-k]
         same = gaps == np.median(gaps)
         if np.mean(same) >= 0.75:
-            return float(np.median((firsts[pos[k:]] - firsts[pos[:-k]])[same]))
-    return None
+            return float(np.median((firsts[pos[k:]] - firsts[pos[:-k]])[same])), k
+    return None, 1
 
 
 def _bracket(late: np.ndarray, rows: list[int], seqs: list[int], keys: list[tuple], threshold: float) -> dict:
@@ -117,7 +119,9 @@ def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
             if len(rows) < MIN_SAMPLES:
                 continue
             x = late[rows]
-            step = _step_period(rows, firsts)
+            step, per_step = _step_period(rows, firsts)
+            if len(rows) < MIN_STEPS * per_step:
+                continue  # fewer than MIN_STEPS steps: not yet "consistently" late
             med, noise, is_late = judge_lateness(x, step_s=step)  # the one rule (world/lateness.py)
             for j, r in enumerate(ranks):
                 all_late[r].append(float(med[j]))
