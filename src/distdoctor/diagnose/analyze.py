@@ -16,13 +16,17 @@ Order of reasoning:
 6. the guarantee (explain.py): every rank blocked at dump time and every crashed rank is named in a finding or
    is a consequence pointing at the finding that explains it; what nothing explains gets a finding there.
 7. where in the user's code (sites.py): every finding names the call sites of the calls it is about.
+8. where each stream stands, when the traces say it (streams.py; the simulator's do): the wait-for graph over
+   (rank, stream) is exact there, its findings come first, and what the graph of ranks made of the same
+   blocked ranks (a deadlock through an event or a buffer slot reads there as ranks missing from the next
+   call) becomes a consequence of them.
 Findings sort by kind priority (findings.PRIORITY), then by when their evidence happened."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from distdoctor.diagnose import hang_status, p2p
+from distdoctor.diagnose import hang_status, p2p, streams
 from distdoctor.diagnose.crash import crash_findings, crashed_ranks
 from distdoctor.diagnose.explain import Explainer, consequences_of, sort_findings
 from distdoctor.diagnose.findings import Finding, fmt_group, fmt_ranks, group_desc
@@ -156,6 +160,7 @@ def analyze(ts: TraceSet) -> Report:
         findings.extend(find_stragglers(views))
 
     findings = _one_finding_per_absent_rank(sort_findings(findings), consequences)
+    findings = _streams_first(ts, findings, consequences)
     stuck, thread_ranks = thread_findings(ts, others_found=bool(findings))  # per-rank logs: threads inside an op
     findings += stuck  # after the collective findings, in their own order (strongest first)
     findings, explained_by = explainer.explain_all(findings)
@@ -170,6 +175,21 @@ def analyze(ts: TraceSet) -> Report:
     for r, extra in thread_ranks.items():  # per-rank logs: "threads" and "log"
         ranks[str(r)].update(extra)
     return Report(ts, findings, ranks, ts.world_size, waits, cycles, consequences, views)
+
+
+def _streams_first(ts: TraceSet, findings: list[Finding], consequences: list[dict]) -> list[Finding]:
+    """The findings of the graph of streams first; the others about only ranks it holds are consequences."""
+    exact, held = streams.analyze(ts)
+    if not exact:
+        return findings
+    kept = []
+    for f in findings:
+        if f.ranks and set(f.ranks) <= held and f.kind not in ("crashed", "missing_dump"):
+            consequences.append({"kind": f.kind, "group": f.group, "seq": f.seq, "op": f.op, "ranks": f.ranks,
+                                 "because": "their streams wait as the stream findings say", "_ref": exact[0]})
+        else:
+            kept.append(f)
+    return exact + kept
 
 
 def _cycles(waits: list[Wait]) -> list[Cycle]:
