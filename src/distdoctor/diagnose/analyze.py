@@ -37,8 +37,8 @@ from distdoctor.diagnose.rankstate import rank_states
 from distdoctor.diagnose.sites import annotate
 from distdoctor.diagnose.straggler import find_stragglers
 from distdoctor.diagnose.threads import thread_findings
-from distdoctor.diagnose.waitfor import (Cycle, Wait, build_waits, conditional_waits, describe_cycle, find_cycles,
-                                         graph, on_possible_cycle)
+from distdoctor.diagnose.waitfor import Cycle, Wait, build_waits, conditional_waits, find_cycles, on_possible_cycle
+from distdoctor.findings.sentences import describe_cycle
 from distdoctor.trace.model import Entry, TraceSet
 
 MISMATCHES = ("type_mismatch", "size_mismatch", "dtype_mismatch", "root_mismatch")
@@ -193,8 +193,7 @@ def _streams_first(ts: TraceSet, findings: list[Finding], consequences: list[dic
 
 
 def _cycles(waits: list[Wait]) -> list[Cycle]:
-    cyclic = on_possible_cycle(waits)
-    return find_cycles(graph(cyclic) if cyclic else None)
+    return find_cycles(on_possible_cycle(waits))
 
 
 def _survivors_wait(f: Finding, d: Divergence, views: dict[str, GroupView]) -> None:
@@ -245,10 +244,10 @@ def _one_finding_per_absent_rank(findings: list[Finding], consequences: list[dic
 
 
 def _order_deadlock(c: Cycle, views: dict[str, GroupView]) -> Finding:
-    first = c.path[0][2].entry
+    first = c.path[0].why.entry
     detail = (f"{fmt_ranks(c.ranks)} wait for each other across groups {', '.join(repr(x) for x in c.groups)}: "
-              f"their collectives were issued in different orders. Cycle: {describe_cycle(c)}.")
-    for a, b, w in c.path:  # a wait for ranks that never used the group at all: maybe a call only some ranks make
+              f"their collectives were issued in different orders. Cycle: {describe_cycle(c.path)}.")
+    for a, b, w in c.steps:  # a wait for ranks that never used the group at all: maybe a call only some ranks make
         view = views.get(w.entry.group)
         never = [r for r in w.waits_for if view is not None and r in view.by_rank and not view.by_rank[r]]
         if never and w.entry.seq == 1:
@@ -259,7 +258,7 @@ def _order_deadlock(c: Cycle, views: dict[str, GroupView]) -> Finding:
     return Finding("order_deadlock", c.ranks, group=first.group, groups=c.groups, seq=first.seq, op=first.op,
                    t=first.t_created, detail=detail,
                    evidence={"cycle": [{"rank": a, "waits_for": b, "group": w.entry.group, "seq": w.entry.seq,
-                                        "op": w.entry.op} for a, b, w in c.path]})
+                                        "op": w.entry.op} for a, b, w in c.steps]})
 
 
 def _missing_dump(no_dump: list[int], waits: list[Wait], views: dict[str, GroupView]) -> Finding:

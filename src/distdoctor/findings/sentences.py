@@ -141,6 +141,6 @@ def stream_findings(states: dict[Node, StreamState], edges: dict[Node, list[Edge
         if kind == "missing_ranks" and states[nodes[0]].waiting.kind in ("send", "recv"):
             group = None  # a p2p channel, not a group
         out.append(Finding(kind, list(ranks), group=group, seq=seq, op=op, detail=detail,
-                           evidence={"waiting": [_where(n, states[n]) for n in nodes[:100]],
-                                     "waiting_count": len(nodes)}))
+                           evidence={"blocked_streams": [_where(n, states[n]) for n in nodes[:100]],
+                                     "blocked_streams_count": len(nodes)}))
     return out

@@ -61,6 +61,11 @@ class Cycle:
     def ranks(self) -> list[int]:
         return sorted({n[0] for n in self.nodes})
 
+    @property
+    def steps(self) -> list[tuple[int, int, object]]:
+        """The cycle rank by rank: (rank, the rank it waits for, the evidence of the wait)."""
+        return [(e.src[0], e.dst[0], e.why) for e in self.path]
+
 
 def _default_order(node: Node) -> tuple:
     return node[0], node[1] or ""
