@@ -16,13 +16,17 @@ Order of reasoning:
 6. the guarantee (explain.py): every rank blocked at dump time and every crashed rank is named in a finding or
    is a consequence pointing at the finding that explains it; what nothing explains gets a finding there.
 7. where in the user's code (sites.py): every finding names the call sites of the calls it is about.
+8. where each stream stands, when the traces say it (streams.py; the simulator's do): the wait-for graph over
+   (rank, stream) is exact there, its findings come first, and what the graph of ranks made of the same
+   blocked ranks (a deadlock through an event or a buffer slot reads there as ranks missing from the next
+   call) becomes a consequence of them.
 Findings sort by kind priority (findings.PRIORITY), then by when their evidence happened."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from distdoctor.diagnose import hang_status, p2p
+from distdoctor.diagnose import hang_status, p2p, streams
 from distdoctor.diagnose.crash import crash_findings, crashed_ranks
 from distdoctor.diagnose.explain import Explainer, consequences_of, sort_findings
 from distdoctor.diagnose.findings import Finding, fmt_group, fmt_ranks, group_desc
@@ -33,8 +37,8 @@ from distdoctor.diagnose.rankstate import rank_states
 from distdoctor.diagnose.sites import annotate
 from distdoctor.diagnose.straggler import find_stragglers
 from distdoctor.diagnose.threads import thread_findings
-from distdoctor.diagnose.waitfor import (Cycle, Wait, build_waits, conditional_waits, describe_cycle, find_cycles,
-                                         graph, on_possible_cycle)
+from distdoctor.diagnose.waitfor import Cycle, Wait, build_waits, conditional_waits, find_cycles, on_possible_cycle
+from distdoctor.findings.sentences import describe_cycle
 from distdoctor.trace.model import Entry, TraceSet
 
 MISMATCHES = ("type_mismatch", "size_mismatch", "dtype_mismatch", "root_mismatch")
@@ -156,6 +160,7 @@ def analyze(ts: TraceSet) -> Report:
         findings.extend(find_stragglers(views))
 
     findings = _one_finding_per_absent_rank(sort_findings(findings), consequences)
+    findings = _streams_first(ts, findings, consequences)
     stuck, thread_ranks = thread_findings(ts, others_found=bool(findings))  # per-rank logs: threads inside an op
     findings += stuck  # after the collective findings, in their own order (strongest first)
     findings, explained_by = explainer.explain_all(findings)
@@ -172,9 +177,23 @@ def analyze(ts: TraceSet) -> Report:
     return Report(ts, findings, ranks, ts.world_size, waits, cycles, consequences, views)
 
 
+def _streams_first(ts: TraceSet, findings: list[Finding], consequences: list[dict]) -> list[Finding]:
+    """The findings of the graph of streams first; the others about only ranks it holds are consequences."""
+    exact, held = streams.analyze(ts)
+    if not exact:
+        return findings
+    kept = []
+    for f in findings:
+        if f.ranks and set(f.ranks) <= held and f.kind not in ("crashed", "missing_dump"):
+            consequences.append({"kind": f.kind, "group": f.group, "seq": f.seq, "op": f.op, "ranks": f.ranks,
+                                 "because": "their streams wait as the stream findings say", "_ref": exact[0]})
+        else:
+            kept.append(f)
+    return exact + kept
+
+
 def _cycles(waits: list[Wait]) -> list[Cycle]:
-    cyclic = on_possible_cycle(waits)
-    return find_cycles(graph(cyclic) if cyclic else None)
+    return find_cycles(on_possible_cycle(waits))
 
 
 def _survivors_wait(f: Finding, d: Divergence, views: dict[str, GroupView]) -> None:
@@ -225,10 +244,10 @@ def _one_finding_per_absent_rank(findings: list[Finding], consequences: list[dic
 
 
 def _order_deadlock(c: Cycle, views: dict[str, GroupView]) -> Finding:
-    first = c.path[0][2].entry
+    first = c.path[0].why.entry
     detail = (f"{fmt_ranks(c.ranks)} wait for each other across groups {', '.join(repr(x) for x in c.groups)}: "
-              f"their collectives were issued in different orders. Cycle: {describe_cycle(c)}.")
-    for a, b, w in c.path:  # a wait for ranks that never used the group at all: maybe a call only some ranks make
+              f"their collectives were issued in different orders. Cycle: {describe_cycle(c.path)}.")
+    for a, b, w in c.steps:  # a wait for ranks that never used the group at all: maybe a call only some ranks make
         view = views.get(w.entry.group)
         never = [r for r in w.waits_for if view is not None and r in view.by_rank and not view.by_rank[r]]
         if never and w.entry.seq == 1:
@@ -239,7 +258,7 @@ def _order_deadlock(c: Cycle, views: dict[str, GroupView]) -> Finding:
     return Finding("order_deadlock", c.ranks, group=first.group, groups=c.groups, seq=first.seq, op=first.op,
                    t=first.t_created, detail=detail,
                    evidence={"cycle": [{"rank": a, "waits_for": b, "group": w.entry.group, "seq": w.entry.seq,
-                                        "op": w.entry.op} for a, b, w in c.path]})
+                                        "op": w.entry.op} for a, b, w in c.steps]})
 
 
 def _missing_dump(no_dump: list[int], waits: list[Wait], views: dict[str, GroupView]) -> Finding:

@@ -12,7 +12,8 @@ Flight Recorder over Gloo records no p2p at all, so these findings need the reco
 from __future__ import annotations
 
 from distdoctor.diagnose.findings import Finding, fmt_ranks
-from distdoctor.diagnose.waitfor import Cycle, describe_cycle, p2p_entries
+from distdoctor.diagnose.waitfor import Cycle, p2p_entries
+from distdoctor.findings.sentences import describe_cycle
 from distdoctor.trace.model import TraceSet
 
 
@@ -21,10 +22,10 @@ def cycle_findings(cycles: list[Cycle]) -> list[Finding]:
     for c in cycles:
         if not c.p2p_only:
             continue
-        first = c.path[0][2].entry
-        both_recv = all(w.entry.op == "recv" for _, _, w in c.path)
+        first = c.path[0].why.entry
+        both_recv = all(w.entry.op == "recv" for _, _, w in c.steps)
         why = "every rank on it receives before it sends" if both_recv else "each waits for a peer that waits on it"
-        short = [(a, b, w) for a, b, w in c.path if w.p2p is not None and 0 < w.p2p[1] <= w.p2p[0]]
+        short = [(a, b, w) for a, b, w in c.steps if w.p2p is not None and 0 < w.p2p[1] <= w.p2p[0]]
         if short:  # the peer did post some: the two sides disagree on how many messages pass
             a, b, w = short[0]
             sent = "sent" if w.entry.op == "recv" else "received"
@@ -34,8 +35,8 @@ def cycle_findings(cycles: list[Cycle]) -> list[Finding]:
         out.append(Finding("p2p_deadlock", c.ranks, group=first.group, groups=c.groups, seq=first.p2p_seq,
                            op=first.op, t=first.t_created,
                            detail=f"{fmt_ranks(c.ranks)} can never pair their sends and receives: {why}. "
-                                  f"Cycle: {describe_cycle(c)}.",
-                           evidence={"cycle": [[a, b] for a, b, _ in c.path]}))
+                                  f"Cycle: {describe_cycle(c.path)}.",
+                           evidence={"cycle": [[a, b] for a, b, _ in c.steps]}))
     return out
 
 
@@ -47,7 +48,7 @@ def count_disagreements(cycles: list[Cycle], waits_of: dict) -> list[Finding]:
     for c in cycles:
         if c.p2p_only:
             continue
-        for a, b, w in c.path:
+        for a, b, w in c.steps:
             e = w.entry
             theirs = [v for v in waits_of.get(b, []) if not v.entry.is_p2p]
             if not e.is_p2p or w.p2p is None or w.p2p[1] > w.p2p[0] or not theirs:
@@ -62,8 +63,8 @@ def count_disagreements(cycles: list[Cycle], waits_of: dict) -> list[Finding]:
                         f"but rank {b} posted only {posted} matching {other}{'s' if posted != 1 else ''} and went on "
                         f"to {moved.op} #{moved.seq} on group '{moved.group}': the two sides disagree on how many "
                         f"messages pass between them (pipeline stages configured with different numbers of "
-                        f"micro-batches, a send or recv only some ranks make). Cycle: {describe_cycle(c)}."),
-                evidence={"cycle": [[x, y] for x, y, _ in c.path], "messages": {"expected": nth, "posted": posted}}))
+                        f"micro-batches, a send or recv only some ranks make). Cycle: {describe_cycle(c.path)}."),
+                evidence={"cycle": [[x, y] for x, y, _ in c.steps], "messages": {"expected": nth, "posted": posted}}))
             break
     return out
 

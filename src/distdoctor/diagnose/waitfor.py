@@ -1,4 +1,7 @@
-"""Wait-for graph across ranks and process groups, and its cycles (order deadlocks).
+"""Who waits for whom across ranks and process groups, inferred from calls alone, as edges of the one wait-for
+graph (findings/waitfor.py: one node per rank, edges typed `collective` or `p2p`), and its cycles (order
+deadlocks) through the shared cycle finder; traces that carry each stream's state get the graph of streams too
+(streams.py).
 
 Each rank's blocking points are its oldest incomplete entry on every stream/thread (one for a plain training
 script, one per stream for a simulated plan). An entry counts as incomplete when its source did not mark it
@@ -30,15 +33,12 @@ arrive (true for NCCL and Gloo; a rank blocked in Python outside any collective 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.progress import probably_inside
+from distdoctor.findings.waitfor import Cycle, Edge, Node, strong_cycles
 from distdoctor.trace.model import Entry, RankTrace, TraceSet
 from distdoctor.trace.summary import summarize
-
-if TYPE_CHECKING:
-    import networkx as nx
 
 
 @dataclass
@@ -203,53 +203,21 @@ def conditional_waits(waits: list[Wait], cycles: list[Cycle], views: dict[str, G
     return out
 
 
-def graph(waits: list[Wait]) -> nx.DiGraph:
-    import networkx as nx  # here: importing it costs about half a second, and most hangs have no cycle
-
-    g = nx.DiGraph()
+def wait_edges(waits: list[Wait]) -> dict[Node, list[Edge]]:
+    """The waits as edges of the one wait-for graph (findings/waitfor.py): a rank is one node (rank, None), as
+    calls alone say nothing of its streams' events and buffers."""
+    edges: dict[Node, list[Edge]] = {}
     for w in waits:
+        e = w.entry
+        kind = "p2p" if e.is_p2p else "collective"
+        resource = f"p2p {e.op} {e.peer}" if e.is_p2p else f"collective {e.group} #{e.seq}"
+        out = edges.setdefault((w.rank, None), [])
         for other in w.waits_for:
-            if g.has_edge(w.rank, other):
-                g[w.rank][other]["waits"].append(w)
-            else:
-                g.add_edge(w.rank, other, waits=[w])
-    return g
+            out.append(Edge((w.rank, None), (other, None), kind, resource, other, group=e.group, op=e.op,
+                            seq=e.p2p_seq if e.is_p2p else e.seq, peer=e.peer, why=w))
+    return edges
 
 
-@dataclass
-class Cycle:
-    ranks: list[int]  # every rank in the strongly connected component
-    path: list[tuple[int, int, Wait]]  # one concrete cycle: (rank, waits for rank, why)
-    groups: list[str]
-    p2p_only: bool
-
-
-def find_cycles(g: nx.DiGraph | None) -> list[Cycle]:
-    if g is None:
-        return []
-    import networkx as nx
-
-    cycles = []
-    for comp in nx.strongly_connected_components(g):
-        if len(comp) < 2 and not any(g.has_edge(n, n) for n in comp):
-            continue
-        sub = g.subgraph(comp)
-        start = min(comp)
-        edges = nx.find_cycle(sub, source=start)
-        path = [(a, b, sub[a][b]["waits"][0]) for a, b in edges]
-        all_waits = [w for a, b in sub.edges for w in sub[a][b]["waits"]]
-        groups = sorted({w.entry.group for w in all_waits}, key=lambda s: (not s.isdigit(), int(s) if s.isdigit() else 0, s))
-        cycles.append(Cycle(sorted(comp), path, groups, all(w.entry.is_p2p for w in all_waits)))
-    cycles.sort(key=lambda c: c.ranks)
-    return cycles
-
-
-def describe_wait(w: Wait, target: int) -> str:
-    e = w.entry
-    if e.is_p2p:
-        return f"rank {w.rank} waits in {e.op} {'to' if e.op == 'send' else 'from'} rank {e.peer} (group '{e.group}') for rank {target}"
-    return f"rank {w.rank} waits in group '{e.group}' {e.op} #{e.seq} for rank {target}"
-
-
-def describe_cycle(c: Cycle) -> str:
-    return " -> ".join(describe_wait(w, b) for a, b, w in c.path) + f" -> (back to rank {c.path[0][0]})"
+def find_cycles(waits: list[Wait]) -> list[Cycle]:
+    """One cycle per strongly connected component of the waits (the shared cycle finder)."""
+    return strong_cycles(wait_edges(waits)) if waits else []

@@ -8,6 +8,7 @@ from distdoctor.diagnose.analyze import Report
 from distdoctor.diagnose.command import merged_note
 from distdoctor.diagnose.findings import fmt_group
 from distdoctor.report.diagnose_threads import thread_lines
+from distdoctor.report.findings import finding_lines
 
 MAX_RANK_LINES = 32
 MAX_CONSEQUENCE_LINES = 8
@@ -25,14 +26,7 @@ def render_text(report: Report) -> str:
     lines.extend(hang_status.text_lines(report))
     if report.verdict == "ok":
         lines.append("No desync, hang or straggler found in these traces.")
-    for i, f in enumerate(report.findings, 1):
-        where = ""
-        if f.op is not None:
-            where = f" at {f.op}" + (f" #{f.seq}" if f.seq is not None else "") + \
-                (f" on {fmt_group(f.group)}" if f.group is not None or f.kind != "stuck_thread" else "")
-        lines.append("")
-        lines.append(f"{i}. {f.kind}: ranks {f.ranks}{where}")
-        lines.append(f"   {f.detail}")
+    lines.extend(finding_lines(report.findings))
     if report.consequences and report.findings:  # each points at a finding: never "of the above" with none above
         lines.append("")
         lines.append(f"consequences of the findings above ({len(report.consequences)}; all in --format json, "

@@ -106,7 +106,7 @@ def _waitfor(report: Report) -> str:
     radius = size / 2 - 50
     pos = {r: (cx + radius * math.cos(2 * math.pi * i / len(nodes) - math.pi / 2),
                cy + radius * math.sin(2 * math.pi * i / len(nodes) - math.pi / 2)) for i, r in enumerate(nodes)}
-    cycle_edges = {(a, b) for c in report.cycles for a, b, _ in c.path}
+    cycle_edges = {(a, b) for c in report.cycles for a, b, _ in c.steps}
     out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{size}' height='{size}'>",
            "<defs><marker id='a' markerWidth='10' markerHeight='7' refX='10' refY='3.5' orient='auto'>"
            "<polygon points='0 0, 10 3.5, 0 7' fill='#555'/></marker>"

@@ -1,6 +1,7 @@
 """`distdoctor sim`: run a plan (a file, a shipped example, or a generated pipeline / FSDP plan).
 
-Exit codes: 0 no deadlock, 1 deadlock (the report is printed first), 2 bad input (one line on stderr).
+Exit codes: 0 nothing found, 1 a deadlock or a desync (the report is printed first; diagnose's findings), 2 bad
+input (one line on stderr).
 Every output file (--chrome-trace, --png, --emit-trace, --emit-ir) is written before the exit code is set,
 so a deadlocked plan still leaves its pictures and traces behind.
 """
@@ -95,7 +96,7 @@ def _finish(prog: Program, fmt: str, emit_ir, chrome, png, emit_trace, trials=0,
         for what, path in (("IR", emit_ir), ("Chrome trace", chrome), ("timeline", png), ("traces", emit_trace)):
             if path:
                 click.echo(f"{what} written to {path}", err=True)
-    if res.deadlock:
+    if res.deadlock or res.findings():  # a desync too, as in diagnose
         raise CheckFailed(1)
 
 
@@ -110,7 +111,7 @@ def _write(path: str, fn) -> None:
 def sim_group() -> None:
     """Simulate a parallel plan: deadlocks, bubbles and needless waits, before launch.
 
-    Exit code 1 when the plan can deadlock, 0 when it cannot, 2 on bad input.
+    Exit code 1 when the plan can deadlock or desyncs, 0 when it cannot, 2 on bad input.
     """
 
 

@@ -10,7 +10,11 @@ simulated hang with the same findings as a real one:
 - state `completed` when the op finished, `issued` when the stream is still waiting in it;
 - sizes are the op's bytes as a uint8 shape, output shape from the collective spec's size relation;
 - `stacks`: one pseudo-thread per stream whose innermost frame says where the stream stands (e.g.
-  `wait event fwd_done0` at `plan.yaml:rank0/fwd` line = op index).
+  `wait event fwd_done0` at `plan.yaml:rank0/fwd` line = op index);
+- `streams`: each stream's state (trace/model.py `StreamState`: the op it is at, what it waits on, the ops
+  ahead of it that could free others), exactly what the simulator's own wait-for graph is built from, so that
+  `diagnose` of these traces finds the same cycle through streams, events and buffers and says it in the same
+  sentence (distdoctor/findings).
 `to_spans` gives the Chrome/Perfetto spans (distdoctor.report.chrome_trace) of a detailed run.
 """
 
@@ -23,7 +27,7 @@ from distdoctor.report.chrome_trace import Span
 from distdoctor.sim.engine import _INST, ACQUIRE, COLLECTIVE, RECV, SEND, WAIT
 from distdoctor.sim.ir import label
 from distdoctor.sim.result import SimResult
-from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace, dumps
+from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace, StreamState, dumps
 
 
 def _where_now(res: SimResult, sid: int) -> str:
@@ -95,14 +99,15 @@ def to_rank_traces(res: SimResult) -> list[RankTrace]:
                     groups[p2p_group] = GroupInfo(p2p_group, all_ranks, desc="all ranks (point-to-point)")
                 entries.append(Entry(group=p2p_group, op=op.op, p2p_seq=seq, peer=op.peer, in_sizes=[[op.bytes]],
                                      out_sizes=[[op.bytes]], **common))
-        stacks = {}
+        stacks, streams = {}, {}
         for sid in by_rank.get(r, []):
             s = c.streams[sid][1]
             where = f"{prog.source}:rank{r}/{s}"
             stacks[s] = [Frame(f"stream {s}", where, 0), Frame(_where_now(res, sid), where, rs.pc[sid])]
+            streams[s] = res.states[(r, s)] if res.states is not None else StreamState()
         traces.append(RankTrace(rank=r, source="simulated", path="", version="1", world_size=world_size,
                                 groups=groups, entries=entries, stacks=stacks, dump_reason=reason,
-                                dump_time=rs.makespan * 1e-6, host="simulator", pid=None))
+                                dump_time=rs.makespan * 1e-6, host="simulator", pid=None, streams=streams))
     return traces
 
 

@@ -17,7 +17,8 @@ that takes time or blocks:
   buffered message; a send that does not fit waits for its receiver (or for room) as above.
 Taking events in time order makes "the n-th collective issued" and buffer hand-over follow simulated time;
 ties keep scheduling order, so runs are deterministic. When the queue is empty and some stream has ops left,
-that is a deadlock; `waitfor.build_edges` / `find_cycle` then build the wait-for graph and extract the cycle.
+that is a deadlock; `waitfor.stream_states` then says where each stream stands, for the one wait-for graph
+(distdoctor/findings).
 A collective instance whose members issue different ops (kind or bytes) is recorded as a mismatch (desync).
 
 Durations: `us` when an op gives it, else the cost model: collectives alpha + bytes * bus_factor(kind, n) /
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from functools import cached_property
 from heapq import heappop, heappush
 
 from distdoctor.collectives import bus_factor
@@ -69,6 +71,11 @@ class Compiled:
     compute_sids: set[int]
     init_of: dict[int, str] = field(default_factory=dict)  # synthetic gid of a comm_init -> group it creates
     eager_bytes: int = 0  # per-channel buffer for sends that complete without their receiver (0: rendezvous)
+
+    @cached_property
+    def sid_of(self) -> dict[tuple[int, str], int]:
+        """(rank, stream name) -> sid."""
+        return {rs: i for i, rs in enumerate(self.streams)}
 
 
 def compile_program(prog: Program) -> Compiled:

@@ -6,7 +6,11 @@ JSON (`distdoctor sim run FILE --format json`):
      "streams": {"<rank>/<stream>": {"busy_us", "wait_us", "idle_us"}}, "bubble_fraction",
      "buffers": {"<rank>/<buffer>": {"capacity", "peak"}}, "explanation": [...], "mismatches": [...],
      "crossed_messages": [...],
-     "other_cycles": [...], "other_cycles_count", "ops", "ops_executed", "timing" (with --trials)}
+     "other_cycles": [...], "other_cycles_count", "ops", "ops_executed", "timing" (with --trials),
+     "findings": [...]}
+`findings` are diagnose's (distdoctor/findings/kinds.py, same JSON schema): the deadlock's cycle
+(stream_deadlock, order_deadlock or p2p_deadlock) and what nothing can free (stream_starved, missing_ranks),
+built from the one wait-for graph over (rank, stream); desyncs (type_mismatch, size_mismatch) and crossed_p2p.
 `bubble_fraction` is the mean over ranks (that have compute) of the fraction of the makespan during which
 none of their compute streams (streams with at least one `compute` op) is busy: idle or waiting.
 """
@@ -15,20 +19,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from distdoctor.findings.kinds import Finding
+from distdoctor.findings.sentences import MAX_CYCLE_FINDINGS, describe_cycle, starvation_sentence, stream_findings
+from distdoctor.findings.waitfor import Edge, Node, Starved, analyze_streams
+from distdoctor.report.findings import finding_lines, findings_json
 from distdoctor.sim.engine import RunState, compile_program, jittered, run
 from distdoctor.sim.ir import Program, label
-from distdoctor.sim.waitfor import (Edge, build_edges, cycle_sentence, find_cycle, other_cycles,
-                                   starvation_sentence)
+from distdoctor.sim.waitfor import stream_states
+from distdoctor.trace.model import StreamState
+
+
+_DESYNC = ("type_mismatch", "size_mismatch", "crossed_p2p")  # findings of a run that may well finish
 
 
 @dataclass
 class SimResult:
     state: RunState
     cycle: list[Edge]
-    edges: dict[int, list[Edge]]
-    starved: dict[int, str]
-    more_cycles: list[list[int]]  # further cycles (as sids) disjoint from `cycle`
+    edges: dict[Node, list[Edge]]  # the wait-for graph over (rank, stream)
+    starved: dict[Node, Starved]
+    more_cycles: list[list[Node]]  # further cycles disjoint from `cycle`
+    states: dict[Node, StreamState] | None = None  # where each stream stands (a deadlocked run)
     timing: Timing | None = None
+
+    def sid(self, node: Node) -> int:
+        return self.state.compiled.sid_of[node]
 
     @property
     def program(self) -> Program:
@@ -61,10 +76,36 @@ class SimResult:
             return []
         lines = []
         if self.cycle:
-            lines.append(cycle_sentence(self.state, self.cycle))
-        for sid, reason in sorted(self.starved.items()):
-            lines.append(starvation_sentence(self.state, sid, reason))
+            lines.append(describe_cycle(self.cycle, self.states))
+        for node, why in sorted(self.starved.items(), key=lambda x: self.sid(x[0])):
+            lines.append(starvation_sentence(node, self.states[node], why))
         return lines
+
+    def findings(self) -> list[Finding]:
+        """Diagnose's findings: the deadlock first (from the wait-for graph), then desyncs and crossed messages."""
+        out = stream_findings(self.states, self.edges, self.starved, self.cycle, self.more_cycles) \
+            if self.deadlock else []
+        seen: set[tuple] = set()
+        for m in self.mismatches():
+            if (m["group"], m["seq"]) in seen:
+                continue
+            seen.add((m["group"], m["seq"]))
+            same = [x for x in self.mismatches() if (x["group"], x["seq"]) == (m["group"], m["seq"])]
+            kind = "type_mismatch" if any(x["op"].split()[0] != x["first_op"].split()[0] for x in same) \
+                else "size_mismatch"
+            out.append(Finding(kind, [x["rank"] for x in same], group=m["group"], seq=m["seq"],
+                               op=m["first_op"].split()[0],
+                               detail=f"`{m['group']}` #{m['seq']}: " + "; ".join(
+                                   f"rank {x['rank']} {x['stream']} op {x['op_index']} issues {x['op']} while rank "
+                                   f"{x['first_rank']} issues {x['first_op']}" for x in same[:8]) + ".",
+                               evidence={"mismatches": same[:100]}))
+        for m in self.crossed()[:100]:
+            out.append(Finding("crossed_p2p", [m["src"], m["dst"]], op="send",
+                               detail=f"rank {m['src']} {m['send']['stream']} op {m['send']['op_index']} sends "
+                                      f"`{m['send']['name']}` into rank {m['dst']} {m['recv']['stream']} op "
+                                      f"{m['recv']['op_index']}, which expects `{m['recv']['name']}`: ops pair in "
+                                      f"posting order, so the receiver gets the wrong tensor.", evidence=m))
+        return out
 
     def mismatches(self) -> list[dict]:
         """Collective instances whose members issue different ops (kind or bytes): a desync, not a hang."""
@@ -99,10 +140,10 @@ class SimResult:
         span = rs.makespan
         cycle = []
         for e in self.cycle:
-            item = self._where(e.src, rs.pc[e.src])
+            item = self._where(self.sid(e.src), rs.pc[self.sid(e.src)])
             # the edge on the cycle first, then the other streams that could also unblock it
             others = [o for o in self.edges[e.src] if o is not e]
-            item["waits_for"] = [dict(self._where(o.dst, o.dst_op), via=o.resource) for o in [e, *others]]
+            item["waits_for"] = [dict(self._where(self.sid(o.dst), o.dst_op), via=o.resource) for o in [e, *others]]
             cycle.append(item)
         blocked = [self._where(sid, rs.pc[sid]) for sid in rs.blocked_sids()]
         streams = {}
@@ -121,13 +162,15 @@ class SimResult:
             "bubble_fraction": round(self.bubble_fraction(), 6),
             "buffers": buffers,
             "explanation": self.explanation(),
-            "other_cycles": [[self._where(sid, rs.pc[sid]) for sid in cyc] for cyc in self.more_cycles[:100]],
+            "other_cycles": [[self._where(self.sid(n), rs.pc[self.sid(n)]) for n in cyc]
+                             for cyc in self.more_cycles[:100]],
             "other_cycles_count": len(self.more_cycles),
             "mismatches": self.mismatches(),
             "crossed_messages": self.crossed(),
             **({"timing": self.timing.to_json()} if self.timing else {}),
             "ops": sum(len(o) for o in c.ops),
             "ops_executed": rs.ops_executed,
+            "findings": findings_json(self.findings()),
         }
 
     def to_text(self, top: int = 12) -> str:
@@ -140,14 +183,13 @@ class SimResult:
             out.append(f"DEADLOCK: {len(blocked)} of {len(c.streams)} streams on "
                        f"{len({c.rank_of[s] for s in blocked})} of {ranks} ranks can never move "
                        f"({self.program.source}, stuck at t={rs.makespan:.1f} us).")
-            for line in self.explanation():
-                out.append("  " + line)
-            if self.more_cycles:
-                ranks = sorted({c.rank_of[sid] for cyc in self.more_cycles for sid in cyc})
-                listed = ", ".join(map(str, ranks[:16])) + (", ..." if len(ranks) > 16 else "")
-                out.append(f"  {len(self.more_cycles)} more cycle(s), disjoint from this one, on rank(s) {listed} "
-                           f"(--format json: other_cycles).")
-            shown = {e.src for e in self.cycle} | set(self.starved) | {s for cyc in self.more_cycles for s in cyc}
+            findings = self.findings()
+            out.extend(finding_lines([f for f in findings if f.kind not in _DESYNC], "  ", top, blank=False))
+            if len(self.more_cycles) > MAX_CYCLE_FINDINGS:
+                out.append(f"  {len(self.more_cycles)} cycles disjoint from the first in all (--format json: "
+                           f"other_cycles_count).")
+            shown = {self.sid(n) for n in [e.src for e in self.cycle] + list(self.starved)
+                     + [n for cyc in self.more_cycles for n in cyc]}
             rest = [s for s in blocked if s not in shown]
             if rest:
                 out.append(f"  Also blocked, waiting on the above ({len(rest)}):")
@@ -161,21 +203,14 @@ class SimResult:
                        f"({self.program.source}).")
         if self.timing is not None:
             out.insert(1, "  " + self.timing.sentence())
-        mism = self.mismatches()
+        desync = [f for f in self.findings() if f.kind in _DESYNC]
+        mism, crossed = self.mismatches(), self.crossed()
         if mism:
             out.append(f"  WARNING: {len(mism)} collective(s) differ across the members of their group (desync):")
-            for m in mism[:top]:
-                first = f" while rank {m['first_rank']} issues {m['first_op']}"
-                out.append(f"    `{m['group']}` #{m['seq']}: rank {m['rank']} {m['stream']} op {m['op_index']} "
-                           f"issues {m['op']}{first}")
-        crossed = self.crossed()
         if crossed:
             out.append(f"  WARNING: {len(crossed)} point-to-point message(s) reach a receive meant for another "
                        f"(ops pair in posting order; the receiver gets the wrong tensor):")
-            for m in crossed[:top]:
-                out.append(f"    rank {m['src']} {m['send']['stream']} op {m['send']['op_index']} sends "
-                           f"`{m['send']['name']}` into rank {m['dst']} {m['recv']['stream']} op "
-                           f"{m['recv']['op_index']}, which expects `{m['recv']['name']}`")
+        out.extend(finding_lines(desync, "  ", top, blank=False))
         out.append(f"Makespan {rs.makespan:.1f} us; bubble fraction {self.bubble_fraction():.3f} "
                    f"(compute streams idle or waiting); {rs.ops_executed} of {sum(len(o) for o in c.ops)} "
                    f"ops executed.")
@@ -253,10 +288,7 @@ def simulate(program: Program, detail: bool = False, trials: int = 0, jitter: fl
 
 
 def _analyze(state) -> SimResult:
-    if state.deadlock:
-        edges, starved = build_edges(state)
-        cycle = find_cycle(edges)
-        more = other_cycles(edges, cycle)
-    else:
-        edges, starved, cycle, more = {}, {}, [], []
-    return SimResult(state, cycle, edges, starved, more)
+    if not state.deadlock:
+        return SimResult(state, [], {}, {}, [])
+    g = analyze_streams(stream_states(state))
+    return SimResult(state, g.cycle, g.edges, g.starved, g.more_cycles, g.states)

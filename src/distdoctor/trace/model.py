@@ -15,7 +15,8 @@ Conventions every producer follows:
 
 The native file format (what the recorder writes, `.jsonl`): line 1 is the header
 `{"format": "distdoctor-trace", "version": 1, "rank", "world_size", "groups", "dump_reason", "dump_time", ...}`,
-then one JSON object per entry, then optionally `{"stacks": {thread: [frames]}}`. `dumps()`/`loads()` below
+then one JSON object per entry, then optionally `{"stacks": {thread: [frames]}}`, then optionally
+`{"streams": {stream: StreamState}}` (where each stream stands and what it waits on; the simulator writes it). `dumps()`/`loads()` below
 are the one implementation of it.
 """
 
@@ -185,9 +186,58 @@ class RankTrace:
     # Facts about every entry, gathered once for the analysis (trace/summary.py); not part of the trace's value.
     summary: object | None = field(default=None, repr=False, compare=False)
     log: RankLog | None = None  # per-thread state read from the rank's text log (trace/loaders/logs.py)
+    # Per-stream state at dump time, in the rank's stream order, when the source knows it (the simulator does):
+    # the exact wait-for graph over (rank, stream) is built from it (findings/waitfor.py).
+    streams: dict[str, StreamState] | None = None
 
     def column(self, name: str) -> list:
         return entry_column(self.entries, name)
+
+
+@dataclass
+class Waiting:
+    """What a blocked stream waits on. kind: event | buffer | collective | comm_init | send | recv; name: the
+    event, buffer, group, communicator or p2p channel ("0->2", "0->2 tag x"); op: the op it stands in
+    (all_reduce, send, ...); seq: the collective's number on its group (1-based); ranks: the ranks whose streams
+    could free it (the same rank for an event or buffer, the members not arrived, the p2p peer)."""
+    kind: str
+    name: str
+    op: str = ""
+    seq: int | None = None
+    ranks: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Site:
+    """An op still ahead on a stream that another stream may wait for. kind: record | release | collective |
+    send | recv (a comm_init is a collective on its communicator's name); seq: a collective's number on its
+    group when it is known (one stream issues on the group), else None; after: the last named compute before
+    it on the stream (what the stream must finish first)."""
+    kind: str
+    name: str
+    op_index: int
+    op: str
+    seq: int | None = None
+    after: str | None = None
+
+
+@dataclass
+class StreamState:
+    """Where one stream of a rank stands: the op it is at (`op_index`, `op` its label; None/"" when finished),
+    what it waits on when blocked, and the ops still ahead on it that could free others."""
+    op_index: int | None = None
+    op: str = ""
+    waiting: Waiting | None = None
+    ahead: list[Site] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, raw: dict) -> StreamState:
+        w = raw.get("waiting")
+        return cls(op_index=raw.get("op_index"), op=str(raw.get("op") or ""),
+                   waiting=None if w is None else Waiting(**w), ahead=[Site(**a) for a in raw.get("ahead") or []])
 
 
 @dataclass(slots=True)
@@ -258,6 +308,8 @@ def dumps(trace: RankTrace) -> str:
     lines.extend(json.dumps(asdict(e)) for e in trace.entries)
     if trace.stacks is not None:
         lines.append(json.dumps({"stacks": {t: [asdict(f) for f in fr] for t, fr in trace.stacks.items()}}))
+    if trace.streams is not None:
+        lines.append(json.dumps({"streams": {s: st.to_json() for s, st in trace.streams.items()}}))
     return "\n".join(lines) + "\n"
 
 
@@ -296,6 +348,9 @@ def loads(text: str, path: str = "") -> RankTrace:
             obj = json.loads(line)
             if "stacks" in obj and "op" not in obj:
                 trace.stacks = {str(t): _frames_from(fr) for t, fr in obj["stacks"].items()}
+                continue
+            if "streams" in obj and "op" not in obj:
+                trace.streams = {str(s): StreamState.from_json(st) for s, st in obj["streams"].items()}
                 continue
             obj["frames"] = _frames_from(obj.get("frames") or [])
             trace.entries.append(Entry(**obj))
