@@ -26,13 +26,8 @@ def render_text(report: Report) -> str:
     if report.verdict == "ok":
         lines.append("No desync, hang or straggler found in these traces.")
     for i, f in enumerate(report.findings, 1):
-        where = ""
-        if f.op is not None:
-            where = f" at {f.op}" + (f" #{f.seq}" if f.seq is not None else "") + \
-                (f" on {fmt_group(f.group)}" if f.group is not None or f.kind != "stuck_thread" else "")
         lines.append("")
-        lines.append(f"{i}. {f.kind}: ranks {f.ranks}{where}")
-        lines.append(f"   {f.detail}")
+        lines.extend(finding_lines(i, f))
     if report.consequences and report.findings:  # each points at a finding: never "of the above" with none above
         lines.append("")
         lines.append(f"consequences of the findings above ({len(report.consequences)}; all in --format json, "
@@ -62,6 +57,17 @@ def render_text(report: Report) -> str:
         lines.append("")
         lines.append(merged_note(merged) + ".")
     return "\n".join(lines) + "\n"
+
+
+def finding_lines(i: int, f) -> list[str]:
+    """One finding (diagnose's, or a lint hazard as a Finding): its kind, ranks and call, then its sentence."""
+    where = ""
+    if f.op is not None:
+        where = f" at {f.op}" + (f" #{f.seq}" if f.seq is not None else "") + \
+            (f" on {fmt_group(f.group)}" if f.group is not None or f.kind != "stuck_thread" else "")
+    elif len(f.groups) > 1 or (f.groups and f.group is None):
+        where = " on groups " + ", ".join(repr(g) for g in f.groups)
+    return [f"{i}. {f.kind}: ranks {f.ranks}{where}", f"   {f.detail}"]
 
 
 def _consequence_line(c: dict) -> str:

@@ -185,6 +185,8 @@ class RankTrace:
     # Facts about every entry, gathered once for the analysis (trace/summary.py); not part of the trace's value.
     summary: object | None = field(default=None, repr=False, compare=False)
     log: RankLog | None = None  # per-thread state read from the rank's text log (trace/loaders/logs.py)
+    # recorder: the process groups / DeviceMeshes this rank created, in order (recorder/creations.py; lint reads them)
+    group_creations: list[dict] | None = None
 
     def column(self, name: str) -> list:
         return entry_column(self.entries, name)
@@ -253,7 +255,8 @@ def dumps(trace: RankTrace) -> str:
         "host": trace.host,
         "pid": trace.pid,
     }
-    header.update({k: v for k, v in (("hang", trace.hang), ("exception", trace.exception)) if v is not None})
+    header.update({k: v for k, v in (("hang", trace.hang), ("exception", trace.exception),
+                                     ("group_creations", trace.group_creations)) if v is not None})
     lines = [json.dumps(header)]
     lines.extend(json.dumps(asdict(e)) for e in trace.entries)
     if trace.stacks is not None:
@@ -291,6 +294,8 @@ def loads(text: str, path: str = "") -> RankTrace:
             pid=header.get("pid"),
             hang=header.get("hang") if isinstance(header.get("hang"), dict) else None,
             exception=header.get("exception") if isinstance(header.get("exception"), dict) else None,
+            group_creations=[c for c in header["group_creations"] if isinstance(c, dict)] or None
+            if isinstance(header.get("group_creations"), list) else None,
         )
         for lineno, line in enumerate(lines[1:], start=2):
             obj = json.loads(line)
