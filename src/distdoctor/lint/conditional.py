@@ -4,7 +4,7 @@ The sequence numbers agree and the run completed, but only because two code path
 number of compatible calls (`if rank == 0: log_metrics(loss) else: sync(loss)`): a change to either path, a
 different number of steps on one rank, or another data size, and the group desyncs or hangs. Needs call sites,
 so traces with frames: the recorder's, Flight Recorder pickles with stack frames (not Gloo's JSON dumps, not
-calls issued from C++ such as DDP's gradient buckets). Only the user's own frames are compared (match.callsite:
+calls issued from C++ such as DDP's gradient buckets). Only the user's own innermost three frames are compared (hazard.user_frames:
 torch's internals differ by rank legitimately, e.g. a checkpoint coordinator). One hazard per group and pair of
 code paths, however many sequence numbers repeat it (a loop), with the count.
 """
@@ -12,14 +12,14 @@ code paths, however many sequence numbers repeat it (a loop), with the count.
 from __future__ import annotations
 
 from distdoctor.diagnose.findings import fmt_group, fmt_ranks
-from distdoctor.diagnose.match import callsite
-from distdoctor.lint.hazard import Hazard, site_of
+from distdoctor.lint.hazard import Hazard, site_of, user_frames
 from distdoctor.trace.model import TraceSet
 from distdoctor.trace.summary import summarize
 
 
 def _framed_ranks(ts: TraceSet) -> list[int]:
-    return [r for r, t in sorted(ts.ranks.items()) if any(t.column("frames"))]
+    # A simulated trace's frames are plan positions per rank (plan.yaml:rank0/stream), not code shared by ranks.
+    return [r for r, t in sorted(ts.ranks.items()) if t.source != "simulated" and any(t.column("frames"))]
 
 
 def find(ts: TraceSet) -> list[Hazard]:
@@ -34,7 +34,7 @@ def find(ts: TraceSet) -> list[Hazard]:
             per_seq = paths.setdefault(name, {})
             for seq, pos in seqs.items():
                 e = trace.entries[pos]
-                chain = tuple((fn, ln) for fn, ln, _ in callsite(e)[:3])
+                chain = tuple((f.filename, f.line) for f in user_frames(e))
                 if chain:
                     per_seq.setdefault(seq, {}).setdefault(chain, []).append(r)
     found: dict[tuple, dict] = {}  # (group, the parting) -> first seq, count

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from distdoctor.diagnose.findings import HAZARD_KINDS as KINDS
 from distdoctor.diagnose.findings import Finding, fmt_ranks
-from distdoctor.diagnose.sites import entry_site
-from distdoctor.trace.model import Entry
+from distdoctor.diagnose.sites import fmt_chain, user_chain
+from distdoctor.trace.model import Entry, Frame
 
 MAX_SITES = 8  # sites named per hazard (a thousand-rank hazard has a handful of distinct ones)
 
@@ -61,9 +61,19 @@ def to_finding(h: Hazard) -> Finding:
                    evidence={**h.evidence, "sites": h.sites})
 
 
+# The recorder's own wrapper shows in Flight Recorder's stacks of a recorded job: never the user's code.
+RECORDER_CODE = "/distdoctor/recorder/"
+
+
+def user_frames(e: Entry) -> list[Frame]:
+    """The user's frames of an entry, innermost first, at most three (diagnose's rule, less the recorder's)."""
+    return user_chain([f for f in e.frames if RECORDER_CODE not in f.filename])
+
+
 def site_of(e: Entry | None) -> str | None:
     """The user's call chain of an entry ('fn (/abs/file.py:12) <- caller (train.py:40)'), None without frames."""
-    return entry_site(e)
+    chain = user_frames(e) if e is not None else []
+    return fmt_chain(chain) if chain else None
 
 
 def call(e: Entry) -> str:

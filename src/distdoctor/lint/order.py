@@ -113,7 +113,22 @@ def find(ts: TraceSet) -> list[Hazard]:
     core = _cyclic_nodes(nodes.n, unique // nodes.n, unique % nodes.n)
     if not core:
         return []
-    return [_hazard(ts, nodes, orders, comp) for comp in _components(core, unique, nodes.n)]
+    # One hazard per way the ranks part (a loop repeats it every step: said once, with the count).
+    merged: dict[tuple, Hazard] = {}
+    for comp in _components(core, unique, nodes.n):
+        for h in _hazards(ts, nodes, orders, comp):
+            signature = (h.kind, tuple(h.ranks), tuple(h.groups), h.evidence.get("signature"))
+            got = merged.get(signature)
+            if got is None:
+                merged[signature] = h
+            else:
+                got.evidence["repeats"] = got.evidence.get("repeats", 1) + 1
+    for h in merged.values():
+        h.evidence.pop("signature", None)
+        n = h.evidence.get("repeats", 1)
+        if n > 1:
+            h.detail += f" The same inversion recurs {n - 1} more time(s) later in the run."
+    return list(merged.values())
 
 
 def _components(core: set[int], unique: np.ndarray, n: int) -> list[set[int]]:
@@ -126,30 +141,37 @@ def _components(core: set[int], unique: np.ndarray, n: int) -> list[set[int]]:
     return sorted((c for c in nx.strongly_connected_components(g) if len(c) > 1), key=min)
 
 
-def _hazard(ts: TraceSet, nodes: _Nodes, orders: dict, comp: set[int]) -> Hazard:
+def _hazards(ts: TraceSet, nodes: _Nodes, orders: dict, comp: set[int]) -> list[Hazard]:
     comp_arr = np.array(sorted(comp), dtype=np.int64)
     restricted = {}  # rank -> [(node, position)] of its collectives on the cycle, in issue order
     for r, (ids, pos) in sorted(orders.items()):
         keep = np.isin(ids, comp_arr)
         if keep.any():
             restricted[r] = list(zip(ids[keep].tolist(), pos[keep].tolist()))
-    pair = _inverted_pair(restricted)
-    if pair is not None:
-        return _pair_hazard(ts, nodes, restricted, *pair)
-    return _cycle_hazard(ts, nodes, restricted, comp)
+    pairs = _inverted_pairs(restricted)
+    if pairs:
+        return [_pair_hazard(ts, nodes, restricted, x, y) for x, y in pairs]
+    return [_cycle_hazard(ts, nodes, restricted, comp)]
 
 
-def _inverted_pair(restricted: dict) -> tuple[int, int] | None:
+WITNESS_RANKS = 64  # ranks compared pairwise for direct inversions (a thousand-rank cycle has a few patterns)
+WITNESS_PAIRS = 8
+
+
+def _inverted_pairs(restricted: dict) -> list[tuple[int, int]]:
     """(x, y): collectives some rank issued x before y and another y before x, both issuing both."""
-    ranks = list(restricted)
+    ranks = list(restricted)[:WITNESS_RANKS]
+    found: dict[frozenset, tuple[int, int]] = {}
     for i, a in enumerate(ranks):
         where = {node: k for k, (node, _) in enumerate(restricted[a])}
         for b in ranks[i + 1:]:
             common = [node for node, _ in restricted[b] if node in where]
             for u, v in zip(common, common[1:]):  # b issued u before v; a the other way round?
-                if where[u] > where[v]:
-                    return v, u
-    return None
+                if where[u] > where[v] and frozenset((u, v)) not in found:
+                    found[frozenset((u, v))] = (v, u)
+                    if len(found) == WITNESS_PAIRS:
+                        return list(found.values())
+    return list(found.values())
 
 
 def _verb(ranks, verb: str) -> str:
@@ -181,7 +203,8 @@ def _pair_hazard(ts: TraceSet, nodes: _Nodes, restricted: dict, x: int, y: int) 
               f"because {how}; with blocking collectives, one stream per device (NCCL) or another timing it "
               f"deadlocks.")
     h = Hazard("order_inversion", first + second, sorted({gx, gy}), detail,
-               evidence={"first": {"op": ex.op, "seq": nodes.key(x)[1], "group": gx},
+               evidence={"signature": (gx, ex.op, gy, ey.op),
+                         "first": {"op": ex.op, "seq": nodes.key(x)[1], "group": gx},
                          "second": {"op": ey.op, "seq": nodes.key(y)[1], "group": gy},
                          "in_order": first, "inverted": second})
     for ranks, (a, b) in ((first, (0, 1)), (second, (1, 0))):

@@ -49,6 +49,7 @@ def _load_jobs():
 
 _jobs = _load_jobs()
 SCENARIOS, WORLD = _jobs.SCENARIOS, _jobs.WORLD
+LINT_SCENARIOS = _jobs.LINT_SCENARIOS  # lint's hazard jobs and fixed twins (test_lint_real.py)
 
 MODES = ("recorder", "pickle", "json", "mixed")
 HANG_TIMEOUT_S = 4  # the recorder's --hang-timeout
@@ -188,7 +189,7 @@ def main() -> int:
     parser.add_argument("--parallel", type=int, default=4)
     parser.add_argument("--seed", type=int, default=MIXED_SEED)
     args = parser.parse_args()
-    names = [s for s in args.scenario.split(",") if s] or list(SCENARIOS)
+    names = [s for s in args.scenario.split(",") if s] or [*SCENARIOS, *LINT_SCENARIOS]
     results = run_suite(os.path.abspath(args.out), names, args.parallel, args.seed)
     for name in names:
         r = results[name]
