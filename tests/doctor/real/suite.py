@@ -156,13 +156,19 @@ def build_modes(d: str, seed: int, name: str) -> dict[str, str]:
 
 def diagnose_json(path: str) -> tuple[int, dict | None, str]:
     """`distdoctor diagnose PATH --format json`, in this process: (exit code, document or None, stderr)."""
+    return command_json("diagnose", path)
+
+
+def command_json(command: str, path: str) -> tuple[int, dict | None, str]:
+    """`distdoctor COMMAND PATH --format json` (diagnose, lint), in this process: (exit code, document or None,
+    stderr)."""
     from distdoctor.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     code = 0
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            main(["diagnose", path, "--format", "json"])
+            main([command, path, "--format", "json"])
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
     try:

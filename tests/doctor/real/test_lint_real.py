@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 from pathlib import Path
 
 import pytest
 
-from .suite import LINT_SCENARIOS
+from .suite import LINT_SCENARIOS, command_json
 
 pytestmark = pytest.mark.slow
 
@@ -39,19 +38,7 @@ EXPECTED = {
 
 
 def lint_json(path: str) -> tuple[int, dict | None, str]:
-    from distdoctor.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(["lint", path, "--format", "json"])
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    try:
-        return code, json.loads(out.getvalue()), err.getvalue()
-    except ValueError:
-        return code, None, err.getvalue()
+    return command_json("lint", path)
 
 
 def marked_lines(kind: str) -> set[str]:
@@ -116,7 +103,7 @@ def test_recorder_records_group_creations(real_jobs):
         from distdoctor.trace.loaders import load_traces
 
         ts = load_traces([real_jobs[scenario]["modes"]["recorder"]])
-        made = {r: [(c["api"], c.get("desc"), c.get("dim_names")) for c in t.group_creations or []]
+        made = {r: [(c["api"], c.get("desc"), tuple(c.get("dim_names") or ())) for c in t.group_creations or []]
                 for r, t in ts.ranks.items()}
         assert len(made) == 4 and all(made.values()), made
         assert len({tuple(v) for v in made.values()}) == 1, made
