@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("distdoctor.validate.command:validate_command", "Check every collective's result against an exact reference."),
     "bench": ("distdoctor.bench.command:bench_command", "Collective bandwidth with nccl-tests' algbw/busbw semantics."),
     "diagnose": ("distdoctor.diagnose.command:diagnose_command", "Explain a hang or desync from per-rank traces."),
+    "lint": ("distdoctor.lint.command:lint_command", "Latent deadlock hazards in the dumps of a run that did not hang."),
     "run": ("distdoctor.recorder.command:run_command", "Run a training command with the distdoctor recorder on."),
     "sim": ("distdoctor.sim.command:sim_group", "Simulate a parallel plan: deadlocks, bubbles, needless waits."),
     "scaling": ("distdoctor.health.scaling:scaling_command", "Measured and projected data-parallel scaling efficiency."),

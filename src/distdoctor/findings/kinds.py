@@ -37,8 +37,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 KINDS = ("stream_deadlock", "order_deadlock", "p2p_deadlock", "stream_starved", "type_mismatch", "size_mismatch",
-         "dtype_mismatch", "root_mismatch", "crashed", "missing_dump", "missing_ranks", "stuck_collective", "state_mismatch", "stuck_thread",
-         "crossed_p2p", "straggler")
+         "dtype_mismatch", "root_mismatch", "crashed", "missing_dump", "missing_ranks", "stuck_collective",
+         "state_mismatch", "stuck_thread", "crossed_p2p", "straggler")
+# Latent hazards `distdoctor lint` reports of a run that did not hang (lint/hazard.py): rendered as findings.
+HAZARD_KINDS = ("order_inversion", "rank_conditional_collective", "p2p_order", "group_creation_order", "false_wait")
+KINDS += HAZARD_KINDS
 
 # Root cause first: a cycle or an impossible p2p explains every wait it causes; a mismatch explains the
 # crash or hang that follows it; a crashed or lost rank explains the survivors' waits; state differences come last.

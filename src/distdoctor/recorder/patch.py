@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 
+from distdoctor.recorder import creations
 from distdoctor.recorder.describe import DESCRIBERS, describe_p2p_op
 
 current = None  # the Recorder the wrappers record into (set by recorder.enable)
@@ -286,6 +287,7 @@ def patch() -> None:
             setattr(c10d, name, wrapper)
             if getattr(dist, name, None) is orig:
                 setattr(dist, name, wrapper)
+        creations.install(c10d, dist, sys.modules[__name__])  # new_group, init_device_mesh, ...: lint reads them
 
 
 def unpatch() -> None:
@@ -294,6 +296,7 @@ def unpatch() -> None:
             return
         import torch.distributed as dist
 
+        creations.uninstall()
         for name, orig in _originals.items():
             wrapper = getattr(c10d, name)
             setattr(c10d, name, orig)

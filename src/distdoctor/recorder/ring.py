@@ -40,7 +40,7 @@ import threading
 import time
 from collections import deque
 
-from distdoctor.recorder import patch
+from distdoctor.recorder import creations, patch
 from distdoctor.recorder.config import RecorderConfig, warn
 from distdoctor.recorder.describe import Call
 from distdoctor.recorder.dumpfile import all_thread_stacks, ensure_private_dir, flight_recorder_dump, write_atomic
@@ -87,6 +87,8 @@ class Recorder:
         self.p2p_seq: dict[tuple, int] = {}
         self.groups: dict[object, tuple[str, list[int], str]] = {}  # process group -> (name, ranks, desc)
         self.group_infos: dict[str, model.GroupInfo] = {}  # every group seen, kept after destroy
+        self.creations: deque[tuple[dict, list]] = deque(maxlen=creations.MAX_KEPT)  # new_group & co (lint)
+        self._creation_index = itertools.count()
         self._index = itertools.count()
         self.last_progress = time.time()  # last collective issued or completed here
         self.waits: deque[float] = deque(maxlen=WAITS_KEPT)  # how long recent collectives took (hangwatch.py)
@@ -204,6 +206,15 @@ class Recorder:
         self.group_infos[name] = model.GroupInfo(name, ranks, False, desc)
         return info
 
+    def record_creation(self, info: dict, frames: list) -> None:
+        """A process group or DeviceMesh was created (recorder/creations.py); frames as caller_frames gives."""
+        self.creations.append(({**info, "index": next(self._creation_index)}, frames))
+
+    def _creations(self) -> list[dict] | None:
+        return [{**info, "frames": [{"name": code.co_name, "filename": code.co_filename,
+                                     "line": _line_of(code, lasti)} for code, lasti in reversed(frames)]}
+                for info, frames in list(self.creations)] or None
+
     # ---- lifecycle -----------------------------------------------------------------------------------------
     def activate(self) -> None:
         """A process group exists: remember who we are and start the watchdog and hooks (once)."""
@@ -292,7 +303,7 @@ class Recorder:
             rank=self.rank if self.rank is not None else -1, source="native", version=str(model.NATIVE_VERSION),
             world_size=self.world_size, groups=dict(self.group_infos), entries=entries, stacks=stacks,
             dump_reason=reason, dump_time=time.time(), host=socket.gethostname(), pid=os.getpid(), hang=hang,
-            exception=self.exception)
+            exception=self.exception, group_creations=self._creations())
 
     def _refresh_groups(self) -> None:
         """Every group this rank belongs to, used or not (the loaders then need no inference for ours)."""

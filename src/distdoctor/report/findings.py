@@ -15,7 +15,9 @@ def findings_json(findings: list[Finding]) -> list[dict]:
 
 def where(f: Finding) -> str:
     """' at <op> #<seq> on <group>', as far as the finding knows it."""
-    if f.op is None:
+    if f.op is None:  # a hazard across groups (lint) names them
+        if len(f.groups) > 1 or (f.groups and f.group is None):
+            return " on groups " + ", ".join(repr(g) for g in f.groups)
         return ""
     return f" at {f.op}" + (f" #{f.seq}" if f.seq is not None else "") + \
         (f" on {fmt_group(f.group)}" if f.group is not None or f.kind not in NO_GROUP else "")

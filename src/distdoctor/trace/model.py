@@ -189,6 +189,8 @@ class RankTrace:
     # Per-stream state at dump time, in the rank's stream order, when the source knows it (the simulator does):
     # the exact wait-for graph over (rank, stream) is built from it (findings/waitfor.py).
     streams: dict[str, StreamState] | None = None
+    # recorder: the process groups / DeviceMeshes this rank created, in order (recorder/creations.py; lint reads them)
+    group_creations: list[dict] | None = None
 
     def column(self, name: str) -> list:
         return entry_column(self.entries, name)
@@ -303,7 +305,8 @@ def dumps(trace: RankTrace) -> str:
         "host": trace.host,
         "pid": trace.pid,
     }
-    header.update({k: v for k, v in (("hang", trace.hang), ("exception", trace.exception)) if v is not None})
+    header.update({k: v for k, v in (("hang", trace.hang), ("exception", trace.exception),
+                                     ("group_creations", trace.group_creations)) if v is not None})
     lines = [json.dumps(header)]
     lines.extend(json.dumps(asdict(e)) for e in trace.entries)
     if trace.stacks is not None:
@@ -343,6 +346,8 @@ def loads(text: str, path: str = "") -> RankTrace:
             pid=header.get("pid"),
             hang=header.get("hang") if isinstance(header.get("hang"), dict) else None,
             exception=header.get("exception") if isinstance(header.get("exception"), dict) else None,
+            group_creations=[c for c in header["group_creations"] if isinstance(c, dict)] or None
+            if isinstance(header.get("group_creations"), list) else None,
         )
         for lineno, line in enumerate(lines[1:], start=2):
             obj = json.loads(line)

@@ -81,6 +81,13 @@ SCENARIOS = {
     "p2p_both_recv": "train_pipeline",
     "object_root": "train_ddp",
 }
+# Jobs that complete yet carry latent hazards, and their fixed twins: `distdoctor lint`'s (test_lint_real.py), not
+# diagnose's (test_real_jobs.py judges SCENARIOS only). The session fixture runs both sets at once.
+LINT_SCENARIOS = {
+    "lint_hazards": "train_lint",
+    "lint_fixed": "train_lint",
+}
+ALL_SCENARIOS = {**SCENARIOS, **LINT_SCENARIOS}
 
 
 class Ctx:
@@ -273,7 +280,7 @@ def launch(scenario: str, out: str, stall: float = 3.0, deadline: float = 60.0) 
     import torch
 
     torch.set_num_threads(1)  # 4 ranks on a small machine: no intra-op thread pools fighting for cores
-    train = getattr(importlib.import_module(SCENARIOS[scenario]), scenario)
+    train = getattr(importlib.import_module(ALL_SCENARIOS[scenario]), scenario)
     # The first Flight Recorder dump with stack frames symbolizes torch's libraries (seconds): do it once here,
     # so every forked rank inherits warm caches.
     from torch._C._profiler import gather_traceback, symbolize_tracebacks
@@ -342,13 +349,13 @@ def main() -> int:
     parser.add_argument("--deadline", type=float, default=60.0, help="kill every rank after this many seconds")
     args = parser.parse_args()
     if args.list:
-        for name, module in SCENARIOS.items():
+        for name, module in ALL_SCENARIOS.items():
             print(f"{name:24s} {module}.py")
         return 0
     if not args.out or not args.scenario:
         parser.error("--out and --scenario are required (or --list)")
-    if args.scenario not in SCENARIOS:
-        parser.error(f"unknown scenario {args.scenario!r}; known: {', '.join(SCENARIOS)}")
+    if args.scenario not in ALL_SCENARIOS:
+        parser.error(f"unknown scenario {args.scenario!r}; known: {', '.join(ALL_SCENARIOS)}")
     sys.path.insert(0, HERE)
     status = launch(args.scenario, os.path.abspath(args.out), args.stall, args.deadline)
     print(json.dumps(status), flush=True)

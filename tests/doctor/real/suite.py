@@ -49,6 +49,7 @@ def _load_jobs():
 
 _jobs = _load_jobs()
 SCENARIOS, WORLD = _jobs.SCENARIOS, _jobs.WORLD
+LINT_SCENARIOS = _jobs.LINT_SCENARIOS  # lint's hazard jobs and fixed twins (test_lint_real.py)
 
 MODES = ("recorder", "pickle", "json", "mixed")
 HANG_TIMEOUT_S = 4  # the recorder's --hang-timeout
@@ -155,13 +156,19 @@ def build_modes(d: str, seed: int, name: str) -> dict[str, str]:
 
 def diagnose_json(path: str) -> tuple[int, dict | None, str]:
     """`distdoctor diagnose PATH --format json`, in this process: (exit code, document or None, stderr)."""
+    return command_json("diagnose", path)
+
+
+def command_json(command: str, path: str) -> tuple[int, dict | None, str]:
+    """`distdoctor COMMAND PATH --format json` (diagnose, lint), in this process: (exit code, document or None,
+    stderr)."""
     from distdoctor.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     code = 0
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            main(["diagnose", path, "--format", "json"])
+            main([command, path, "--format", "json"])
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
     try:
@@ -188,7 +195,7 @@ def main() -> int:
     parser.add_argument("--parallel", type=int, default=4)
     parser.add_argument("--seed", type=int, default=MIXED_SEED)
     args = parser.parse_args()
-    names = [s for s in args.scenario.split(",") if s] or list(SCENARIOS)
+    names = [s for s in args.scenario.split(",") if s] or [*SCENARIOS, *LINT_SCENARIOS]
     results = run_suite(os.path.abspath(args.out), names, args.parallel, args.seed)
     for name in names:
         r = results[name]
