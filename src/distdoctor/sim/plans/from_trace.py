@@ -62,6 +62,7 @@ class Replay:
     skipped: dict[str, int] = field(default_factory=dict)  # left-out raw op -> count
     trimmed: int = 0  # calls before a group's common first sequence number (a wrapped ring buffer)
     source: str = ""
+    calls_by_rank: dict[int, list[Call]] = field(default_factory=dict, repr=False)
 
     def info(self, simulated_us: float) -> dict:
         rec = self.recorded_makespan_us
@@ -72,15 +73,18 @@ class Replay:
                 "difference_us": None if rec is None else round(simulated_us - rec, 3),
                 "ratio": None if not rec else round(simulated_us / rec, 4)}
 
-    def sentence(self, simulated_us: float) -> str:
+    def sentence(self, simulated_us: float, deadlock: bool = False) -> str:
         rec = self.recorded_makespan_us
         left = f"; left out {sum(self.skipped.values())} other call(s)" if self.skipped else ""
         est = f" ({self.estimated} with estimated durations)" if self.estimated else ""
+        head = f"Recorded run: {self.calls} calls{est} on {len(self.program.ranks)} ranks"
         if rec is None:
-            return f"Recorded run: {self.calls} calls{est} on {len(self.program.ranks)} ranks, no timestamps{left}."
+            return f"{head}, no timestamps{left}."
+        if deadlock:
+            return f"{head} finished in {rec:.1f} us; this replay deadlocks at {simulated_us:.1f} us{left}."
         diff = simulated_us - rec
-        return (f"Recorded run: {self.calls} calls{est} on {len(self.program.ranks)} ranks in {rec:.1f} us; "
-                f"simulated {simulated_us:.1f} us ({diff:+.1f} us, x{simulated_us / rec:.3f} of recorded){left}.")
+        return (f"{head} in {rec:.1f} us; simulated {simulated_us:.1f} us ({diff:+.1f} us, "
+                f"x{simulated_us / rec:.3f} of recorded){left}.")
 
 
 def load_recorded(paths: list[str]) -> TraceSet:
@@ -340,4 +344,4 @@ def replay_program(ts: TraceSet, streams: str = "per-group", eager_bytes: int | 
     check_program(prog)
     recorded = (max(times) - t0) * 1e6 if times else None
     n_calls = sum(len(cs) for cs in calls.values())
-    return Replay(prog, recorded, n_calls, estimated, skipped, trimmed, source)
+    return Replay(prog, recorded, n_calls, estimated, skipped, trimmed, source, calls)
