@@ -11,6 +11,7 @@ with its fixed twin. Run through tests/doctor/real/jobs.py's launcher (forked ra
   so it completes; where a send must meet its receive before the next op of the pair's stream runs (NCCL's
   one stream per peer pair, messages above its buffers: `--eager-bytes 0`) it deadlocks. `p2p_parity`: even
   stages send first, odd stages receive first, with blocking calls.
+- `latent_hazards` runs both hazards one after the other, `fixed_twins` both fixed twins.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ def _groups(ctx, inverted: bool) -> None:
     for _ in range(STEPS):
         _compute(0.002)
         first, second = (b, a) if inverted and ctx.rank >= ctx.world // 2 else (a, b)
-        w1 = dist.all_reduce(x, group=first, async_op=True)
-        w2 = dist.all_reduce(y, group=second, async_op=True)
+        w1 = dist.all_reduce(x, group=first, async_op=True)  # issued: first
+        w2 = dist.all_reduce(y, group=second, async_op=True)  # issued: second
         _compute(0.002)
         w1.wait()
         w2.wait()
@@ -90,7 +91,19 @@ def p2p_parity(ctx) -> None:
     _pipeline(ctx, parity=True)
 
 
-SCENARIOS = ("groups_inverted", "groups_same_order", "p2p_send_first", "p2p_parity")
+def latent_hazards(ctx) -> None:
+    """Both hazards in one run (what the tests record: one job start instead of two)."""
+    _groups(ctx, inverted=True)
+    _pipeline(ctx, parity=False)
+
+
+def fixed_twins(ctx) -> None:
+    _groups(ctx, inverted=False)
+    _pipeline(ctx, parity=True)
+
+
+SCENARIOS = ("groups_inverted", "groups_same_order", "p2p_send_first", "p2p_parity", "latent_hazards",
+             "fixed_twins")
 
 
 def main() -> int:
