@@ -6,14 +6,14 @@ into the IR:
 
 - per rank and recording thread a host stream `host <thread>` runs, in recorded order, the compute gaps
   between calls (`compute`, measured) and the calls: issuing call i records event `i<i>`; a blocking call
-  then waits for `d<i>`, an async one is waited where its `wait()` returned (the recorder completes an async
-  record there), or never when the run never waited;
+  then waits for `d<i>`, an async one (or one whose kind the dump does not say) is waited where its `wait()`
+  returned (the recorder completes an async record there), or never when the trace does not say;
 - each call runs on a communication stream (waits for `i<i>`, runs, records `d<i>`): with `streams=
   "per-group"` a stream per process group for collectives (`comm <group>`) and one per group and peer for
   send/recv (`p2p <group> peer <peer>`, NCCL's stream per pair); with `"shared"` one `comm` stream for all;
 - a collective's duration is its instance's: from the last member's issue to the first member's return
   (a blocking call waits for every member, so that is the transfer, without anyone's lateness); async
-  calls return at `wait()`, which may be later than the transfer, so they take the median of blocking calls
+  calls return at `wait()`, which may be later than the transfer, so they take the lower median of blocking calls
   of the same group, kind and size (else kind and size, else kind; else the cost model), never more than
   their recorded span; send/recv pairs the same way (FIFO per sender, receiver and group);
 - p2p sends are buffered without limit (Gloo posts a send and returns) unless `eager_bytes` is given: then
@@ -29,7 +29,7 @@ from __future__ import annotations
 import heapq
 import os
 from dataclasses import dataclass, field
-from statistics import median
+from statistics import median_low
 
 from distdoctor.collectives.base import itemsize
 from distdoctor.errors import InputError
@@ -154,7 +154,8 @@ def _assign_durations(instances: list[list[Call]], kind_of, cost: Cost) -> int:
         if blocking and span is not None:
             for key in kind_of(inst[0]):
                 own.setdefault(key, []).append(span)
-    typical = {k: median(v) for k, v in own.items()}
+    # the lower median: a group's first call also connects its communicator (tens of ms on Gloo)
+    typical = {k: median_low(v) for k, v in own.items()}
     estimated = 0
     for inst, (span, blocking) in zip(instances, spans):
         if blocking and span is not None:
@@ -235,11 +236,11 @@ def _host_events(calls: list[Call]) -> list[tuple[str, float | None, Call]]:
             t, _, w = heapq.heappop(waits)
             events.append(("wait", t, w))
         events.append(("issue", e.t_created, c))
-        if e.async_op:
-            if e.t_completed is not None and e.state == "completed":
-                heapq.heappush(waits, (e.t_completed, k, c))
-        else:
+        if e.async_op is False:
             events.append(("return", e.t_completed, c))
+        elif e.t_completed is not None and e.state == "completed":
+            # async, or not known (an entry only Flight Recorder saw: DDP's reducer calls c10d from C++)
+            heapq.heappush(waits, (e.t_completed, k, c))
     while waits:
         t, _, w = heapq.heappop(waits)
         events.append(("wait", t, w))

@@ -1,0 +1,48 @@
+"""`sim from-trace` of the healthy real-library jobs (DDP, FSDP2, HSDP, pipelining) the suite already recorded:
+the replay finishes under every what-if (a healthy job carries no latent hang) and takes about as long as the
+recorded run; the pipelining job is recognised as a pipeline and re-derived at other degrees."""
+
+from __future__ import annotations
+
+import pytest
+
+from distdoctor.errors import InputError
+from distdoctor.sim.plans.from_trace import load_recorded, replay_program
+from distdoctor.sim.plans.trace_pipeline import detect, rescale
+from distdoctor.sim.result import simulate
+
+HEALTHY = ("ddp_ok", "fsdp_ok", "hsdp_ok", "pp_ok")
+WHAT_IFS = ({}, {"streams": "shared"}, {"eager_bytes": 0}, {"streams": "shared", "eager_bytes": 0})
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+def test_healthy_job_replays_without_deadlock_and_close_to_its_recorded_makespan(real_jobs, name):
+    traces = load_recorded([real_jobs[name]["modes"]["recorder"]])
+    for what_if in WHAT_IFS:
+        replay = replay_program(traces, **what_if)
+        res = simulate(replay.program, trials=4, jitter=0.3, jitter_comm=True)
+        assert not res.deadlock and not res.timing.deadlocked, (what_if, res.to_text())
+        assert replay.calls > 20 and not replay.skipped
+        if not what_if:
+            # the replay starts each call when the rank issued it and gives it the time its instance took:
+            # what it loses is the host's time inside async calls it cannot see
+            ratio = replay.info(res.state.makespan)["ratio"]
+            assert 0.75 <= ratio <= 1.25, (name, replay.info(res.state.makespan))
+
+
+def test_pipelining_job_is_a_pipeline_and_rescales(real_jobs):
+    replay = replay_program(load_recorded([real_jobs["pp_ok"]["modes"]["recorder"]]))
+    shape = detect(replay)
+    # two GPipe pipelines of two stages over the mesh [[0, 1], [2, 3]]; 4 micro-batches, 2 steps (the set-up
+    # shape exchange is not a micro-batch)
+    assert shape.chains == [[0, 1], [2, 3]] and shape.schedule == "gpipe"
+    assert (shape.microbatches, shape.steps) == (4, 2)
+    spans = {}
+    for k in (2, 4, 8):
+        scaled = rescale(replay, k, None)
+        res = simulate(scaled.program)
+        assert not res.deadlock and len(scaled.program.ranks) == 2 * k
+        spans[k] = res.state.makespan
+    assert spans[2] > spans[4] > spans[8]  # the same work cut finer, as GPipe's bubble allows
+    with pytest.raises(InputError, match="not a pipeline: it has no point-to-point traffic"):
+        rescale(replay_program(load_recorded([real_jobs["ddp_ok"]["modes"]["recorder"]])), 4, None)
