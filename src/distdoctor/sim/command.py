@@ -275,9 +275,13 @@ def from_trace_command(paths, streams, eager_bytes, scale_pp, fmt, emit_ir, chro
     Exit code 1 when the replay deadlocks, 0 when it does not, 2 on bad input.
     """
     from distdoctor.sim.plans.from_trace import load_recorded, replay_program
+    from distdoctor.trace.loaders import gc_paused
 
     source = "recorded run " + " ".join(paths)
-    replay = replay_program(load_recorded(list(paths)), streams, eager_bytes, source)
+    with gc_paused():  # the trace set stays alive: collection passes would rescan it while the program is built
+        traces = load_recorded(list(paths))
+        replay = replay_program(traces, streams, eager_bytes, source)
+        del traces
     prog, tail = replay.program, lambda res: ({"from_trace": replay.info(res.state.makespan)},
                                               replay.sentence(res.state.makespan, res.deadlock))
     if scale_pp is not None:

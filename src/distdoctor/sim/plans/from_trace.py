@@ -26,6 +26,7 @@ inner calls are recorded as collectives; `other:` ops) are counted and left out.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import os
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from statistics import median_low
 from distdoctor.collectives.base import itemsize
 from distdoctor.errors import InputError
 from distdoctor.sim.engine import collective_us, p2p_us
-from distdoctor.sim.ir import COLLECTIVE_KINDS, Cost, Op, Program, RankProgram, check_program
+from distdoctor.sim.ir import COLLECTIVE_KINDS, Cost, Op, Program, RankProgram
 from distdoctor.trace.model import Entry, RankTrace, TraceSet, numel
 
 STREAM_MODES = ("per-group", "shared")
@@ -49,6 +50,7 @@ class Call:
 
     entry: Entry
     thread: str
+    nbytes: int = 0
     duration_us: float | None = None  # filled once the instance it belongs to is known
     end: float | None = None  # when its instance ended, on the recorded clock (last issue + duration)
 
@@ -106,9 +108,14 @@ def load_recorded(paths: list[str]) -> TraceSet:
 def call_site(e: Entry) -> str:
     """The user's innermost frame as file:line (frames are innermost last), '' when none is recorded."""
     for f in reversed(e.frames):
-        if not any(m in f.filename for m in _LIBRARY):
+        if not _is_library(f.filename):
             return f"{os.path.basename(f.filename)}:{f.line}"
     return ""
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_library(filename: str) -> bool:
+    return any(m in filename for m in _LIBRARY)
 
 
 def _bytes(e: Entry) -> int:
@@ -127,7 +134,7 @@ def _calls(trace: RankTrace, skipped: dict[str, int]) -> list[Call]:
             if e.is_p2p and e.peer is None:
                 skipped[f"{e.op} (peer unknown)"] = skipped.get(f"{e.op} (peer unknown)", 0) + 1
                 continue
-            out.append(Call(e, e.stream or "main"))
+            out.append(Call(e, e.stream or "main", _bytes(e)))
         else:
             name = e.raw_op or e.op
             skipped[name] = skipped.get(name, 0) + 1
@@ -164,7 +171,7 @@ def _assign_durations(instances: list[list[Call]], kind_of, cost: Cost) -> int:
             d = next((typical[k] for k in kind_of(inst[0]) if k in typical), None)
             if d is None:
                 e = inst[0].entry
-                op = Op(e.op, kind=e.op, bytes=_bytes(e))
+                op = Op(e.op, kind=e.op, bytes=inst[0].nbytes)
                 d = p2p_us(op, cost.alpha_us, cost.gbps) if e.is_p2p else \
                     collective_us(op, max(2, len(inst)), cost.alpha_us, cost.gbps)
             if span is not None:
@@ -191,10 +198,11 @@ def _collective_instances(calls: dict[int, list[Call]], members: dict[str, list[
         for r, cs in by_rank.items():
             if start is not None:
                 keep = [c for c in cs if c.entry.seq is None or c.entry.seq >= start]
-                trimmed += len(cs) - len(keep)
-                dropped = {id(c) for c in cs} - {id(c) for c in keep}
-                calls[r][:] = [c for c in calls[r] if id(c) not in dropped]
-                by_rank[r] = keep
+                if len(keep) < len(cs):
+                    trimmed += len(cs) - len(keep)
+                    dropped = {id(c) for c in cs} - {id(c) for c in keep}
+                    calls[r][:] = [c for c in calls[r] if id(c) not in dropped]
+                    by_rank[r] = keep
         depth = max(len(cs) for cs in by_rank.values())
         for n in range(depth):
             instances.append([cs[n] for cs in by_rank.values() if n < len(cs)])
@@ -221,7 +229,7 @@ def _p2p_instances(calls: dict[int, list[Call]]) -> list[list[Call]]:
 
 def _kind_keys(c: Call) -> tuple:
     e = c.entry
-    b = _bytes(e)
+    b = c.nbytes
     op = "p2p" if e.is_p2p else e.op
     return ((e.group, op, b), (op, b), (op,))
 
@@ -261,15 +269,22 @@ def _comm_op(c: Call, r: int, p2p_n: dict[tuple, int]) -> Op:
         key = (src, dst, e.group, e.op)  # each side counts its own posts
         p2p_n[key] = n = p2p_n.get(key, 0) + 1
         # a send and its receive carry the same name: the engine reports crossed messages by name
-        return Op(e.op, f"{src}->{dst} #{n}", c.duration_us, bytes=_bytes(e), peer=e.peer, tag=e.group)
+        return Op(e.op, f"{src}->{dst} #{n}", c.duration_us, bytes=c.nbytes, peer=e.peer, tag=e.group)
     name = " ".join(x for x in (f"#{e.seq}" if e.seq is not None else "", site) if x)
     root = e.root if e.op in ("broadcast", "reduce", "gather", "scatter") else None
-    return Op("collective", name, c.duration_us, group=e.group, kind=e.op, bytes=_bytes(e), root=root)
+    return Op("collective", name, c.duration_us, group=e.group, kind=e.op, bytes=c.nbytes, root=root)
 
 
 def replay_program(ts: TraceSet, streams: str = "per-group", eager_bytes: int | None = None,
                    source: str = "recorded run") -> Replay:
     """The recorded run as a program (see the module's docstring)."""
+    from distdoctor.trace.loaders import gc_paused
+
+    with gc_paused():  # tens of thousands of small objects beside a big trace set: no collection passes
+        return _replay_program(ts, streams, eager_bytes, source)
+
+
+def _replay_program(ts: TraceSet, streams: str, eager_bytes: int | None, source: str) -> Replay:
     if streams not in STREAM_MODES:
         raise InputError("--streams", f"unknown mode {streams!r} (expected one of: {', '.join(STREAM_MODES)})")
     skipped: dict[str, int] = {}
@@ -340,9 +355,10 @@ def replay_program(ts: TraceSet, streams: str = "per-group", eager_bytes: int | 
         if not rp.streams:
             rp.streams["host main"] = []
         ranks[r] = rp
+    # Not `check_program`: the program is sound by construction, and a send nobody received is what a hung
+    # run recorded — the replay shows it as the deadlock it was, not as bad input.
     prog = Program(groups=members, ranks=ranks, cost=cost, source=source,
                    eager_bytes=UNBOUNDED if eager_bytes is None else eager_bytes)
-    check_program(prog)
     recorded = (max(times) - t0) * 1e6 if times else None
     n_calls = sum(len(cs) for cs in calls.values())
     return Replay(prog, recorded, n_calls, estimated, skipped, trimmed, source, calls)

@@ -23,7 +23,7 @@ from statistics import median
 
 from distdoctor.errors import InputError
 from distdoctor.sim.ir import Program
-from distdoctor.sim.plans.from_trace import UNBOUNDED, Replay, _bytes
+from distdoctor.sim.plans.from_trace import UNBOUNDED, Replay
 from distdoctor.sim.plans.pipeline import PipelineConfig, build_pipeline
 
 
@@ -84,10 +84,10 @@ def detect(replay: Replay) -> PipelineShape | str:
     s0, s1 = chains[0][0], chains[0][1]
     flow = [c for c in replay.calls_by_rank[s0] if c.entry.is_p2p and c.entry.peer == s1]
     # set-up exchanges (torch's pipelining trades shapes first) are not micro-batches: keep the commonest size
-    sizes = Counter(_bytes(c.entry) for c in flow if c.entry.op == "send")
+    sizes = Counter(c.nbytes for c in flow if c.entry.op == "send")
     if sizes:
         act = sizes.most_common(1)[0][0]
-        flow = [c for c in flow if _bytes(c.entry) == act]
+        flow = [c for c in flow if c.nbytes == act]
     steps, sends, inflight, peak, order_ok, per_step = 0, 0, 0, 0, True, []
     received = False
     for c in flow:
@@ -117,8 +117,8 @@ def detect(replay: Replay) -> PipelineShape | str:
         compute.append(sum(op.us for name, ops in stream_ops.items() if name.startswith("host ")
                            for op in ops if op.op == "compute"))
     per_mb = median(compute) / (m * steps)
-    acts = [_bytes(c.entry) for c in flow if c.entry.op == "send"]
-    colls = [sum(_bytes(c.entry) for c in replay.calls_by_rank[r] if not c.entry.is_p2p) for r in ranks]
+    acts = [c.nbytes for c in flow if c.entry.op == "send"]
+    colls = [sum(c.nbytes for c in replay.calls_by_rank[r] if not c.entry.is_p2p) for r in ranks]
     return PipelineShape(chains, m, steps, "gpipe" if order_ok and peak == m else "1f1b", per_mb,
                          max(acts) if acts else 0, int(median(colls) / steps) if colls else 0)
 
