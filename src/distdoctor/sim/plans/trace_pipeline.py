@@ -128,6 +128,7 @@ class Rescaled:
     shape: PipelineShape
     stages: int
     program: Program
+    recorded_us: float | None = None  # the recorded run's makespan
 
     def info(self, simulated_us: float) -> dict:
         s = self.shape
@@ -140,6 +141,8 @@ class Rescaled:
         s, p = self.shape, len(self.shape.chains[0])
         per = s.stage_compute_us * p / self.stages
         end = f"deadlocks at {simulated_us:.1f} us" if deadlock else f"takes {simulated_us:.1f} us"
+        if self.recorded_us:
+            end += f" (the recorded run: {self.recorded_us:.1f} us)"
         return (f"Pipeline: the recorded run is {len(s.chains)} replica(s) of a {p}-stage {s.schedule} pipeline "
                 f"(ranks {', '.join('-'.join(map(str, c)) for c in s.chains)}), {s.microbatches} micro-batches x "
                 f"{s.steps} step(s); re-derived at {self.stages} stages ({per:.1f} us of compute per stage and "
@@ -158,4 +161,4 @@ def rescale(replay: Replay, stages: int, eager_bytes: int | None) -> Rescaled:
     prog = build_pipeline(cfg)
     prog.eager_bytes = UNBOUNDED if eager_bytes is None else eager_bytes
     prog.source = f"{replay.source} at {stages} pipeline stages"
-    return Rescaled(shape, stages, prog)
+    return Rescaled(shape, stages, prog, replay.recorded_makespan_us)
