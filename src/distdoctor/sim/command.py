@@ -292,7 +292,7 @@ def from_trace_command(paths, streams, eager_bytes, scale_pp, fmt, emit_ir, chro
                                                                   "scale_pp": scaled.info(res.state.makespan)}},
                                                   scaled.sentence(res.state.makespan, res.deadlock))
     _finish(prog, fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, header=_header(prog),
-            tail=tail, jitter_comm=True)
+            preface=replay.warning(), tail=tail, jitter_comm=True)
 
 
 def _header(prog: Program) -> str:

@@ -52,3 +52,14 @@ def test_pipelining_job_is_a_pipeline_and_rescales(real_jobs):
     assert spans[2] > spans[4] > spans[8]  # the same work cut finer, as GPipe's bubble allows
     with pytest.raises(InputError, match="not a pipeline: it has no point-to-point traffic"):
         rescale(replay_program(load_recorded([real_jobs["ddp_ok"]["modes"]["recorder"]])), 4, None)
+
+
+def test_a_recorded_hang_replays_as_the_deadlock_it_was_and_says_so(real_jobs):
+    # FSDP2: rank 1's data loader never returns; the others wait in the next all_gather
+    replay = replay_program(load_recorded([real_jobs["fsdp_loader_hang"]["modes"]["recorder"]]))
+    res = simulate(replay.program)
+    assert res.deadlock and replay.unfinished == {r: "hang" for r in range(4)}
+    assert "did not finish (hang on rank(s) 0, 1, 2, 3)" in replay.warning()
+    assert any("rank 1 never issues collective" in line and "all_gather" in line for line in res.explanation())
+    ok = replay_program(load_recorded([real_jobs["ddp_ok"]["modes"]["recorder"]]))
+    assert ok.unfinished == {} and ok.warning() == ""

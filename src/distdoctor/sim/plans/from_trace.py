@@ -66,6 +66,7 @@ class Replay:
     trimmed: int = 0  # calls before a group's common first sequence number (a wrapped ring buffer)
     source: str = ""
     calls_by_rank: dict[int, list[Call]] = field(default_factory=dict, repr=False)
+    unfinished: dict[int, str] = field(default_factory=dict)  # rank -> why its recording did not end normally
 
     def info(self, simulated_us: float) -> dict:
         rec = self.recorded_makespan_us
@@ -74,7 +75,18 @@ class Replay:
                 "recorded_makespan_us": None if rec is None else round(rec, 3),
                 "simulated_makespan_us": round(simulated_us, 3),
                 "difference_us": None if rec is None else round(simulated_us - rec, 3),
-                "ratio": None if not rec else round(simulated_us / rec, 4)}
+                "ratio": None if not rec else round(simulated_us / rec, 4),
+                "recording_unfinished": {str(r): why for r, why in self.unfinished.items()}}
+
+    def warning(self) -> str:
+        """A line before the report when the recording itself hung or crashed ('' when it finished)."""
+        if not self.unfinished:
+            return ""
+        kinds = sorted(set(self.unfinished.values()))
+        ranks = ", ".join(map(str, sorted(self.unfinished)))
+        return (f"Note: this recording did not finish ({'; '.join(kinds)} on rank(s) {ranks}): the replay stops where "
+                f"the run did. `distdoctor diagnose` explains a recorded hang or crash; from-trace's what-ifs are "
+                f"for runs that finished.")
 
     def sentence(self, simulated_us: float, deadlock: bool = False) -> str:
         rec = self.recorded_makespan_us
@@ -139,6 +151,18 @@ def _calls(trace: RankTrace, skipped: dict[str, int]) -> list[Call]:
         else:
             name = e.raw_op or e.op
             skipped[name] = skipped.get(name, 0) + 1
+    return out
+
+
+def _unfinished(ts: TraceSet) -> dict[int, str]:
+    out = {}
+    for r, t in ts.ranks.items():
+        if t.exception:
+            out[r] = f"{t.exception.get('type') or 'an exception'} raised"
+        elif t.hang:
+            out[r] = "hang"
+        elif (t.dump_reason or "").startswith(("exception", "hang", "signal")):
+            out[r] = t.dump_reason.split(":")[0]
     return out
 
 
@@ -378,4 +402,4 @@ def _replay_program(ts: TraceSet, streams: str, eager_bytes: int | None, source:
                    eager_bytes=UNBOUNDED if eager_bytes is None else eager_bytes)
     recorded = (max(times) - t0) * 1e6 if times else None
     n_calls = sum(len(cs) for cs in calls.values())
-    return Replay(prog, recorded, n_calls, estimated, skipped, trimmed, source, calls)
+    return Replay(prog, recorded, n_calls, estimated, skipped, trimmed, source, calls, _unfinished(ts))
