@@ -26,6 +26,7 @@ SITES = {m: f"trace_jobs.py:{i}" for i, line in enumerate(JOBS.read_text().split
 # 6 steps of 3 collectives on 4 ranks; 6 steps of 4 p2p calls on the end stages and 8 on the middle ones; the
 # final barrier
 CALLS = 6 * 3 * 4 + 6 * (4 + 8 + 8 + 4) + 4
+pytestmark = pytest.mark.slow  # real multi-process jobs
 DEADLINE_S = 120
 
 

@@ -11,6 +11,7 @@ from distdoctor.sim.plans.from_trace import load_recorded, replay_program
 from distdoctor.sim.plans.trace_pipeline import detect, rescale
 from distdoctor.sim.result import simulate
 
+pytestmark = pytest.mark.slow  # real multi-process jobs
 HEALTHY = ("ddp_ok", "fsdp_ok", "hsdp_ok", "pp_ok")
 WHAT_IFS = ({}, {"streams": "shared"}, {"eager_bytes": 0}, {"streams": "shared", "eager_bytes": 0})
 

@@ -1,10 +1,12 @@
 """`sim from-trace --scale-pp K`: recognise a pipeline in a recorded run and re-derive it at K stages.
 
 A recorded run is a pipeline when its point-to-point traffic joins ranks into chains (each rank talks to at
-most two others, no rings), all of the same length P >= 2: stage 0 is the end whose first p2p call is a
-send (the first activation). On stage 0 of the first chain, the sends to stage 1 are forwards and the
-receives from it backwards; a step ends when every micro-batch sent has come back, so the sends of a step
-are its micro-batches M (messages of the commonest size only: set-up exchanges are not), and a step in which every send precedes every receive is GPipe (else 1F1B).
+most two others, no rings), all of the same length P >= 2: stage 0 is the end whose first p2p call to
+complete is a send (the first activation; receives may be posted ahead). On stage 0 of the first chain, the
+sends to stage 1 are forwards and the receives from it backwards; a step ends when every micro-batch sent has
+come back, so the sends of a step are its micro-batches M (messages of the commonest size only: set-up
+exchanges are not), and a step in which every send precedes every receive is GPipe (else 1F1B; with M <= P
+the two issue the same order on stage 0 and read as GPipe).
 
 At K stages the same model is cut finer: per stage and micro-batch, the forward and backward take the
 recorded per-stage compute (the median over the pipeline's ranks of their measured compute, divided by the
@@ -40,14 +42,15 @@ class PipelineShape:
 
 def _chains(replay: Replay) -> list[list[int]] | str:
     peers: dict[int, set[int]] = {}
-    first: dict[int, str] = {}
+    first: dict[int, tuple] = {}  # rank -> (when, op) of its first p2p call to complete (receives may be posted early)
     for r, calls in replay.calls_by_rank.items():
-        for c in calls:
+        for k, c in enumerate(calls):
             e = c.entry
             if e.is_p2p:
                 peers.setdefault(r, set()).add(e.peer)
                 peers.setdefault(e.peer, set()).add(r)
-                first.setdefault(r, e.op)
+                key = (e.t_completed if e.t_completed is not None else float("inf"), k, e.op)
+                first[r] = min(first.get(r, key), key)
     if not peers:
         return "it has no point-to-point traffic"
     busy = sorted(r for r, p in peers.items() if len(p) > 2)
@@ -65,7 +68,7 @@ def _chains(replay: Replay) -> list[list[int]] | str:
             prev = chain[-1]
             chain.append(nxt[0])
         seen.update(chain)
-        if first.get(chain[0]) != "send":
+        if first[chain[0]][2] != "send":
             chain.reverse()
         chains.append(chain)
     if seen != set(peers):
@@ -88,6 +91,9 @@ def detect(replay: Replay) -> PipelineShape | str:
     if sizes:
         act = sizes.most_common(1)[0][0]
         flow = [c for c in flow if c.nbytes == act]
+    # in time: an activation leaves when its send is issued, a gradient is back when its receive completes
+    # (receives may be posted ahead, from another thread)
+    flow.sort(key=lambda c: (c.entry.t_created if c.entry.op == "send" else c.entry.t_completed) or 0.0)
     steps, sends, inflight, peak, order_ok, per_step = 0, 0, 0, 0, True, []
     received = False
     for c in flow:
