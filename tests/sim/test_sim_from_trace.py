@@ -95,12 +95,17 @@ def test_send_first_exchange_deadlocks_with_rendezvous_sends(recorded):
     assert not res.deadlock
 
 
-def test_cli_reports_the_replay_and_the_difference_from_the_recorded_run(recorded, sim_cli):
+def test_cli_reports_the_replay_and_the_difference_from_the_recorded_run(recorded, sim_cli, tmp_path, capsys):
     path = recorded["latent_hazards"]
-    got = sim_cli("from-trace", path, "--streams", "shared", "--format", "json")
+    got = sim_cli("from-trace", path, "--streams", "shared", "--format", "json", "--emit-trace", tmp_path / "tr")
     assert got.returncode == 1, got.stderr
     doc = json.loads(got.stdout)
     assert doc["deadlock"] and doc["cycle"] and doc["explanation"]
+    # the what-if's deadlock, written as traces, reads to the doctor as the hang it would be
+    with pytest.raises(SystemExit):
+        main(["diagnose", str(tmp_path / "tr"), "--format", "json"])
+    finding = json.loads(capsys.readouterr().out)["findings"][0]
+    assert finding["kind"] == "order_deadlock" and finding["ranks"] == [0, 1, 2, 3]
     ft = doc["from_trace"]
     assert ft["ranks"] == 4 and ft["calls"] == CALLS and ft["recorded_makespan_us"] > 0
     assert ft["simulated_makespan_us"] == doc["makespan_us"]
