@@ -65,11 +65,14 @@ def _output_options(f):
 
 
 def _finish(prog: Program, fmt: str, emit_ir, chrome, png, emit_trace, trials=0, jitter=0.2, seed=0,
-            header: str = "", preface: str = "", extra: dict | None = None) -> None:
+            header: str = "", preface: str = "", extra: dict | None = None, tail=None,
+            jitter_comm: bool = False) -> None:
+    """`tail(result)`, when given, returns (JSON fields, a text line) about the result for this command."""
     if emit_ir:
         _write(emit_ir, lambda: dump_program(prog, emit_ir, header=header))
     detail = bool(chrome or png or emit_trace)
-    res = simulate(prog, detail=detail, trials=trials, jitter=jitter, seed=seed)
+    res = simulate(prog, detail=detail, trials=trials, jitter=jitter, seed=seed, jitter_comm=jitter_comm)
+    more, line = tail(res) if tail else ({}, "")
     if chrome:
         from distdoctor.report.chrome_trace import write_chrome_trace
         from distdoctor.sim.emit import to_spans
@@ -88,11 +91,13 @@ def _finish(prog: Program, fmt: str, emit_ir, chrome, png, emit_trace, trials=0,
 
         _write(emit_trace, lambda: write_rank_traces(res, emit_trace))
     if fmt == "json":
-        click.echo(json.dumps({**res.to_json(), **(extra or {})}))
+        click.echo(json.dumps({**res.to_json(), **(extra or {}), **more}))
     else:
         if preface:
             click.echo(preface)
         click.echo(res.to_text())
+        if line:
+            click.echo(line)
         for what, path in (("IR", emit_ir), ("Chrome trace", chrome), ("timeline", png), ("traces", emit_trace)):
             if path:
                 click.echo(f"{what} written to {path}", err=True)
@@ -251,6 +256,44 @@ def torch_schedule_command(schedule, csv_path, stages, microbatches, ranks, fwd_
     _finish(loaded.program, fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed,
             header=_header(loaded.program), preface=loaded.preface(),
             extra={"valid": True, "torch_schedule": loaded.info()})
+
+
+@sim_group.command("from-trace")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--streams", type=click.Choice(["per-group", "shared"]), default="per-group", show_default=True,
+              help="A communication stream per process group (and per p2p peer), or one for all.")
+@click.option("--eager-bytes", type=click.IntRange(0), default=None,
+              help="Sends up to B bytes complete before their receive, larger ones wait for it [default: every "
+                   "send buffered, as Gloo ran it].")
+@click.option("--scale-pp", type=click.IntRange(2), default=None,
+              help="The recorded pipeline re-derived at K stages (its schedule, micro-batches and stage times).")
+@_output_options
+def from_trace_command(paths, streams, eager_bytes, scale_pp, fmt, emit_ir, chrome, png, emit_trace, trials,
+                       jitter, seed) -> None:
+    """Replay a recorded run (PATHS: `distdoctor run --dump-on-exit` dump directories, Flight Recorder dumps)
+    in the simulator, with what-ifs: other streams, rendezvous sends, jittered timings, another pipeline degree.
+
+    Exit code 1 when the replay deadlocks, 0 when it does not, 2 on bad input.
+    """
+    from distdoctor.sim.plans.from_trace import load_recorded, replay_program
+    from distdoctor.trace.loaders import gc_paused
+
+    source = "recorded run " + " ".join(paths)
+    with gc_paused():  # the trace set stays alive: collection passes would rescan it while the program is built
+        traces = load_recorded(list(paths))
+        replay = replay_program(traces, streams, eager_bytes, source)
+        del traces
+    prog, tail = replay.program, lambda res: ({"from_trace": replay.info(res.state.makespan)},
+                                              replay.sentence(res.state.makespan, res.deadlock))
+    if scale_pp is not None:
+        from distdoctor.sim.plans.trace_pipeline import rescale
+
+        scaled = rescale(replay, scale_pp, eager_bytes)
+        prog, tail = scaled.program, lambda res: ({"from_trace": {**replay.info(res.state.makespan),
+                                                                  "scale_pp": scaled.info(res.state.makespan)}},
+                                                  scaled.sentence(res.state.makespan, res.deadlock))
+    _finish(prog, fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, header=_header(prog),
+            preface=replay.warning(), tail=tail, jitter_comm=True)
 
 
 def _header(prog: Program) -> str:

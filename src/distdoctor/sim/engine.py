@@ -159,8 +159,9 @@ def compile_program(prog: Program) -> Compiled:
                     event_keys, list(chan_id), compute_sids, init_of, prog.eager_bytes)
 
 
-def jittered(compiled: Compiled, jitter: float, seed: int) -> Compiled:
-    """A copy whose compute durations are scaled by independent factors in [1 - jitter, 1 + jitter].
+def jittered(compiled: Compiled, jitter: float, seed: int, comm: bool = False) -> Compiled:
+    """A copy whose compute durations (with `comm`, collective and p2p ones too) are scaled by independent
+    factors in [1 - jitter, 1 + jitter].
 
     Matching that depends on timing (several streams of a rank issuing on one group, buffers shared by
     streams) follows simulated time, so one timing is one interleaving; jittered trials explore others."""
@@ -168,8 +169,16 @@ def jittered(compiled: Compiled, jitter: float, seed: int) -> Compiled:
 
     rng = random.Random(seed)
     lo = max(0.0, 1.0 - jitter)
-    ops = [[(COMPUTE, op[1] * rng.uniform(lo, 1.0 + jitter)) if op[0] == COMPUTE else op for op in sops]
-           for sops in compiled.ops]
+
+    def scaled(op: tuple) -> tuple:
+        c = op[0]
+        if c == COMPUTE:
+            return (COMPUTE, op[1] * rng.uniform(lo, 1.0 + jitter))
+        if comm and c in (COLLECTIVE, SEND, RECV):
+            return (*op[:2], op[2] * rng.uniform(lo, 1.0 + jitter), *op[3:])
+        return op
+
+    ops = [[scaled(op) for op in sops] for sops in compiled.ops]
     return Compiled(compiled.program, compiled.streams, ops, compiled.rank_of, compiled.group_names,
                     compiled.group_members, compiled.buffer_keys, compiled.capacity, compiled.event_keys,
                     compiled.channels, compiled.compute_sids, compiled.init_of, compiled.eager_bytes)

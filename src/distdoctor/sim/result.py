@@ -17,7 +17,7 @@ none of their compute streams (streams with at least one `compute` op) is busy: 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from distdoctor.findings.kinds import Finding
 from distdoctor.findings.sentences import MAX_CYCLE_FINDINGS, describe_cycle, starvation_sentence, stream_findings
@@ -249,41 +249,55 @@ class Timing:
     deadlocked: list[int]  # trial numbers (0-based) that deadlocked; trial k uses seed + k
     desynced: list[int]  # trials that finished but matched different collectives across members
     shown: int | None  # the trial whose result is reported, None for the nominal run
+    makespans: list[float] = field(default_factory=list)  # of the trials that finished
+    comm: bool = False  # communication times were jittered too
+
+    def spread(self) -> dict | None:
+        if not self.makespans:
+            return None
+        m = sorted(self.makespans)
+        return {"min": round(m[0], 3), "median": round(m[len(m) // 2], 3), "max": round(m[-1], 3)}
 
     def to_json(self) -> dict:
         return {"trials": self.trials, "jitter": self.jitter, "seed": self.seed,
                 "deadlocked_trials": len(self.deadlocked), "desynced_trials": len(self.desynced),
-                "shown": "nominal" if self.shown is None else f"trial {self.shown} (seed {self.seed + self.shown})"}
+                "shown": "nominal" if self.shown is None else f"trial {self.shown} (seed {self.seed + self.shown})",
+                **({"makespan_us": self.spread()} if self.makespans else {})}
 
     def sentence(self) -> str:
-        j = f"compute times jittered by up to ±{self.jitter:.0%}"
+        j = f"{'compute and communication' if self.comm else 'compute'} times jittered by up to ±{self.jitter:.0%}"
         if self.shown is None:
-            return f"Timing: the nominal run and {self.trials} trials with {j} all finish without deadlock or desync."
+            sp = self.spread()
+            spread = f"; makespan {sp['min']:.1f}-{sp['max']:.1f} us (median {sp['median']:.1f})" if sp else ""
+            return (f"Timing: the nominal run and {self.trials} trials with {j} all finish without deadlock or "
+                    f"desync{spread}.")
         return (f"Timing: the nominal timing runs, but {len(self.deadlocked)} deadlock(s) and {len(self.desynced)} "
                 f"desync(s) in {self.trials} trials with {j}; shown: trial {self.shown} (seed "
                 f"{self.seed + self.shown}).")
 
 
 def simulate(program: Program, detail: bool = False, trials: int = 0, jitter: float = 0.2,
-             seed: int = 0) -> SimResult:
-    """Simulate with the program's timing; with `trials`, also with jittered compute times when the nominal
-    run finishes, and report the first jittered trial that deadlocks (else desyncs): a plan that *can*
-    deadlock under other timings."""
+             seed: int = 0, jitter_comm: bool = False) -> SimResult:
+    """Simulate with the program's timing; with `trials`, also with jittered compute times (`jitter_comm`:
+    communication times too) when the nominal run finishes, and report the first jittered trial that
+    deadlocks (else desyncs): a plan that *can* deadlock under other timings."""
     compiled = compile_program(program)
     result = _analyze(run(compiled, detail=detail))
     if trials <= 0 or result.deadlock:
         return result
-    deadlocked, desynced = [], []
+    deadlocked, desynced, makespans = [], [], []
     for k in range(trials):
-        trial = run(jittered(compiled, jitter, seed + k), detail=False)
+        trial = run(jittered(compiled, jitter, seed + k, jitter_comm), detail=False)
         if trial.deadlock:
             deadlocked.append(k)
         elif trial.mismatches:
             desynced.append(k)
+        else:
+            makespans.append(trial.makespan)
     shown = deadlocked[0] if deadlocked else desynced[0] if desynced else None
     if shown is not None:
-        result = _analyze(run(jittered(compiled, jitter, seed + shown), detail=detail))
-    result.timing = Timing(trials, jitter, seed, deadlocked, desynced, shown)
+        result = _analyze(run(jittered(compiled, jitter, seed + shown, jitter_comm), detail=detail))
+    result.timing = Timing(trials, jitter, seed, deadlocked, desynced, shown, makespans, jitter_comm)
     return result
 
 
