@@ -92,14 +92,9 @@ def rank_dump(rank: int, world: int, n_entries: int, groups: dict[str, list[int]
             "pg_status": {}, "comm_lib_version": "2.21.5", "nccl_comm_state": {}, "entries": entries}
 
 
-def generate(data: Path, world: int, n_entries: int) -> None:
-    stamp = data / f".complete_{world}x{n_entries}"
-    if stamp.exists():
-        return
-    (data / "json").mkdir(parents=True, exist_ok=True)
-    (data / "pickle").mkdir(parents=True, exist_ok=True)
+def _write_ranks(data: Path, world: int, n_entries: int, ranks: range) -> None:
     groups = layout(world)
-    for rank in range(world):
+    for rank in ranks:
         d = rank_dump(rank, world, n_entries, groups)
         (data / "json" / f"rank_{rank}.json").write_text(json.dumps(d))
         for e in d["entries"]:
@@ -108,6 +103,22 @@ def generate(data: Path, world: int, n_entries: int) -> None:
             e["time_discovered_completed_ns"] = e["time_discovered_completed_ns"] or None
             e["frames"] = [{"name": "train_step", "filename": "train.py", "line": 120}]
         (data / "pickle" / f"rank_{rank}").write_bytes(pickle.dumps(d))
+
+
+def generate(data: Path, world: int, n_entries: int, jobs: int = 1) -> None:
+    """Write the dumps once (a stamp file marks a complete set); `jobs` processes write disjoint rank ranges."""
+    stamp = data / f".complete_{world}x{n_entries}"
+    if stamp.exists():
+        return
+    (data / "json").mkdir(parents=True, exist_ok=True)
+    (data / "pickle").mkdir(parents=True, exist_ok=True)
+    if jobs <= 1:
+        _write_ranks(data, world, n_entries, range(world))
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(jobs) as pool:
+            list(pool.map(_write_ranks, [data] * jobs, [world] * jobs, [n_entries] * jobs,
+                          [range(k, world, jobs) for k in range(jobs)]))
     stamp.write_text("ok")
 
 
@@ -150,11 +161,15 @@ def main() -> None:
     ap.add_argument("--baseline", metavar="CHECKOUT", help="another distdoctor checkout (e.g. a git worktree of an "
                     "older commit): run its diagnose on the same dumps, alternating with this one")
     ap.add_argument("--rounds", type=int, default=1, help="runs of each (alternating with --baseline)")
+    ap.add_argument("--gen-jobs", type=int, default=1, help="processes writing the dumps (once per set)")
+    ap.add_argument("--generate-only", action="store_true", help="write the dumps and stop")
     args = ap.parse_args()
     data = Path(args.data) / f"{args.ranks}x{args.entries}"
     t = time.perf_counter()
-    generate(data, args.ranks, args.entries)
+    generate(data, args.ranks, args.entries, args.gen_jobs)
     print(f"dumps ready in {time.perf_counter() - t:.1f} s under {data}", file=sys.stderr)
+    if args.generate_only:
+        return
     report_path = str(data / "report.json")
 
     def diagnose(checkout: Path, report: str) -> dict:
