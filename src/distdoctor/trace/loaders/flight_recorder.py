@@ -83,6 +83,19 @@ class _Interner:
         self.names: dict[str, tuple] = {}
         self.groups: dict = {}
         self.strings: dict = {}
+        self.frames: dict = {}
+
+    def frame_list(self, raw: list) -> list[Frame]:
+        """One shared list per distinct call stack (a dump repeats a few stacks thousands of times; entries are
+        read-only). Flight Recorder lists frames innermost first; the model (like a traceback) innermost last."""
+        key = tuple((f["name"], f["filename"], f["line"]) for f in raw)
+        try:
+            got = self.frames.get(key)
+        except TypeError:  # an unhashable name or line (a damaged dump): built as it is, not shared
+            return [Frame(str(f["name"]), str(f["filename"]), int(f["line"])) for f in reversed(raw)]
+        if got is None:
+            got = self.frames[key] = [Frame(str(f["name"]), str(f["filename"]), int(f["line"])) for f in reversed(raw)]
+        return got
 
     def text(self, raw) -> str | None:
         """One shared object per distinct short string (thread names repeat on every entry)."""
@@ -215,9 +228,7 @@ def _parse_entry(raw: dict, i: int, interner: _Interner) -> tuple[tuple, int | N
     is_p2p = p2p_name or bool(get("is_p2p"))
     state = "completed" if get("retired") else _STATES.get(get("state"), "issued")
     frames_raw = get("frames")
-    # Flight Recorder lists frames innermost first; the model (like a traceback) keeps innermost last.
-    frames = ([Frame(str(f["name"]), str(f["filename"]), int(f["line"])) for f in reversed(frames_raw)]
-              if frames_raw else interner.empty_frames)
+    frames = interner.frame_list(frames_raw) if frames_raw else interner.empty_frames
     seq = None if is_p2p else get("collective_seq_id")
     p2p_seq = get("p2p_seq_id") if is_p2p else None
     created = get("time_created_ns")
