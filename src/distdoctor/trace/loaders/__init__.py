@@ -326,18 +326,20 @@ def _unpack_one(trace: RankTrace, columns, interned, shared: dict[tuple, list]) 
 
 
 def load_traces(paths: list[str], world_size: int | None = None, jobs: int | None = None,
-                recursive: bool = True, stream: bool | None = None) -> TraceSet:
+                recursive: bool = True, stream: bool | str = False) -> TraceSet:
     """Load every trace under `paths` (files or directories; `recursive`: their whole trees) into one TraceSet.
 
     Many files are parsed in parallel (one worker per CPU, `jobs` to override; 1 = in this process).
-    `stream` (default: from STREAM_MIN_FILES files on, or DISTDOCTOR_STREAM=on/off): keep of each Flight Recorder
-    trace only what the analysis reads one by one (stream.py); the analysis sees the same set. `ts.streamed`
-    says whether it did (False when the trimming could not be proven invisible: the set is then loaded whole)."""
+    `stream`: keep of each Flight Recorder trace only what the analysis reads one by one (stream.py); "auto": from
+    STREAM_MIN_FILES files on, or as DISTDOCTOR_STREAM=on/off says. `ts.streamed` says whether it did (False when
+    the trimming could not be proven invisible: the set is then loaded whole). The analysis finds the same on
+    a streamed set except stragglers, which compare every common entry's times: a caller whose analysis found
+    nothing else reloads the set whole (diagnose/command.py)."""
     files, errors = expand_paths(list(paths), recursive)
     ts = TraceSet(errors=errors)
     if jobs is None:
         jobs = min(os.cpu_count() or 1, 8) if len(files) >= PARALLEL_MIN_FILES else 1
-    if stream is None:
+    if stream == "auto":
         setting = os.environ.get("DISTDOCTOR_STREAM", "").lower()
         stream = setting in ("on", "1") or (setting not in ("off", "0") and len(files) >= STREAM_MIN_FILES)
     check = PrefixCheck() if stream else None
