@@ -120,7 +120,8 @@ class SparseEntries(EntryColumns):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(self.n))]
-        return self.held[self._local(i)]
+        k = self._local(i)  # first: a miss replaces `held`
+        return self.held[k]
 
     def __iter__(self):
         for i in range(self.n):
