@@ -377,6 +377,7 @@ def _trace_from_entries(data: bytes, path: str, interner: _Interner) -> RankTrac
                      list(seqs), list(p2p_seqs), times, frames)
 
 
+
 def _assemble(version, rank, pg_config, path: str, interner: _Interner, keys: list[tuple], codes: np.ndarray,
               index, seq, p2p_seq, times: list, frames: list | None) -> RankTrace | None:
     """The trace from the distinct combinations of the entries' repeating fields (`keys`, each interpreted
