@@ -202,6 +202,7 @@ def _load_compact(path: str, scan: bool = False, stream: bool = False):
         return got
     summarize(got)  # here, in parallel, rather than in the parent
     if stream:
+        _members_by_key(got)
         positions, digest = window_of(got, got.summary)
         if positions is not None:
             n = len(got.entries)
@@ -211,6 +212,33 @@ def _load_compact(path: str, scan: bool = False, stream: bool = False):
             return trace, ("window", n, positions, held), interned, digest
         return (*_compact(got), digest)
     return _compact(got)
+
+
+# A group's member list is world-sized (the default group of 16 384 ranks) and every rank's dump repeats it: a
+# worker sends each distinct long list once (the first trace it loads that names it), later traces a key to it.
+LONG_MEMBERS = 256
+_SENT_MEMBERS: set = set()
+
+
+def _members_by_key(trace: RankTrace) -> None:
+    for g in trace.groups.values():
+        if len(g.ranks) > LONG_MEMBERS:
+            key = ("members", len(g.ranks), g.ranks[0], g.ranks[-1], hash(tuple(g.ranks)))
+            if key in _SENT_MEMBERS:
+                g.ranks = key
+            else:
+                _SENT_MEMBERS.add(key)
+                g.desc = (g.desc, key)  # the list itself travels, named by its key
+
+
+def _members_back(trace: RankTrace, members: dict) -> None:
+    """The parent side of _members_by_key: every trace shares one list per distinct membership."""
+    for g in trace.groups.values():
+        if isinstance(g.desc, tuple):
+            g.desc, key = g.desc
+            g.ranks = members.setdefault(key, g.ranks)
+        elif isinstance(g.ranks, tuple):
+            g.ranks = members[g.ranks]
 
 
 def _held(entries, positions: list[int]):
@@ -287,6 +315,7 @@ def _unpack(got, shared: dict[tuple, list], check: PrefixCheck | None) -> RankTr
     window = None
     if check is not None:
         *got, digest = got
+        _members_back(got[0], check.members)
         if digest is not None:
             check.add(digest)
         else:

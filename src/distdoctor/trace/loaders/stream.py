@@ -20,7 +20,6 @@ entry (a renderer asking for more history) reloads that rank's file whole (Spars
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -54,21 +53,23 @@ class RankDigest:
 class SparseColumn:
     """One field of a SparseEntries, indexed by the entry's position in the whole trace."""
 
-    __slots__ = ("owner", "name")
+    __slots__ = ("owner", "name", "values", "where")
 
     def __init__(self, owner: SparseEntries, name: str) -> None:
         self.owner, self.name = owner, name
+        self.values, self.where = owner.held.column(name), owner.where
 
     def __len__(self) -> int:
-        return len(self.owner)
+        return self.owner.n
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self.owner)))]
-        return self.owner.value(i, self.name)
+            return [self[j] for j in range(*i.indices(self.owner.n))]
+        k = self.where.get(i) if self.where is not None else None  # (a position held: the common case)
+        return self.values[k] if k is not None else self.owner.value(i, self.name)
 
     def __iter__(self):
-        return (self[i] for i in range(len(self.owner)))
+        return (self[i] for i in range(self.owner.n))
 
 
 class SparseEntries(EntryColumns):
@@ -77,22 +78,24 @@ class SparseEntries(EntryColumns):
     the rank's file again and keeps it whole (correct for any reader; only renderers asking for long histories
     get there)."""
 
-    __slots__ = ("n", "positions", "held", "path")
+    __slots__ = ("n", "positions", "where", "held", "path", "_cols")
 
     def __init__(self, n: int, positions: list[int], held: EntryColumns, path: str) -> None:
         # EntryColumns' own slots stay unset: every method that reads them is overridden here.
         self.n, self.positions, self.held, self.path = n, positions, held, path
+        self.where = {p: k for k, p in enumerate(positions)}  # position -> index in `held`
         self.coded = None
+        self._cols: dict[str, SparseColumn] = {}
 
-    def _local(self, i: int) -> int | None:
+    def _local(self, i: int) -> int:
         if i < 0:
             i += self.n
         if not 0 <= i < self.n:
             raise IndexError("entry index out of range")
-        if self.positions is None:
+        if self.where is None:
             return i
-        k = bisect_left(self.positions, i)
-        if k < len(self.positions) and self.positions[k] == i:
+        k = self.where.get(i)
+        if k is not None:
             return k
         self._load_whole()
         return i
@@ -103,11 +106,12 @@ class SparseEntries(EntryColumns):
         whole = load_file(self.path).entries
         if len(whole) != self.n:  # the file changed under us: say so rather than mix two dumps
             raise ValueError(f"{self.path} changed while it was being diagnosed")
-        self.held, self.positions = whole if isinstance(whole, EntryColumns) else EntryColumns(
-            [list(c) for c in zip(*whole)]), None
+        self.held = whole if isinstance(whole, EntryColumns) else EntryColumns([list(c) for c in zip(*whole)])
+        self.positions = self.where = None
+        self._cols = {}
 
     def value(self, i: int, name: str):
-        k = self._local(i)
+        k = self._local(i)  # first: a miss replaces `held`
         return self.held.column(name)[k]
 
     @property
@@ -128,7 +132,10 @@ class SparseEntries(EntryColumns):
             yield self[i]
 
     def column(self, name: str):
-        return SparseColumn(self, name)
+        got = self._cols.get(name)
+        if got is None:
+            got = self._cols[name] = SparseColumn(self, name)
+        return got
 
 
 from distdoctor.trace.coded import DUMP_FIELDS as _FIELDS  # noqa: E402
@@ -215,6 +222,7 @@ class PrefixCheck:
         self.spans: dict[str, list[tuple]] = {}  # group -> (rank, lo, hi, cut, contiguous) per holder
         self.trimmed = False
         self.whole_only: list[str] = []  # files loaded whole without a digest (not Flight Recorder dumps)
+        self.members: dict = {}  # long member lists, one per distinct membership (loaders._members_back)
 
     def add(self, d: RankDigest) -> None:
         self.trimmed |= d.trimmed
@@ -263,9 +271,12 @@ class PrefixCheck:
             for rank, lo, hi, cut, contiguous in spans:
                 if not contiguous or lo > start_full or hi < start_w - 1:
                     return f"group {group!r}: rank {rank} does not hold every seq before the kept windows"
-            for rank, trace in ts.ranks.items():
-                info = trace.groups.get(group)
-                if rank not in holders and info is not None and rank in info.ranks:
+            members: set = set()  # as the analysis's view has them: every trace's statement (one, once inferred)
+            for info in {id(i.ranks): i.ranks for t in map(ts.ranks.get, holders)
+                         if (i := t.groups.get(group)) is not None}.values():
+                members.update(info)
+            for rank in members - holders:
+                if rank in ts.ranks:
                     return f"group {group!r}: member {rank} never issued on it"
         return None
 
