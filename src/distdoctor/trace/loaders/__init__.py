@@ -35,7 +35,8 @@ from distdoctor.trace.loaders.fr_json_scan import kernels
 from distdoctor.trace.loaders.merge import merge_rank, renumber_recorder_only
 from distdoctor.trace.loaders.logs import link_logs, load_log, looks_like_log
 from distdoctor.trace.loaders.native import is_native, load_native
-from distdoctor.trace.loaders.stream import PrefixCheck, SparseEntries, window_of, windowed_summary
+from distdoctor.trace.loaders.stream import (PrefixCheck, SparseEntries, held_entries, members_back, members_by_key,
+                                             window_of, windowed_summary)
 from distdoctor.trace.model import (DEFAULT_GROUP, ENTRY_FIELDS, Entry, EntryColumns, GroupInfo, LoadError, RankTrace,
                                    TraceSet, entry_column, numel)
 from distdoctor.trace.summary import summarize
@@ -202,53 +203,16 @@ def _load_compact(path: str, scan: bool = False, stream: bool = False):
         return got
     summarize(got)  # here, in parallel, rather than in the parent
     if stream:
-        _members_by_key(got)
+        members_by_key(got)
         positions, digest = window_of(got, got.summary)
         if positions is not None:
             n = len(got.entries)
             got.summary = windowed_summary(got.summary, digest)
-            got.entries = _held(got.entries, positions)
+            got.entries = held_entries(got.entries, positions)
             trace, held, interned = _compact(got)
             return trace, ("window", n, positions, held), interned, digest
         return (*_compact(got), digest)
     return _compact(got)
-
-
-# A group's member list is world-sized (the default group of 16 384 ranks) and every rank's dump repeats it: a
-# worker sends each distinct long list once (the first trace it loads that names it), later traces a key to it.
-LONG_MEMBERS = 256
-_SENT_MEMBERS: set = set()
-
-
-def _members_by_key(trace: RankTrace) -> None:
-    for g in trace.groups.values():
-        if len(g.ranks) > LONG_MEMBERS:
-            key = ("members", len(g.ranks), g.ranks[0], g.ranks[-1], hash(tuple(g.ranks)))
-            if key in _SENT_MEMBERS:
-                g.ranks = key
-            else:
-                _SENT_MEMBERS.add(key)
-                g.desc = (g.desc, key)  # the list itself travels, named by its key
-
-
-def _members_back(trace: RankTrace, members: dict) -> None:
-    """The parent side of _members_by_key: every trace shares one list per distinct membership."""
-    for g in trace.groups.values():
-        if isinstance(g.desc, tuple):
-            g.desc, key = g.desc
-            g.ranks = members.setdefault(key, g.ranks)
-        elif isinstance(g.ranks, tuple):
-            g.ranks = members[g.ranks]
-
-
-def _held(entries, positions: list[int]):
-    """The entries at `positions` only, in the trace's own form."""
-    coded = getattr(entries, "coded", None)
-    if coded is not None:
-        return EntryColumns(None, coded.take(positions))
-    columns = entries.columns if isinstance(entries, EntryColumns) else \
-        [entry_column(entries, name) for name in ENTRY_FIELDS]
-    return EntryColumns([[c[i] for i in positions] for c in columns])
 
 
 def _compact(got: RankTrace):
@@ -315,7 +279,7 @@ def _unpack(got, shared: dict[tuple, list], check: PrefixCheck | None) -> RankTr
     window = None
     if check is not None:
         *got, digest = got
-        _members_back(got[0], check.members)
+        members_back(got[0], check.members)
         if digest is not None:
             check.add(digest)
         else:
@@ -504,7 +468,9 @@ def _infer_groups(ts: TraceSet) -> None:
                 stated = given.get(name)
                 t.groups[name] = GroupInfo(name, world, stated != world, descs.get(name, "default_pg"))
             elif name in given:
-                t.groups[name] = GroupInfo(name, list(given[name]), False, descs.get(name, ""))
+                # one list per group, shared by its members' traces (read-only): a 2048-rank group's members
+                # copied into each of its 2048 traces would take 32 MB
+                t.groups[name] = GroupInfo(name, given[name], False, descs.get(name, ""))
             else:
                 t.groups[name] = GroupInfo(name, sorted(issued.get(name, {t.rank})), True, descs.get(name, ""))
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from distdoctor.trace.model import EntryColumns, Frame
+from distdoctor.trace.model import ENTRY_FIELDS, EntryColumns, Frame, RankTrace, entry_column
 
 WINDOW = 64  # tail entries kept per rank: the analysis reads at most the last 64 (sites.MAX_RANKS, pending)
 PIN_LIMIT = 4096  # more entries than this to keep besides the window (a p2p-heavy or hung-early rank): keep whole
@@ -222,7 +222,8 @@ class PrefixCheck:
         self.spans: dict[str, list[tuple]] = {}  # group -> (rank, lo, hi, cut, contiguous) per holder
         self.trimmed = False
         self.whole_only: list[str] = []  # files loaded whole without a digest (not Flight Recorder dumps)
-        self.members: dict = {}  # long member lists, one per distinct membership (loaders._members_back)
+        self.members: dict = {}  # long member lists, one per distinct membership (members_back)
+        _SENT_MEMBERS.clear()  # a new load: workers forked from here (or this process) send each list again
 
     def add(self, d: RankDigest) -> None:
         self.trimmed |= d.trimmed
@@ -288,3 +289,40 @@ def windowed_summary(summary, digest: RankDigest):
         cut = digest.groups[group].cut
         by_group[group] = {seq: i for seq, i in index.items() if seq >= cut}
     return replace(summary, by_group=by_group)
+
+
+# A group's member list is world-sized (the default group of 16 384 ranks) and every rank's dump repeats it: a
+# worker sends each distinct long list once (the first trace it loads that names it), later traces a key to it.
+LONG_MEMBERS = 256
+_SENT_MEMBERS: set = set()
+
+
+def members_by_key(trace: RankTrace) -> None:
+    for g in trace.groups.values():
+        if len(g.ranks) > LONG_MEMBERS:
+            key = ("members", len(g.ranks), g.ranks[0], g.ranks[-1], hash(tuple(g.ranks)))
+            if key in _SENT_MEMBERS:
+                g.ranks = key
+            else:
+                _SENT_MEMBERS.add(key)
+                g.desc = (g.desc, key)  # the list itself travels, named by its key
+
+
+def members_back(trace: RankTrace, members: dict) -> None:
+    """The parent side of members_by_key: every trace shares one list per distinct membership."""
+    for g in trace.groups.values():
+        if isinstance(g.desc, tuple):
+            g.desc, key = g.desc
+            g.ranks = members.setdefault(key, g.ranks)
+        elif isinstance(g.ranks, tuple):
+            g.ranks = members[g.ranks]
+
+
+def held_entries(entries, positions: list[int]):
+    """The entries at `positions` only, in the trace's own form."""
+    coded = getattr(entries, "coded", None)
+    if coded is not None:
+        return EntryColumns(None, coded.take(positions))
+    columns = entries.columns if isinstance(entries, EntryColumns) else \
+        [entry_column(entries, name) for name in ENTRY_FIELDS]
+    return EntryColumns([[c[i] for i in positions] for c in columns])
