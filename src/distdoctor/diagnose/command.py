@@ -106,7 +106,7 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
         flag, _, why = str(exc).partition(": ")
         raise InputError(flag, why) from None
     with using_format(log_format):
-        ts = load_traces(list(paths), world_size=world_size, recursive=recursive)
+        ts = load_traces(list(paths), world_size=world_size, recursive=recursive, stream="auto")
     if not ts.ranks:
         real = [e for e in ts.errors if not skip_kind(e, paths)]
         reasons = "; ".join(str(e) for e in real[:5])
@@ -120,6 +120,11 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
     try:
         with gc_paused():  # the analysis makes few cycles; rescanning millions of loaded entries would cost more
             report = analyze(ts)
+            if ts.streamed and (not report.findings or any(f.kind == "straggler" for f in report.findings)):
+                # stragglers compare the times of every entry all ranks hold: only the whole set has them
+                with using_format(log_format):
+                    ts = load_traces(list(paths), world_size=world_size, recursive=recursive)
+                report = analyze(ts)
     except Exception as exc:  # a trace shape the analysis does not handle: say so in one line, not a traceback
         raise InputError(" ".join(paths), f"analysis failed on these traces ({type(exc).__name__}: {exc}); "
                                           f"please report it with the files") from exc

@@ -8,10 +8,11 @@ from distdoctor.diagnose.analyze import Report
 from distdoctor.diagnose.command import merged_note
 from distdoctor.diagnose.findings import fmt_group
 from distdoctor.report.diagnose_threads import thread_lines
-from distdoctor.report.findings import finding_lines
+from distdoctor.report.findings import MAX_LISTED, finding_lines, fmt_ranges
 
 MAX_RANK_LINES = 32
 MAX_CONSEQUENCE_LINES = 8
+MAX_GIST_LINES = 16
 
 
 def render_text(report: Report) -> str:
@@ -38,12 +39,17 @@ def render_text(report: Report) -> str:
     lines.append("")
     lines.append("where each rank is:")
     # In a big world the ranks the findings name come first: rank 0..31 are rarely the story.
-    named = {str(r) for f in report.findings for r in f.ranks[:MAX_RANK_LINES]}
-    order = sorted(report.ranks, key=lambda r: (r not in named, int(r))) if len(report.ranks) > MAX_RANK_LINES \
-        else list(report.ranks)
+    named: dict[str, int] = {}  # rank -> the first finding that names it: the root cause's ranks lead
+    for k, f in enumerate(report.findings):
+        for r in f.ranks[:MAX_RANK_LINES]:
+            named.setdefault(str(r), k)
+    order = sorted(report.ranks, key=lambda r: (named.get(r, len(named) + 1), int(r))) \
+        if len(report.ranks) > MAX_RANK_LINES else list(report.ranks)
     for i, rank in enumerate(order):
         if i == MAX_RANK_LINES:
-            lines.append(f"  ... {len(report.ranks) - MAX_RANK_LINES} more ranks (see --format json)")
+            lines.append(f"  ... {len(report.ranks) - MAX_RANK_LINES} more ranks (see --format json); "
+                         f"all {len(report.ranks)} by where they are:")
+            lines.extend(_gist_lines(report.ranks))
             break
         lines.append("  " + _rank_line(rank, report.ranks[rank]))
     lines.extend(thread_lines(report))  # ranks read from per-rank logs: each thread's position
@@ -58,10 +64,37 @@ def render_text(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _gist(p: dict) -> str:
+    """What a rank's line says, without its own group names (which differ across a mesh's ranks)."""
+    if p.get("missing"):
+        return "no trace"
+    done = sum(p.get("completed", {}).values())
+    s = f"{done} collectives completed" if done else "no collective completed"
+    pending = p.get("pending")
+    s += f"; blocked in {pending[0]['op']} #{pending[0]['seq']}" if pending else "; in no collective"
+    return s + (f" [{p['state']}]" if p.get("state") else "")
+
+
+def _gist_lines(ranks: dict[str, dict]) -> list[str]:
+    """Every rank, ranks whose lines say the same thing collapsed into ranges, most common first."""
+    by_gist: dict[str, list[int]] = {}
+    for rank, p in ranks.items():
+        by_gist.setdefault(_gist(p), []).append(int(rank))
+    kinds = sorted(by_gist.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+    out = [f"    {'rank' if len(rs) == 1 else 'ranks'} {fmt_ranges(rs)}"
+           + (f" ({len(rs)} ranks)" if len(rs) > 1 else "") + f": {gist}" for gist, rs in kinds[:MAX_GIST_LINES]]
+    if len(kinds) > MAX_GIST_LINES:
+        rest = sum(len(rs) for _, rs in kinds[MAX_GIST_LINES:])
+        out.append(f"    ... {len(kinds) - MAX_GIST_LINES} more kinds of line ({rest} ranks)")
+    return out
+
+
 def _consequence_line(c: dict) -> str:
     ranks = c["ranks"]
     who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks[:8])) + \
         (f", ... ({len(ranks)} ranks)" if len(ranks) > 8 else "")
+    if len(ranks) > MAX_LISTED:
+        who = f"ranks {fmt_ranges(ranks)} ({len(ranks)} ranks)"
     seq = f" #{c['seq']}" if c.get("seq") is not None else ""
     if c.get("op") is None:
         return f"{who}: {c['kind']}, {c['because']} (finding {c['finding'] + 1})"

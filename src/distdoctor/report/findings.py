@@ -7,6 +7,7 @@ from distdoctor.findings.kinds import Finding, fmt_group
 
 # Kinds about streams, threads or messages rather than a group's call: no "on <group>" when they name none.
 NO_GROUP = frozenset({"stuck_thread", "stream_deadlock", "stream_starved", "crossed_p2p"})
+MAX_LISTED = 8  # rank lists longer than this are written as ranges
 
 
 def findings_json(findings: list[Finding]) -> list[dict]:
@@ -30,8 +31,24 @@ def finding_lines(findings: list[Finding], indent: str = "", limit: int | None =
     for i, f in enumerate(findings[:limit] if limit is not None else findings, 1):
         if blank:
             lines.append("")
-        lines.append(f"{indent}{i}. {f.kind}: ranks {f.ranks}{where(f)}")
+        who = f.ranks if len(f.ranks) <= MAX_LISTED else f"{fmt_ranges(f.ranks)} ({len(f.ranks)} ranks)"
+        lines.append(f"{indent}{i}. {f.kind}: ranks {who}{where(f)}")
         lines.append(f"{indent}   {f.detail}")
     if limit is not None and len(findings) > limit:
         lines.append(f"{indent}... and {len(findings) - limit} more findings (--format json lists all)")
     return lines
+
+
+def fmt_ranges(ranks) -> str:
+    """0,1,2,3,5,7,8,9 -> '0-3, 5, 7-9': a big world's rank lists stay one readable line."""
+    ranks = sorted(ranks)
+    parts = []
+    start = prev = None
+    for r in ranks + [None]:
+        if r is not None and prev is not None and r == prev + 1:
+            prev = r
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = r
+    return ", ".join(parts)

@@ -85,6 +85,21 @@ class CodedEntries:
                 *(_known_at(t, i) for t in self.times), None, stream,
                 self.frames[i] if self.frames is not None else []]
 
+    def take(self, positions: list[int]) -> CodedEntries:
+        """Only the entries at `positions` (in that order), sharing the rows."""
+        at = np.asarray(positions, np.intp)
+
+        def pick(values):
+            if isinstance(values, tuple):
+                return values[0][at], values[1][at]
+            if isinstance(values, np.ndarray):
+                return values[at]
+            return [values[i] for i in positions]
+
+        return CodedEntries(self.rows, self.p2p_rows, self.codes[at], pick(self.index), pick(self.seq),
+                            pick(self.p2p_seq), [pick(t) for t in self.times],
+                            None if self.frames is None else [self.frames[i] for i in positions])
+
     def _p2p(self) -> np.ndarray | None:
         """Entries whose row is a send or a receive (None: no such row)."""
         return np.array(self.p2p_rows)[self.codes] if any(self.p2p_rows) else None

@@ -283,6 +283,8 @@ class TraceSet:
     ranks: dict[int, RankTrace] = field(default_factory=dict)
     errors: list[LoadError] = field(default_factory=list)
     world_size: int | None = None
+    streamed: bool = False  # loaded streaming: traces hold only what the analysis reads (loaders/stream.py)
+    stream_note: str = ""  # why a streaming load fell back to the whole set
 
 
 # ---- native format -------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ not changed after loading.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from distdoctor.trace.model import RankTrace
 
@@ -39,6 +39,10 @@ def _compute(trace: RankTrace) -> TraceSummary:
     coded = getattr(trace.entries, "coded", None)
     if coded is not None and isinstance(coded.seq, tuple):  # the scanner's arrays: no loop per entry
         return _compute_coded(coded)
+    if coded is not None:  # the per-entry reader's lists: as arrays, when every value fits int64
+        seq = _int_arrays(coded.seq)
+        if seq is not None:
+            return _compute_coded(replace(coded, seq=seq))
     s = TraceSummary()
     groups, seqs, ops, states = (trace.column(n) for n in ("group", "seq", "op", "state"))
     in_sizes, out_sizes = trace.column("in_sizes"), trace.column("out_sizes")
@@ -127,6 +131,20 @@ def _compute_coded(c) -> TraceSummary:
     sig = np.array([sig_ids.setdefault((r[0], r[1]), len(sig_ids)) for r in rows])[codes][has_seq]
     s.steps = _steps(sig.tolist(), len(at))  # (group, op) ids stand for the pairs
     return s
+
+
+def _int_arrays(values: list):
+    """(int64 values, unknown mask) of a list of ints and None, as the scanner gives them; None when one does not
+    fit (a corrupt dump: the per-entry loop takes it)."""
+    import numpy as np
+
+    try:
+        if None not in values:
+            return np.array(values, np.int64), np.zeros(len(values), bool)
+        return (np.array([0 if v is None else v for v in values], np.int64),
+                np.fromiter((v is None for v in values), bool, len(values)))
+    except (OverflowError, TypeError, ValueError):
+        return None
 
 
 def _in_order_of_appearance(ids) -> list[int]:

@@ -35,6 +35,8 @@ from distdoctor.trace.loaders.fr_json_scan import kernels
 from distdoctor.trace.loaders.merge import merge_rank, renumber_recorder_only
 from distdoctor.trace.loaders.logs import link_logs, load_log, looks_like_log
 from distdoctor.trace.loaders.native import is_native, load_native
+from distdoctor.trace.loaders.stream import (PrefixCheck, SparseEntries, held_entries, members_back, members_by_key,
+                                             window_of, windowed_summary)
 from distdoctor.trace.model import (DEFAULT_GROUP, ENTRY_FIELDS, Entry, EntryColumns, GroupInfo, LoadError, RankTrace,
                                    TraceSet, entry_column, numel)
 from distdoctor.trace.summary import summarize
@@ -190,15 +192,30 @@ def _starts_like_json(path: str) -> bool:
         return False
 
 
-def _load_compact(path: str, scan: bool = False):
+def _load_compact(path: str, scan: bool = False, stream: bool = False):
     """Worker side of the parallel load: a trace travels back in compact form (a JSON dump's CodedEntries: a few
     arrays), or as its columns (lists of plain values pickle fast; pickle's memo sends each shared size/dtype list
-    once per trace), not as objects."""
+    once per trace), not as objects. `stream`: only the entries the analysis may read one by one travel, with
+    the rank's digest (stream.py); the result is then (trace, compact form, interned, digest)."""
     gc.disable()  # this worker only builds acyclic objects; see gc_paused
     got = _load_one(path, _WORKER_INTERNER, scan)
     if isinstance(got, LoadError):
         return got
     summarize(got)  # here, in parallel, rather than in the parent
+    if stream:
+        members_by_key(got)
+        positions, digest = window_of(got, got.summary)
+        if positions is not None:
+            n = len(got.entries)
+            got.summary = windowed_summary(got.summary, digest)
+            got.entries = held_entries(got.entries, positions)
+            trace, held, interned = _compact(got)
+            return trace, ("window", n, positions, held), interned, digest
+        return (*_compact(got), digest)
+    return _compact(got)
+
+
+def _compact(got: RankTrace):
     entries = got.entries
     coded = getattr(entries, "coded", None)
     if coded is not None:  # a few arrays: the parent expands them into columns
@@ -229,10 +246,11 @@ def _share_key(value: list) -> tuple:
     return tuple(tuple(x) if isinstance(x, list) else x for x in value)
 
 
-def _load_parallel(files: list[str], jobs: int) -> list[RankTrace | LoadError] | None:
+def _load_parallel(files: list[str], jobs: int, check: PrefixCheck | None = None
+                   ) -> list[RankTrace | LoadError] | None:
     """Parse files in `jobs` forked workers; the parent keeps each trace's columns (entries are built when read)
     and re-shares equal size/dtype lists across ranks (the matcher's fast path compares them by identity). None
-    when processes are unavailable."""
+    when processes are unavailable. With `check`, load streaming (stream.py): digests go to `check`."""
     import functools
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
@@ -241,54 +259,89 @@ def _load_parallel(files: list[str], jobs: int) -> list[RankTrace | LoadError] |
         return None
     # Many files: the compiled JSON scanner pays for its start-up (about a second) when some are JSON. Made ready
     # here, so the workers inherit it.
-    load = functools.partial(_load_compact, scan=any(map(_starts_like_json, files)) and kernels() is not None)
+    load = functools.partial(_load_compact, scan=any(map(_starts_like_json, files)) and kernels() is not None,
+                             stream=check is not None)
     shared: dict[tuple, list] = {}
     out: list[RankTrace | LoadError] = []
     try:
         with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
             for got in pool.map(load, files, chunksize=8):
-                if isinstance(got, LoadError):
-                    out.append(got)
-                    continue
-                trace, columns, interned = got
-                if isinstance(columns, CodedEntries):
-                    columns.rows = [tuple(shared.setdefault(_share_key(v), v) if i in _SHARED_ROW_FIELDS and v
-                                          else v for i, v in enumerate(row)) for row in columns.rows]
-                    trace.entries = EntryColumns(None, columns)
-                    out.append(trace)
-                    continue
-                if columns and columns[0]:
-                    table = [shared.setdefault(_share_key(v), v) for v in interned]
-                    for i in _SHARED_FIELDS:
-                        if type(columns[i][0]) is int:
-                            columns[i] = list(map(table.__getitem__, columns[i]))
-                            continue
-                        # A trace holds a handful of distinct lists: canonicalize those, then map the column.
-                        canon = {}
-                        for value in {id(v): v for v in columns[i]}.values():
-                            canon[id(value)] = shared.setdefault(_share_key(value), value) if value else value
-                        columns[i] = list(map(canon.__getitem__, map(id, columns[i])))
-                    # Native traces stay objects (the recorder's are small and hold stacks, errors...).
-                    trace.entries = EntryColumns(columns) if trace.source.startswith("flight_recorder") else \
-                        list(map(Entry, *columns))
-                out.append(trace)
+                out.append(_unpack(got, shared, check))
     except (OSError, RuntimeError):  # no processes here (sandbox, exhausted): load in this process instead
         return None
     return out
 
 
+def _unpack(got, shared: dict[tuple, list], check: PrefixCheck | None) -> RankTrace | LoadError:
+    """A worker's result as a trace whose equal size/dtype lists are shared with every other rank's."""
+    if isinstance(got, LoadError):
+        return got
+    window = None
+    if check is not None:
+        *got, digest = got
+        members_back(got[0], check.members)
+        if digest is not None:
+            check.add(digest)
+        else:
+            check.whole_only.append(got[0].path)
+        if isinstance(got[1], tuple) and got[1][:1] == ("window",):
+            _, n, positions, held = got[1]
+            window = (n, positions)
+            got[1] = held
+    trace = _unpack_one(*got, shared)
+    if window is not None:
+        trace.entries = SparseEntries(window[0], window[1], trace.entries, trace.path)
+    return trace
+
+
+def _unpack_one(trace: RankTrace, columns, interned, shared: dict[tuple, list]) -> RankTrace:
+    """One worker result (trace, compact entries, interned lists) back into a trace."""
+    if isinstance(columns, CodedEntries):
+        columns.rows = [tuple(shared.setdefault(_share_key(v), v) if i in _SHARED_ROW_FIELDS and v
+                              else v for i, v in enumerate(row)) for row in columns.rows]
+        trace.entries = EntryColumns(None, columns)
+        return trace
+    if columns and columns[0]:
+        table = [shared.setdefault(_share_key(v), v) for v in interned]
+        for i in _SHARED_FIELDS:
+            if type(columns[i][0]) is int:
+                columns[i] = list(map(table.__getitem__, columns[i]))
+                continue
+            # A trace holds a handful of distinct lists: canonicalize those, then map the column.
+            canon = {}
+            for value in {id(v): v for v in columns[i]}.values():
+                canon[id(value)] = shared.setdefault(_share_key(value), value) if value else value
+            columns[i] = list(map(canon.__getitem__, map(id, columns[i])))
+        # Native traces stay objects (the recorder's are small and hold stacks, errors...).
+        trace.entries = EntryColumns(columns) if trace.source.startswith("flight_recorder") else \
+            list(map(Entry, *columns))
+    return trace
+
+
 def load_traces(paths: list[str], world_size: int | None = None, jobs: int | None = None,
-                recursive: bool = True) -> TraceSet:
+                recursive: bool = True, stream: bool | str = False) -> TraceSet:
     """Load every trace under `paths` (files or directories; `recursive`: their whole trees) into one TraceSet.
 
-    Many files are parsed in parallel (one worker per CPU, `jobs` to override; 1 = in this process)."""
+    Many files are parsed in parallel (one worker per CPU, `jobs` to override; 1 = in this process).
+    `stream`: keep of each Flight Recorder trace only what the analysis reads one by one (stream.py); "auto": from
+    STREAM_MIN_FILES files on, or as DISTDOCTOR_STREAM=on/off says. `ts.streamed` says whether it did (False when
+    the trimming could not be proven invisible: the set is then loaded whole). The analysis finds the same on
+    a streamed set except stragglers, which compare every common entry's times: a caller whose analysis found
+    nothing else reloads the set whole (diagnose/command.py)."""
     files, errors = expand_paths(list(paths), recursive)
     ts = TraceSet(errors=errors)
     if jobs is None:
         jobs = min(os.cpu_count() or 1, 8) if len(files) >= PARALLEL_MIN_FILES else 1
+    if stream == "auto":
+        setting = os.environ.get("DISTDOCTOR_STREAM", "").lower()
+        stream = setting in ("on", "1") or (setting not in ("off", "0") and len(files) >= STREAM_MIN_FILES)
+    check = PrefixCheck() if stream else None
     with gc_paused():
-        results = _load_parallel(files, jobs) if jobs > 1 else None
-        if results is None:
+        results = _load_parallel(files, jobs, check) if jobs > 1 else None
+        if results is None and check is not None:
+            shared: dict[tuple, list] = {}
+            results = [_unpack(_load_compact(path, stream=True), shared, check) for path in files]
+        elif results is None:
             interner = _Interner()
             results = [_load_one(path, interner) for path in files]
     loaded: list[RankTrace] = []
@@ -327,7 +380,19 @@ def load_traces(paths: list[str], world_size: int | None = None, jobs: int | Non
     ts.ranks = dict(sorted(ts.ranks.items()))
     ts.world_size = _world_size(ts, world_size)
     _infer_groups(ts)
+    ts.streamed = False
+    if check is not None and check.trimmed:
+        why = f"not Flight Recorder dumps: {check.whole_only[0]}" if check.whole_only else check.proven(ts)
+        if why is not None:  # the whole set, as the analysis would read it
+            whole = load_traces(paths, world_size, jobs, recursive, stream=False)
+            whole.stream_note = why
+            return whole
+        ts.streamed = True
     return ts
+
+
+# From this many files on, diagnose loads streaming (stream.py): a set this large is where memory matters.
+STREAM_MIN_FILES = 512
 
 
 _SOURCE_RANK = {"native": 0, "simulated": 0, "flight_recorder-pickle": 1, "flight_recorder-json": 2}
@@ -403,7 +468,9 @@ def _infer_groups(ts: TraceSet) -> None:
                 stated = given.get(name)
                 t.groups[name] = GroupInfo(name, world, stated != world, descs.get(name, "default_pg"))
             elif name in given:
-                t.groups[name] = GroupInfo(name, list(given[name]), False, descs.get(name, ""))
+                # one list per group, shared by its members' traces (read-only): a 2048-rank group's members
+                # copied into each of its 2048 traces would take 32 MB
+                t.groups[name] = GroupInfo(name, given[name], False, descs.get(name, ""))
             else:
                 t.groups[name] = GroupInfo(name, sorted(issued.get(name, {t.rank})), True, descs.get(name, ""))
 

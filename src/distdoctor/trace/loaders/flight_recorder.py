@@ -2,9 +2,8 @@
 
 Two physical forms carry the same dict:
 - pickle: what `torch._C._distributed_c10d._dump_fr_trace` / `_dump_nccl_trace` return and what
-  `TORCH_FR_DUMP_TEMP_FILE<rank>` holds. A dump is untrusted input, so it is read with `SafeUnpickler`, which
-  builds only builtin containers and scalars and refuses every global (no class, no function, no __reduce__
-  callable can be named, so nothing in the file can run).
+  `TORCH_FR_DUMP_TEMP_FILE<rank>` holds. A dump is untrusted input, so it is read with `SafeUnpickler`
+  (safe_pickle.py), which builds only builtin containers and scalars and refuses every global.
 - JSON: `_dump_fr_trace_json` (no stack frames; `time_discovered_*` are 0 instead of None; pg_status values
   are strings).
 
@@ -23,110 +22,23 @@ p2p. FR does not record broadcast/reduce roots, so `root` stays None.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import io
 import json
 import operator
-import pickle
 import re
 from typing import Any
 
 import msgspec
 import numpy as np
 
-try:
-    import resource
-except ImportError:  # pragma: no cover - not on this platform (Windows): no address-space cap
-    resource = None
-
 from distdoctor.collectives import canonical_dtype, canonical_op
 from distdoctor.trace.loaders.fr_json_scan import ScannedDump, scan_fr_json
+from distdoctor.trace.loaders.safe_pickle import PICKLE_ALLOWED, SafeUnpickler, safe_unpickle  # noqa: F401 (API)
 from distdoctor.trace.coded import DUMP_FIELDS, CodedEntries
 from distdoctor.trace.model import DEFAULT_GROUP, EntryColumns, Frame, GroupInfo, RankTrace
 
-def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
-    """Protocol-2 pickles spell bytes as _codecs.encode(str, 'latin1'); nothing else is allowed through."""
-    if encoding not in ("latin1", "latin-1") or not isinstance(text, str):
-        raise pickle.UnpicklingError(f"refused to load _codecs.encode with encoding {encoding!r}")
-    return text.encode("latin1")
-
-
-# The only names a dump may refer to: builders of builtin containers (older protocols spell them as globals).
-PICKLE_ALLOWED = {("builtins", "set"): set, ("builtins", "frozenset"): frozenset,
-                  ("__builtin__", "set"): set, ("__builtin__", "frozenset"): frozenset,
-                  ("_codecs", "encode"): _latin1_bytes}
 _P2P_META = re.compile(r"^\s*(\d+)\s*(->|<-)\s*(\d+)\s*$")
 _RANK_SUFFIX = re.compile(r"(\d+)(?:\.[A-Za-z]+)*$")  # rank_3, dump_3.pkl, rank_3.fr.pkl
-
-
-class SafeUnpickler(pickle.Unpickler):
-    """Builds dicts, lists, tuples, sets, str, bytes, numbers, bools and None; refuses anything else."""
-
-    def find_class(self, module: str, name: str):  # noqa: D102 - the whole point of this class
-        if (module, name) in PICKLE_ALLOWED:
-            return PICKLE_ALLOWED[(module, name)]
-        raise pickle.UnpicklingError(
-            f"refused to load {module}.{name}: a Flight Recorder dump holds only builtin containers and scalars")
-
-    def persistent_load(self, pid):
-        raise pickle.UnpicklingError("refused a persistent reference: not a Flight Recorder dump")
-
-
-# A corrupt or hostile pickle can PUT into memo slot 2**32 - 1: CPython's C unpickler then allocates and zeroes
-# 16 bytes per slot up to it (64 GiB) before reading on, which takes minutes or gets the process OOM-killed. While
-# a dump is unpickled the address space may grow only by what a real dump can need (its objects take a few dozen
-# times its size; its memo 16 bytes per opcode), so such a request fails at once with MemoryError.
-UNPICKLE_HEADROOM = 256 << 20  # bytes, plus UNPICKLE_PER_BYTE per byte of the dump
-UNPICKLE_PER_BYTE = 64
-
-
-@contextlib.contextmanager
-def _address_space_capped(extra: int):
-    """Lower RLIMIT_AS to the current address space + `extra` bytes for the duration (process-wide: only the
-    CLI's loaders run here). No cap where /proc or RLIMIT_AS is unavailable or a lower one is already set."""
-    limits = None
-    if resource is not None:
-        try:
-            with open("/proc/self/statm") as f:
-                size = int(f.read().split()[0]) * resource.getpagesize()
-            soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-            cap = size + extra if hard == resource.RLIM_INFINITY else min(size + extra, hard)
-            if soft == resource.RLIM_INFINITY or soft > cap:
-                resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-                limits = (soft, hard)
-        except (OSError, ValueError):
-            limits = None
-    try:
-        yield
-    finally:
-        if limits is not None:
-            resource.setrlimit(resource.RLIMIT_AS, limits)
-
-
-def _printable(text: str) -> str:
-    """The unpickler quotes bytes of the file in its messages as they are (`invalid load key, '\n'`, a FLOAT
-    opcode's line): escape what is not printable, so a reason stays one line and puts no control byte on a
-    terminal."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def safe_unpickle(data: bytes) -> object:
-    """Unpickle untrusted bytes; raise ValueError with the reason on refusal or corruption."""
-    try:
-        with _address_space_capped(UNPICKLE_HEADROOM + UNPICKLE_PER_BYTE * len(data)):
-            return SafeUnpickler(io.BytesIO(data)).load()
-    except pickle.UnpicklingError as exc:
-        msg = _printable(str(exc))
-        raise ValueError(msg if msg.startswith("refused") else f"corrupt or truncated pickle ({msg})") from None
-    except (EOFError, IndexError):
-        raise ValueError("truncated pickle (ends before its STOP opcode)") from None
-    except RecursionError:
-        raise ValueError("pickle nested too deeply") from None
-    except MemoryError:
-        raise ValueError("pickle asks for more memory than is available") from None
-    except Exception as exc:  # corrupt opcodes raise a zoo of types (KeyError, ValueError, struct.error, ...)
-        raise ValueError(f"corrupt pickle ({type(exc).__name__}: {_printable(str(exc))})") from None
 
 
 def rank_from_filename(path: str) -> int | None:
@@ -171,6 +83,19 @@ class _Interner:
         self.names: dict[str, tuple] = {}
         self.groups: dict = {}
         self.strings: dict = {}
+        self.frames: dict = {}
+
+    def frame_list(self, raw: list) -> list[Frame]:
+        """One shared list per distinct call stack (a dump repeats a few stacks thousands of times; entries are
+        read-only). Flight Recorder lists frames innermost first; the model (like a traceback) innermost last."""
+        key = tuple((f["name"], f["filename"], f["line"]) for f in raw)
+        try:
+            got = self.frames.get(key)
+        except TypeError:  # an unhashable name or line (a damaged dump): built as it is, not shared
+            return [Frame(str(f["name"]), str(f["filename"]), int(f["line"])) for f in reversed(raw)]
+        if got is None:
+            got = self.frames[key] = [Frame(str(f["name"]), str(f["filename"]), int(f["line"])) for f in reversed(raw)]
+        return got
 
     def text(self, raw) -> str | None:
         """One shared object per distinct short string (thread names repeat on every entry)."""
@@ -303,9 +228,7 @@ def _parse_entry(raw: dict, i: int, interner: _Interner) -> tuple[tuple, int | N
     is_p2p = p2p_name or bool(get("is_p2p"))
     state = "completed" if get("retired") else _STATES.get(get("state"), "issued")
     frames_raw = get("frames")
-    # Flight Recorder lists frames innermost first; the model (like a traceback) keeps innermost last.
-    frames = ([Frame(str(f["name"]), str(f["filename"]), int(f["line"])) for f in reversed(frames_raw)]
-              if frames_raw else interner.empty_frames)
+    frames = interner.frame_list(frames_raw) if frames_raw else interner.empty_frames
     seq = None if is_p2p else get("collective_seq_id")
     p2p_seq = get("p2p_seq_id") if is_p2p else None
     created = get("time_created_ns")
@@ -452,6 +375,7 @@ def _trace_from_entries(data: bytes, path: str, interner: _Interner) -> RankTrac
         return None
     return _assemble(dump.version, dump.rank, dump.pg_config, path, interner, list(position), codes, index,
                      list(seqs), list(p2p_seqs), times, frames)
+
 
 
 def _assemble(version, rank, pg_config, path: str, interner: _Interner, keys: list[tuple], codes: np.ndarray,

@@ -1,0 +1,90 @@
+"""The streaming load (trace/loaders/stream.py) gives the whole-set report, and holds a bounded part of each rank.
+
+Sets are written as the scale benchmark writes them (benchmarks/diagnose_scale.py: a 3-D layout, one rank lost
+in its data loader), small enough to load whole too; each is diagnosed both ways and the reports compared."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from distdoctor.diagnose.analyze import analyze
+from distdoctor.report.diagnose_text import fmt_ranges, render_text
+from distdoctor.trace.loaders import load_traces, stream
+from distdoctor.trace.loaders.stream import SparseEntries
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import diagnose_scale  # noqa: E402
+
+
+def _reports(path: str, **kw) -> tuple[str, str, object]:
+    ts = load_traces([path], **kw)
+    report = analyze(ts)
+    return json.dumps(report.to_json(), indent=2), render_text(report), ts
+
+
+def _set(tmp_path: Path, world: int, entries: int) -> Path:
+    diagnose_scale.generate(tmp_path, world, entries)
+    return tmp_path
+
+
+@pytest.mark.parametrize("form", ["json", "pickle"])
+def test_streamed_report_is_the_whole_sets(tmp_path, form, monkeypatch):
+    monkeypatch.setattr(stream, "LONG_MEMBERS", 4)  # the default group's 64 members travel once per worker
+    data = _set(tmp_path, 64, 240)
+    whole_json, whole_text, whole = _reports(str(data / form), jobs=1)
+    for jobs in (2, 1, 1):  # in workers, then twice in this process: each load sends every list again
+        json_, text, ts = _reports(str(data / form), jobs=jobs, stream=True)
+        assert ts.streamed and not whole.streamed, ts.stream_note
+        assert json_ == whole_json and text == whole_text
+    kinds = [f["kind"] for f in json.loads(json_)["findings"]]
+    assert kinds[0] == "missing_ranks" and json.loads(json_)["findings"][0]["ranks"] == [diagnose_scale.fault_rank(64)]
+
+
+def test_held_entries_do_not_grow_with_the_buffer(tmp_path):
+    """Each rank keeps its tail window and the entries the analysis reads one by one, however long its buffer."""
+    held = {}
+    for entries in (160, 640):
+        data = _set(tmp_path / str(entries), 16, entries)
+        ts = load_traces([str(data / "json")], jobs=1, stream=True)
+        assert ts.streamed
+        sizes = set()
+        for t in ts.ranks.values():
+            assert isinstance(t.entries, SparseEntries) and len(t.entries) == t.entries.n
+            sizes.add(len(t.entries.positions))
+        held[entries] = max(sizes)
+        assert held[entries] <= stream.WINDOW + 8  # the window, the pending entries, a few size checks
+    assert held[640] == held[160]
+
+
+def test_a_divergence_deep_in_the_buffer_is_loaded_whole(tmp_path):
+    """A mismatch far before the tail cannot be proven away: the set is loaded whole, the report is the same."""
+    data = _set(tmp_path, 16, 200)
+    path = data / "json" / "rank_5.json"
+    dump = json.loads(path.read_text())
+    dump["entries"][10]["input_dtypes"] = ["Half"]  # rank 5's 11th collective: another dtype
+    dump["entries"][10]["output_dtypes"] = ["Half"]
+    path.write_text(json.dumps(dump))
+    whole_json, whole_text, _ = _reports(str(data / "json"), jobs=1)
+    json_, text, ts = _reports(str(data / "json"), jobs=1, stream=True)
+    assert not ts.streamed and "differ" in ts.stream_note
+    assert json.loads(json_)["findings"][0]["kind"] == "dtype_mismatch"
+    assert json_ == whole_json and text == whole_text
+
+
+def test_reading_a_trimmed_entry_loads_the_rank_whole(tmp_path):
+    data = _set(tmp_path, 16, 200)
+    whole = load_traces([str(data / "json")], jobs=1)
+    ts = load_traces([str(data / "json")], jobs=1, stream=True)
+    trimmed = ts.ranks[3].entries
+    assert trimmed.positions is not None and 0 not in trimmed.positions
+    assert trimmed[0] == whole.ranks[3].entries[0] and trimmed.positions is None
+    assert list(trimmed) == list(whole.ranks[3].entries)
+
+
+def test_rank_ranges():
+    assert fmt_ranges([5, 0, 1, 2, 3, 7, 8, 9]) == "0-3, 5, 7-9"
+    assert fmt_ranges([4]) == "4"
