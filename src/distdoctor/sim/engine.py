@@ -72,6 +72,13 @@ class Compiled:
 
 
 def compile_program(prog: Program) -> Compiled:
+    from distdoctor.trace.loaders import gc_paused  # lazily: it brings numpy, which sim needs nowhere else
+
+    with gc_paused():  # millions of acyclic tuples: without this the collector rescans them all, again and again
+        return _compile(prog)
+
+
+def _compile(prog: Program) -> Compiled:
     group_names = list(prog.groups)
     gid = {g: i for i, g in enumerate(group_names)}
     members = [list(prog.groups[g]) for g in group_names]
@@ -198,6 +205,13 @@ class RunState:
 
 
 def run(compiled: Compiled, detail: bool = False) -> RunState:
+    from distdoctor.trace.loaders import gc_paused
+
+    with gc_paused():  # the run allocates a tuple or list per event; none form cycles
+        return _run(compiled, detail)
+
+
+def _run(compiled: Compiled, detail: bool) -> RunState:
     ops, rank_of = compiled.ops, compiled.rank_of
     S, NG = len(ops), len(compiled.group_names)
     gsize = [len(m) for m in compiled.group_members]
@@ -360,30 +374,45 @@ def run(compiled: Compiled, detail: bool = False) -> RunState:
                     del inst[ik]
                     d = st[2]
                     x = t + d
-                    for m in st[1]:
-                        if m != sid:
-                            wait[m] += t - since[m]
-                            if spans is not None:
+                    # every member resumes at x: look its bucket up once (x == t is the current bucket)
+                    b = _get(x)
+                    if b is None:
+                        b = buckets[x] = []
+                        _heappush(times, x)
+                    if detail:
+                        for m in st[1]:
+                            if m != sid:
+                                wait[m] += t - since[m]
                                 spans.append((m, since[m], t, pc[m], "wait"))
-                            pc[m] += 1
-                            del inst_of[m]
-                        busy[m] += d
-                        if spans is not None:
+                                pc[m] += 1
+                                del inst_of[m]
+                            busy[m] += d
                             spans.append((m, t, x, pc[m] - 1 if m != sid else i, "busy"))
-                        if comm_log is not None:
                             rec = comm_log[m][-1]
                             rec[3], rec[4] = t, x
-                        if uidx[m] >= 0:
-                            cover(uidx[m], t, x)
-                        if m != sid:
-                            push(x, m)
+                            if uidx[m] >= 0:
+                                cover(uidx[m], t, x)
+                            if m != sid:
+                                b.append(m)
+                    else:
+                        for m in st[1]:
+                            if m != sid:
+                                wait[m] += t - since[m]
+                                pc[m] += 1
+                                del inst_of[m]
+                                b.append(m)
+                            busy[m] += d
+                            if uidx[m] >= 0:
+                                cover(uidx[m], t, x)
                     i += 1
-                    push(x, sid)
+                    b.append(sid)
                     break
                 else:  # SEND / RECV
                     ch = op[1]
-                    mine, other = (sendq, recvq) if c == SEND else (recvq, sendq)
-                    side = 0 if c == SEND else 1
+                    if c == SEND:
+                        mine, other, side = sendq, recvq, 0
+                    else:
+                        mine, other, side = recvq, sendq, 1
                     chan_n[ch][side] += 1
                     if comm_log is not None:
                         comm_log[sid].append([i, chan_n[ch][side], t, None, None])
@@ -452,14 +481,21 @@ def run(compiled: Compiled, detail: bool = False) -> RunState:
                         for m in (w, sid):
                             rec = comm_log[m][-1]
                             rec[3], rec[4] = t, x
-                    for m in (w, sid):
-                        busy[m] += d
-                        if uidx[m] >= 0:
-                            cover(uidx[m], t, x)
+                    busy[w] += d
+                    busy[sid] += d
+                    if uidx[w] >= 0:
+                        cover(uidx[w], t, x)
+                    if uidx[sid] >= 0:
+                        cover(uidx[sid], t, x)
                     pc[w] += 1
-                    push(x, w)
                     i += 1
-                    push(x, sid)
+                    b = _get(x)
+                    if b is None:
+                        buckets[x] = [w, sid]
+                        _heappush(times, x)
+                    else:
+                        b.append(w)
+                        b.append(sid)
                     break
             pc[sid] = i
         del buckets[t]
