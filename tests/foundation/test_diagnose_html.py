@@ -92,3 +92,24 @@ def test_the_1024_rank_page_loads_in_chromium(report, tmp_path):
     assert page["png"][:8] == b"\x89PNG\r\n\x1a\n"
     if os.environ.get("DISTDOCTOR_WRITE_DOCS") == "1":
         (DOCS / "diagnose-1024.png").write_bytes(page["png"])
+
+
+def test_too_many_distinct_waits_leave_the_table_alone(tmp_path):
+    """32 pairs, each waiting for its own partner: 64 boxes would not read; the table lists every edge."""
+    world = 64
+    groups = {"0": GroupInfo("0", list(range(world)))}
+    groups.update({f"pair{k}": GroupInfo(f"pair{k}", [2 * k, 2 * k + 1], desc=f"tp{k}") for k in range(world // 2)})
+    for r in range(world):
+        entries = [_call(0, 1, "all_reduce", "0", "completed", 40)]
+        if r % 2 == 0:
+            entries.append(_call(1, 1, "all_reduce", f"pair{r // 2}", "started", 50))
+        trace = RankTrace(rank=r, source="native", world_size=world, entries=entries, groups=groups,
+                          dump_reason="hang")
+        (tmp_path / f"rank_{r}.jsonl").write_text(dumps(trace))
+    report = analyze(load_traces([str(tmp_path)], jobs=1))
+    nodes, edges = collapse(report)
+    assert len(nodes) == world and len(edges) == world // 2
+    section = render_html(report).split("<h2>Wait-for graph</h2>", 1)[1].split("<h2>Ranks</h2>", 1)[0]
+    assert "too many to draw" in section and "<svg" not in section
+    assert section.count("<tr>") == 1 + world // 2  # header + one row per pair
+    assert "all_reduce #1 on group &#x27;pair7&#x27; (tp7)" in section and "rank 15 (" in section

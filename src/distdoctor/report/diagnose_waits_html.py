@@ -116,9 +116,7 @@ def waitfor_html(report: Report) -> str:
         mark = " style='color:#b3261e;font-weight:bold'" if e["cycle"] else ""
         out.append(f"<tr{mark}><td>{esc(who(src['ranks']))}</td><td>{esc(e['label'])}</td>"
                    f"<td>{esc(who(dst['ranks']))} ({esc(dst['waiting'] and 'waiting' or dst['state'])})</td></tr>")
-    out.append("</table>")
-    if len(edges) > MAX_ROWS:
-        out.append(f"<p>... and {len(edges) - MAX_ROWS} more edges (--format json: wait_for).</p>")
+    out.append("</table>" + _more(len(edges), "edges", "wait_for"))
     return "\n".join(out)
 
 
@@ -200,7 +198,9 @@ def ranks_table_html(report: Report) -> str:
             continue
         out.append(f"<tr><td>{esc(who(ranks))}</td><td title='{esc(detail)}'>{esc(state)}</td>"
                    f"<td>{esc(completed)}</td><td>{esc(where)}</td><td><code>{esc(now)}</code></td></tr>")
-    out.append("</table>")
-    if len(ordered) > MAX_ROWS:
-        out.append(f"<p>... and {len(ordered) - MAX_ROWS} more rows (--format json: ranks).</p>")
+    out.append("</table>" + _more(len(ordered), "rows", "ranks"))
     return "\n".join(out)
+
+
+def _more(count: int, what: str, field: str) -> str:
+    return f"<p>... and {count - MAX_ROWS} more {what} (--format json: {field}).</p>" if count > MAX_ROWS else ""
