@@ -16,7 +16,6 @@ written, signals sent, the next command to try) goes to stderr.
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import signal
@@ -27,6 +26,7 @@ import time
 import click
 
 from distdoctor.errors import InputError
+from distdoctor.recorder import layout
 from distdoctor.recorder.config import (DEFAULT_BUFFER, DEFAULT_HANG_TIMEOUT, DEFAULT_SUSPECT_FACTOR,
                                        DEFAULT_SUSPECT_FLOOR)
 from distdoctor.recorder.dumpfile import ensure_private_dir, write_atomic
@@ -67,9 +67,10 @@ def child_env(dump_dir: str, hang_timeout: float, buffer: int, stacks: bool, dum
 
 
 def summarize_dumps(dump_dir: str) -> list[tuple[int, str]]:
-    """(rank, dump_reason) for each rank_<r>.jsonl in dump_dir, by rank (from the header line alone)."""
+    """(rank, dump_reason) for each rank_<r>.jsonl in dump_dir (either layout), by rank (from the header line
+    alone)."""
     found = []
-    for path in glob.glob(os.path.join(dump_dir, "rank_*.jsonl")):
+    for path in layout.find(dump_dir, "rank_*.jsonl"):
         header = read_header(path)
         if header is None:
             found.append((-1, f"{os.path.basename(path)} unreadable"))
@@ -121,9 +122,12 @@ def _preload_analyzer() -> None:
               help="Calls kept per rank (ring buffer); also Flight Recorder's TORCH_FR_BUFFER_SIZE.")
 @click.option("--no-stacks", is_flag=True, help="Leave the Python stacks of all threads out of dumps.")
 @click.option("--dump-on-exit", is_flag=True, help="Also dump at a clean exit (for straggler analysis).")
+@click.option("--dump-layout", type=click.Choice(layout.LAYOUTS), default="flat", show_default=True,
+              help="flat: every rank's files in --dump-dir; host: one subdirectory per host (host-<name>/), for "
+                   f"large jobs on shared file systems; auto: host from {layout.AUTO_HOST_RANKS} ranks up.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run_command(dump_dir, hang_timeout, suspect_floor, suspect_factor, kill_on_hang, buffer, no_stacks,
-                dump_on_exit, command) -> int:
+                dump_on_exit, dump_layout, command) -> int:
     """Run COMMAND (after --) with the distdoctor recorder on in every process that uses torch.distributed.
 
     \b
@@ -143,12 +147,13 @@ def run_command(dump_dir, hang_timeout, suspect_floor, suspect_factor, kill_on_h
     if dump_dir is None:
         dump_dir = os.path.join("distdoctor-dumps", time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
     dump_dir = os.path.abspath(dump_dir)
-    if glob.glob(os.path.join(dump_dir, "rank_*.jsonl")):
+    if layout.find(dump_dir, "rank_*.jsonl"):
         _say(f"warning: {dump_dir} already holds dumps; new ones replace them rank by rank "
              "(use a fresh --dump-dir to keep runs apart)")
     created = prepare_dump_dir(dump_dir)
 
     env = child_env(dump_dir, hang_timeout, buffer, not no_stacks, dump_on_exit, suspect_floor, suspect_factor)
+    env["DISTDOCTOR_DUMP_LAYOUT"] = dump_layout
     try:
         child = subprocess.Popen(list(command), env=env)
     except OSError as exc:

@@ -8,6 +8,8 @@ import os
 import sys
 from dataclasses import dataclass
 
+from distdoctor.recorder.layout import LAYOUTS
+
 DEFAULT_BUFFER = 2000
 DEFAULT_HANG_TIMEOUT = 300.0
 DEFAULT_SUSPECT_FLOOR = 10.0  # a hang is suspected after max(floor, factor x the longest recent collective wait)
@@ -44,6 +46,7 @@ class RecorderConfig:
     frames: int = CALLER_FRAMES  # caller frames kept per call
     suspect_floor: float | None = DEFAULT_SUSPECT_FLOOR  # None or 0: no suspected stage, only the hang timeout
     suspect_factor: float = DEFAULT_SUSPECT_FACTOR
+    layout: str = "flat"  # flat, host or auto: where in dump_dir each rank's files go (recorder/layout.py)
 
     @classmethod
     def resolve(cls, dump_dir=None, hang_timeout=None, buffer_size=None, stacks=None, dump_on_exit=None,
@@ -70,5 +73,9 @@ class RecorderConfig:
             raise ValueError(f"buffer_size must be at least 1, got {buffer_size}")
         if hang_timeout is not None and hang_timeout < 0:
             raise ValueError(f"hang_timeout must be >= 0 seconds, got {hang_timeout}")
+        layout = os.environ.get("DISTDOCTOR_DUMP_LAYOUT", "flat") or "flat"
+        if layout not in LAYOUTS:
+            warn(f"DISTDOCTOR_DUMP_LAYOUT={layout!r} is not one of {', '.join(LAYOUTS)}; using flat")
+            layout = "flat"
         return cls(os.path.abspath(os.fspath(dump_dir)), hang_timeout or None, int(buffer_size), bool(stacks),
-                   bool(dump_on_exit), int(frames), float(suspect_floor) or None, float(suspect_factor))
+                   bool(dump_on_exit), int(frames), float(suspect_floor) or None, float(suspect_factor), layout)

@@ -40,7 +40,7 @@ import threading
 import time
 from collections import deque
 
-from distdoctor.recorder import creations, patch
+from distdoctor.recorder import creations, layout, patch
 from distdoctor.recorder.config import RecorderConfig, warn
 from distdoctor.recorder.describe import Call
 from distdoctor.recorder.dumpfile import all_thread_stacks, ensure_private_dir, flight_recorder_dump, write_atomic
@@ -328,8 +328,13 @@ class Recorder:
                     for code, lasti in reversed(r.frames)],
             error=r.error)
 
+    def rank_dir(self) -> str:
+        """Where this rank's files go: the dump directory, or its host's subdirectory (recorder/layout.py)."""
+        chosen = layout.resolve(self.config.layout, self.world_size)
+        return layout.rank_dir(self.config.dump_dir, chosen, socket.gethostname())
+
     def dump_paths(self) -> tuple[str, str]:
-        base = os.path.join(self.config.dump_dir, f"rank_{self.rank}")
+        base = os.path.join(self.rank_dir(), f"rank_{self.rank}")
         return base + ".jsonl", base + ".fr.pkl"
 
     def dump(self, reason: str, extra_stacks: dict | None = None) -> str | None:
@@ -348,6 +353,7 @@ class Recorder:
             try:
                 ensure_private_dir(self.config.dump_dir)
                 path, fr_path = self.dump_paths()
+                ensure_private_dir(os.path.dirname(path))
                 trace = self.snapshot(reason, extra_stacks)
                 write_atomic(path, model.dumps(trace).encode())
                 self.last_trace = trace

@@ -19,7 +19,6 @@ and `run` created it.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import signal
@@ -27,6 +26,7 @@ import socket
 import subprocess
 import time
 
+from distdoctor.recorder import layout
 from distdoctor.recorder.dumpfile import write_atomic
 from distdoctor.recorder.watchdog import REQUEST_FILE
 
@@ -38,9 +38,13 @@ ORDER = {"resumed": 0, "suspected": 1, "confirmed": 2}
 
 
 def registered_ranks(dump_dir: str) -> dict[int, tuple[int, str]]:
-    """rank -> (pid, host) of every rank that registered in dump_dir (`.rank_<r>.pid`)."""
+    """rank -> (pid, host) of every rank that registered in dump_dir (`.rank_<r>.pid`, either layout)."""
+    return registered_ranks_in(layout.find(dump_dir, ".rank_*.pid"))
+
+
+def registered_ranks_in(paths: list[str]) -> dict[int, tuple[int, str]]:
     found = {}
-    for path in glob.glob(os.path.join(dump_dir, ".rank_*.pid")):
+    for path in paths:
         try:
             rank = int(os.path.basename(path)[len(".rank_"):-len(".pid")])
             with open(path) as f:
@@ -122,7 +126,7 @@ class JobWatch:
 
     def _scan(self) -> list[int]:
         changed = []
-        for path in glob.glob(os.path.join(self.dump_dir, "rank_*.jsonl")):
+        for path in layout.find(self.dump_dir, "rank_*.jsonl"):
             try:
                 st = os.stat(path)
             except OSError:
@@ -290,11 +294,12 @@ class JobWatch:
         """Remove what ranks left behind here: pid files (of ranks killed before they could), the request, and
         temporary files of writers that died; the directory itself when empty and made by us."""
         host = socket.gethostname()
-        for rank, (pid, where) in registered_ranks(self.dump_dir).items():
-            if where == host and not alive(pid):
-                _unlink(os.path.join(self.dump_dir, f".rank_{rank}.pid"))
+        for path in layout.find(self.dump_dir, ".rank_*.pid"):
+            registered = registered_ranks_in([path])
+            if any(where == host and not alive(pid) for pid, where in registered.values()):
+                _unlink(path)
         _unlink(os.path.join(self.dump_dir, REQUEST_FILE))
-        for path in glob.glob(os.path.join(self.dump_dir, ".*.tmp-*")):
+        for path in layout.find(self.dump_dir, ".*.tmp-*"):
             try:
                 pid = int(path.rsplit(".tmp-", 1)[1].split("-")[0])
             except (ValueError, IndexError):
@@ -303,6 +308,8 @@ class JobWatch:
                 _unlink(path)
         if created_dir:
             try:
+                for sub in layout.host_dirs(self.dump_dir):
+                    _rmdir_if_empty(sub)
                 os.rmdir(self.dump_dir)  # only when empty
             except OSError:
                 pass
@@ -345,5 +352,12 @@ def _kill(pid: int, signum: int) -> None:
 def _unlink(path: str) -> None:
     try:
         os.unlink(path)
+    except OSError:
+        pass
+
+
+def _rmdir_if_empty(path: str) -> None:
+    try:
+        os.rmdir(path)
     except OSError:
         pass

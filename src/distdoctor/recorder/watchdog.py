@@ -317,13 +317,14 @@ class Watchdog:
 
     # ---- pid registry (lets `distdoctor run` signal every rank, not the launcher) ---------------------------
     def _pid_path(self) -> str:
-        return os.path.join(self.rec.config.dump_dir, f".rank_{self.rec.rank}.pid")
+        return os.path.join(self.rec.rank_dir(), f".rank_{self.rec.rank}.pid")
 
     def _write_pid_file(self) -> None:
         if os.environ.get("DISTDOCTOR_RUN") != "1":
             return
         try:
             ensure_private_dir(self.rec.config.dump_dir)
+            ensure_private_dir(self.rec.rank_dir())
             write_atomic(self._pid_path(), f"{os.getpid()}\n{socket.gethostname()}\n".encode())
         except OSError:
             pass

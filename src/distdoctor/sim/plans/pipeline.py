@@ -131,6 +131,13 @@ def default_act_slots(cfg: PipelineConfig, stage: int) -> int:
 
 def build_pipeline(cfg: PipelineConfig) -> Program:
     cfg.check()
+    from distdoctor.trace.loaders import gc_paused  # see engine.compile_program
+
+    with gc_paused():
+        return _build(cfg)
+
+
+def _build(cfg: PipelineConfig) -> Program:
     P, D, T = cfg.stages, cfg.dp, cfg.tp
     comm_us = 0.0 if cfg.zero_comm else None
     groups: dict[str, list[int]] = {}
@@ -147,6 +154,8 @@ def build_pipeline(cfg: PipelineConfig) -> Program:
             for t in range(T):
                 groups[f"dp_s{s}_t{t}"] = [rank_of(s, d, t) for d in range(D)]
     ranks: dict[int, RankProgram] = {}
+    _new, DT, act_bytes = tuple.__new__, D * T, cfg.act_bytes
+    assert Op._fields[5:8] == ("bytes", "peer", "tag") and len(Op._fields) == 11
     for s in range(P):
         template = _stage_template(cfg, s)
         slots = default_act_slots(cfg, s)
@@ -154,6 +163,7 @@ def build_pipeline(cfg: PipelineConfig) -> Program:
         for d in range(D):
             tp_ops: dict[str, Op] = {}  # one Op per tp group, shared by its members
             for t in range(T):
+                dt = rank_of(0, d, t)
                 streams: dict[str, list[Op]] = {}
                 for st, items in template.items():
                     out = []
@@ -172,9 +182,10 @@ def build_pipeline(cfg: PipelineConfig) -> Program:
                                 op = dp_ops[(t, x[1])] = Op("collective", x[1], comm_us, group=f"dp_s{s}_t{t}",
                                                             kind="all_reduce", bytes=x[2])
                             out.append(op)
-                        else:  # ("send"|"recv", name, peer stage, tag)
-                            out.append(Op(x[0], x[1], comm_us, bytes=cfg.act_bytes, peer=rank_of(x[2], d, t),
-                                          tag=x[3]))
+                        else:  # ("send"|"recv", name, peer stage, tag): Op(x[0], x[1], comm_us, bytes=...,
+                            # peer=..., tag=x[3]) built positionally, which is 3x faster for millions of them
+                            out.append(_new(Op, (x[0], x[1], comm_us, "", "", act_bytes, x[2] * DT + dt, x[3],
+                                                 "", "", None)))
                     if out:
                         streams[st] = out
                 ranks[rank_of(s, d, t)] = RankProgram(buffers={"act": slots}, streams=streams)

@@ -68,6 +68,17 @@ def _is_regular(path: str) -> bool:
 
 
 SUBDIR_NOT_READ = "a subdirectory, not read (recursive reading is off)"
+# `distdoctor run --dump-layout host` writes DUMP_DIR/host-<name>/rank_<r>.jsonl (recorder/layout.py): those
+# subdirectories are part of the dump set and are read without --recursive
+HOST_DIR_PREFIX = "host-"
+
+
+def _own_files(directory: str, errors: list[LoadError]) -> list[str]:
+    try:
+        return [os.path.join(directory, n) for n in sorted(os.listdir(directory)) if not n.startswith(".")]
+    except OSError as exc:
+        errors.append(LoadError(directory, f"cannot list the directory ({exc.strerror})"))
+        return []
 
 
 def expand_paths(paths: list[str], recursive: bool = True) -> tuple[list[str], list[LoadError]]:
@@ -90,7 +101,9 @@ def expand_paths(paths: list[str], recursive: bool = True) -> tuple[list[str], l
                     continue
                 for n in names:
                     full = os.path.join(p, n)
-                    if os.path.isdir(full):
+                    if os.path.isdir(full) and n.startswith(HOST_DIR_PREFIX):
+                        found.extend(_own_files(full, errors))
+                    elif os.path.isdir(full):
                         errors.append(LoadError(full, SUBDIR_NOT_READ))
                     else:
                         found.append(full)
