@@ -88,3 +88,5 @@ def test_reading_a_trimmed_entry_loads_the_rank_whole(tmp_path):
 def test_rank_ranges():
     assert fmt_ranges([5, 0, 1, 2, 3, 7, 8, 9]) == "0-3, 5, 7-9"
     assert fmt_ranges([4]) == "4"
+    assert fmt_ranges(range(0, 1024, 8)) == "0-1016 step 8"  # a mesh dimension's ranks
+    assert fmt_ranges([0, 2, 9]) == "0, 2, 9"

@@ -40,15 +40,21 @@ def finding_lines(findings: list[Finding], indent: str = "", limit: int | None =
 
 
 def fmt_ranges(ranks) -> str:
-    """0,1,2,3,5,7,8,9 -> '0-3, 5, 7-9': a big world's rank lists stay one readable line."""
-    ranks = sorted(ranks)
+    """0,1,2,3,5,7,8,9 -> '0-3, 5, 7-9'; 0,8,...,1016 -> '0-1016 step 8': a big world's rank lists (a mesh
+    dimension's ranks are evenly spaced) stay one readable line."""
+    x = sorted(set(ranks))
     parts = []
-    start = prev = None
-    for r in ranks + [None]:
-        if r is not None and prev is not None and r == prev + 1:
-            prev = r
-            continue
-        if start is not None:
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = r
+    i = 0
+    while i < len(x):
+        j = i + 1
+        if j < len(x):
+            d = x[j] - x[i]
+            while j + 1 < len(x) and x[j + 1] - x[j] == d:
+                j += 1
+            if d == 1 or j - i >= 2:  # consecutive ranks, or three and more evenly spaced
+                parts.append(f"{x[i]}-{x[j]}" + (f" step {d}" if d > 1 else ""))
+                i = j + 1
+                continue
+        parts.append(str(x[i]))
+        i += 1
     return ", ".join(parts)
