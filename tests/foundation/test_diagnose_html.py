@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from distdoctor.diagnose import analyze
-from distdoctor.report.diagnose_waits_html import MAX_NODES, collapse, rank_ranges
+from distdoctor.report.diagnose_waits_html import MAX_NODES, collapse
+from distdoctor.report.findings import fmt_ranges
 from distdoctor.report.html import render_html
 from distdoctor.trace.loaders import load_traces
 from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace, dumps
@@ -52,9 +53,9 @@ def report(tmp_path_factory):
     return analyze(load_traces([str(d)], jobs=1))  # one process: starting workers costs more here
 
 
-def test_rank_ranges():
-    assert rank_ranges([5, 0, 1, 2, 3, 7, 8, 9]) == "0-3, 5, 7-9"
-    assert rank_ranges([4]) == "4" and rank_ranges([]) == ""
+def test_rank_ranges():  # the HTML's boxes and the text report write rank lists alike
+    assert fmt_ranges([5, 0, 1, 2, 3, 7, 8, 9]) == "0-3, 5, 7-9"
+    assert fmt_ranges([4]) == "4" and fmt_ranges([]) == ""
 
 
 def test_identical_ranks_collapse_and_edges_name_the_collective(report):

@@ -15,6 +15,7 @@ import math
 
 from distdoctor.diagnose.analyze import Report
 from distdoctor.diagnose.findings import fmt_group
+from distdoctor.report.findings import fmt_ranges
 
 MAX_NODES = 24  # beyond this the picture is left out and the edge table says it all
 MAX_ROWS = 300
@@ -25,24 +26,11 @@ def esc(value) -> str:
     return html.escape(str(value), quote=True)
 
 
-def rank_ranges(ranks) -> str:
-    """`0-4, 6, 8-1023`: sorted ranks as ranges."""
-    ranks = sorted(set(ranks))
-    out, i = [], 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
-        i = j + 1
-    return ", ".join(out)
-
-
 def who(ranks) -> str:
     ranks = sorted(set(ranks))
     if not ranks:
         return "no rank"
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)} ({len(ranks)})"
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {fmt_ranges(ranks)} ({len(ranks)})"
 
 
 def group_label(report: Report, name: str | None) -> str:

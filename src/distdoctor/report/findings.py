@@ -14,14 +14,15 @@ def findings_json(findings: list[Finding]) -> list[dict]:
     return [f.to_json() for f in findings]
 
 
-def where(f: Finding) -> str:
-    """' at <op> #<seq> on <group>', as far as the finding knows it."""
+def where(f: Finding, label=fmt_group) -> str:
+    """' at <op> #<seq> on <group>', as far as the finding knows it (`label` names a group: the HTML report's
+    adds what the user called it)."""
     if f.op is None:  # a hazard across groups (lint) names them
         if len(f.groups) > 1 or (f.groups and f.group is None):
             return " on groups " + ", ".join(repr(g) for g in f.groups)
         return ""
     return f" at {f.op}" + (f" #{f.seq}" if f.seq is not None else "") + \
-        (f" on {fmt_group(f.group)}" if f.group is not None or f.kind not in NO_GROUP else "")
+        (f" on {label(f.group)}" if f.group is not None or f.kind not in NO_GROUP else "")
 
 
 def finding_lines(findings: list[Finding], indent: str = "", limit: int | None = None,
@@ -37,6 +38,19 @@ def finding_lines(findings: list[Finding], indent: str = "", limit: int | None =
     if limit is not None and len(findings) > limit:
         lines.append(f"{indent}... and {len(findings) - limit} more findings (--format json lists all)")
     return lines
+
+
+def findings_html(findings: list[Finding], label=fmt_group) -> str:
+    """Each finding as an HTML block with the text report's words: its kind, ranks and where, then its sentence."""
+    from html import escape
+
+    out = []
+    for f in findings:
+        who = (f"rank {f.ranks[0]}" if len(f.ranks) == 1 else
+               f"ranks {fmt_ranges(f.ranks)}" + (f" ({len(f.ranks)})" if len(f.ranks) > 2 else ""))
+        out.append(f"<div class='f'><span class='k'>{escape(f.kind)}</span> {escape(who + where(f, label))}"
+                   f"<br>{escape(f.detail)}</div>")
+    return "\n".join(out)
 
 
 def fmt_ranges(ranks) -> str:

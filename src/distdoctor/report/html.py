@@ -9,6 +9,7 @@ import html
 from distdoctor.diagnose.analyze import Report
 from distdoctor.report.diagnose_threads import thread_table_html
 from distdoctor.report.diagnose_waits_html import group_label, ranks_table_html, waitfor_html, who
+from distdoctor.report.findings import findings_html
 
 ROW_H = 22
 WIDTH = 1100
@@ -32,9 +33,7 @@ def render_html(report: Report) -> str:
         f"<p>world size {esc(report.world_size)}, {len(report.traces.ranks)} traces loaded, "
         f"{len(report.traces.errors)} unusable.</p>",
     ]
-    for f in report.findings:
-        parts.append(f"<div class='f'><span class='k'>{esc(f.kind)}</span> {esc(who(f.ranks))} "
-                     f"{esc(group_label(report, f.group))} seq {esc(f.seq)} op {esc(f.op)}<br>{esc(f.detail)}</div>")
+    parts.append(findings_html(report.findings, lambda g: group_label(report, g)))  # the one findings renderer
     if report.consequences and report.findings:
         parts.append("<h2>Consequences</h2><p>Waits and divergences the findings above explain (finding number in "
                      "brackets).</p><ul>")
