@@ -171,10 +171,38 @@ def generate(data: Path, world: int, n_entries: int, jobs: int = 1) -> None:
 
 
 _WRAPPER = """
-import json, resource, subprocess, sys, time
+import json, os, resource, subprocess, sys, threading, time
 timeout, out_path, cmd = float(sys.argv[1]), sys.argv[2], sys.argv[3:]
+
+
+def tree_rss(pid):
+    # the resident memory of pid and all its descendants, in bytes (the workers of a streamed load count too)
+    total, todo = 0, [pid]
+    while todo:
+        q = todo.pop()
+        try:
+            with open(f"/proc/{q}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            for task in os.listdir(f"/proc/{q}/task"):
+                with open(f"/proc/{q}/task/{task}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            pass
+    return total
+
+
 t = time.perf_counter()
 p = subprocess.Popen(cmd, stdout=open(out_path, "wb"), stderr=subprocess.PIPE)
+peak = [0]
+done = threading.Event()
+
+
+def sample():
+    while not done.wait(0.1):
+        peak[0] = max(peak[0], tree_rss(p.pid))
+
+
+threading.Thread(target=sample, daemon=True).start()
 try:
     _, err = p.communicate(timeout=timeout)
     rc, outcome = p.returncode, None
@@ -182,16 +210,19 @@ except subprocess.TimeoutExpired:
     p.kill()
     _, err = p.communicate()
     rc, outcome = None, f"timed out after {timeout:.0f} s (killed)"
+done.set()
 wall = time.perf_counter() - t
 r = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"rc": rc, "outcome": outcome, "wall_s": round(wall, 1), "cpu_s": round(r.ru_utime + r.ru_stime, 1),
-                  "peak_rss_mb": round(r.ru_maxrss / 1024), "stderr": err.decode(errors="replace")[-2000:]}))
+                  "peak_rss_mb": round(r.ru_maxrss / 1024), "peak_tree_rss_mb": round(peak[0] / 2**20),
+                  "stderr": err.decode(errors="replace")[-2000:]}))
 """
 
 
 def timed_child(cmd: list[str], timeout: float, env: dict | None = None, stdout_path: str = os.devnull) -> dict:
     """Run cmd in a child: wall seconds, CPU seconds (user + sys, all its processes), peak RSS of its largest
-    process (ru_maxrss of the waited children), exit code; killed at `timeout` and still measured."""
+    process (ru_maxrss of the waited children), the peak of the sum over the process and its workers (sampled
+    every 0.1 s), exit code; killed at `timeout` and still measured."""
     res = subprocess.run([sys.executable, "-c", _WRAPPER, str(timeout), stdout_path, *cmd], capture_output=True,
                          text=True, timeout=timeout + 60, env=env)
     return json.loads(res.stdout)
