@@ -197,6 +197,52 @@ def test_directory_with_a_fifo_loads_its_dumps_and_never_blocks(tmp_path):
     assert sorted(ts.ranks) == [0, 1, 2, 3] and ts.errors == []
 
 
+@pytest.mark.parametrize("tweak", ["as_is", "one_record_id_missing", "null_seq", "null_time", "time_beyond_int64",
+                                   "negative_time", "zero_times", "no_entries"])
+def test_typed_reader_columns_equal_the_general_parser(tmp_path, tweak):
+    """The typed JSON reader puts each integer field in a numpy array when every value fits int64 and keeps a list
+    otherwise (an absent record id, a null, a value beyond int64): either way, entry for entry and in the per-rank
+    summary, the trace is the general parser's."""
+    from distdoctor.trace.loaders.flight_recorder import _Interner, load_fr_json, parse_fr_json_fast
+    from distdoctor.trace.summary import _compute
+
+    dump = _as_json_dump(FIX / "nccl_style" / "nccl_trace_rank_1")
+    entries = dump["entries"]
+    for i, e in enumerate(entries):
+        e.pop("frames", None)  # as JSON dumps come (frames are read through the same lists either way)
+        for key in ("time_discovered_started_ns", "time_discovered_completed_ns"):  # JSON dumps write 0, not null
+            e[key] = e[key] or 1_700_000_000_000_000_000 + 1000 * i
+    if tweak == "one_record_id_missing":
+        del entries[1]["record_id"]
+    elif tweak == "null_seq":
+        entries[2]["collective_seq_id"] = None
+    elif tweak == "null_time":
+        entries[0]["time_created_ns"] = None
+    elif tweak == "time_beyond_int64":
+        entries[2]["time_discovered_completed_ns"] = 2 ** 63 + 5
+    elif tweak == "negative_time":
+        entries[0]["time_created_ns"] = -7
+    elif tweak == "zero_times":
+        for e in entries:
+            e["time_discovered_started_ns"] = 0
+    elif tweak == "no_entries":
+        entries.clear()
+    data = json.dumps(dump).encode()
+    path = str(tmp_path / "rank_1.json")
+    fast = parse_fr_json_fast(data, path, _Interner())
+    general = load_fr_json(json.loads(data), path, _Interner())
+    assert fast is not None
+    assert list(fast.entries) == list(general.entries)
+    assert (fast.groups, fast.rank, fast.version) == (general.groups, general.rank, general.version)
+    assert _compute(fast) == _compute(general)
+    if tweak == "as_is":  # every value fits: the arrays, as the scanner gives them
+        assert isinstance(fast.entries.coded.seq, tuple) and not isinstance(fast.entries.coded.times[0], list)
+    elif tweak == "time_beyond_int64":
+        assert fast.entries[2].t_completed == (2 ** 63 + 5) / 1e9
+    elif tweak == "one_record_id_missing":
+        assert [e.index for e in fast.entries][:3] == [entries[0]["record_id"], 1, entries[2]["record_id"]]
+
+
 def _as_json_dump(pickled: Path) -> dict:
     dump = safe_unpickle(pickled.read_bytes())
     for e in dump["entries"]:

@@ -22,7 +22,9 @@ p2p. FR does not record broadcast/reduce roots, so `root` stays None.
 
 from __future__ import annotations
 
+import collections
 import functools
+import itertools
 import json
 import operator
 import re
@@ -313,8 +315,6 @@ _FR_ENTRY = msgspec.json.Decoder(_FrEntry)
 # that do not. Each distinct combination is interpreted once; the rest are plain columns.
 _read_shared = operator.attrgetter("process_group", "profiling_name", "input_sizes", "output_sizes",
                                    "input_dtypes", "output_dtypes", "state", "retired", "thread_name", "is_p2p")
-_read_own = operator.attrgetter("record_id", "collective_seq_id", "p2p_seq_id", "time_created_ns",
-                                "time_discovered_started_ns", "time_discovered_completed_ns", "frames")
 
 
 def parse_fr_json_fast(data: bytes, path: str, interner: _Interner, scan: bool = False) -> RankTrace | None:
@@ -354,28 +354,52 @@ def _trace_from_entries(data: bytes, path: str, interner: _Interner) -> RankTrac
         return None
     recs = dump.entries
     n = len(recs)
-    # C loops only, per entry: one tuple of each kind, a table lookup, transposed into columns.
-    keys = list(map(_read_shared, recs))
-    position = {key: i for i, key in enumerate(dict.fromkeys(keys))}  # first seen first
-    codes = np.fromiter(map(position.__getitem__, keys), np.intp, n)
-    if not n:
-        return _assemble(dump.version, dump.rank, dump.pg_config, path, interner, [], codes, [], [], [],
-                         [[], [], []], None)
-    record_ids, seqs, p2p_seqs, created, started, completed, frames_raw = zip(*map(_read_own, recs))
-    index = list(record_ids)
-    if msgspec.UNSET in index:
-        index = [i if x is msgspec.UNSET else x for i, x in enumerate(index)]
+    # C loops only, per entry: one tuple of the repeating fields, hashed once (a missing key takes the next
+    # code: rows are numbered first seen first), and each integer field straight into an array.
+    position = collections.defaultdict(itertools.count().__next__)
+    codes = np.fromiter(map(position.__getitem__, map(_read_shared, recs)), np.intp, n)
+    record_id = _int_column(recs, "record_id")
+    if record_id is None:  # absent somewhere (UNSET): the entry's position stands in, as in the general path
+        index = [i if x is msgspec.UNSET else x for i, x in enumerate(map(_RECORD_ID, recs))]
+    else:
+        index = record_id[0]
     frames = None
-    if any(frames_raw):
+    if any(map(_FRAMES, recs)):
         frames = [[Frame(f.name, f.filename, f.line) for f in reversed(fs)] if fs else interner.empty_frames
-                  for fs in frames_raw]
+                  for fs in map(_FRAMES, recs)]
+    seq, p2p_seq = (_int_column(recs, name) or [getattr(rec, name) for rec in recs]
+                    for name in ("collective_seq_id", "p2p_seq_id"))
     try:
-        times = [_seconds_of(created), _seconds_of(started), _seconds_of(completed)]
+        times = [_time_column(recs, name) for name in _TIME_FIELDS]
     except OverflowError:  # a time beyond any float (10**400): the general path names the entry
         return None
     return _assemble(dump.version, dump.rank, dump.pg_config, path, interner, list(position), codes, index,
-                     list(seqs), list(p2p_seqs), times, frames)
+                     seq, p2p_seq, times, frames)
 
+
+_RECORD_ID = operator.attrgetter("record_id")
+_FRAMES = operator.attrgetter("frames")
+_TIME_FIELDS = ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns")
+
+
+def _int_column(recs: list, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(int64 values, unknown mask) of an integer field, as the scanner gives it; None when some entry has no
+    value (None, UNSET) or one beyond int64 (a corrupt dump: Python's ints have no limit), for a Python list."""
+    try:
+        values = np.fromiter(map(operator.attrgetter(name), recs), np.int64, len(recs))
+    except (TypeError, OverflowError, ValueError):
+        return None
+    return values, np.zeros(len(values), bool)
+
+
+def _time_column(recs: list, name: str) -> np.ndarray | list:
+    """Seconds as float64, NaN where unknown (0 or None), as the scanner gives them; a list with None when some
+    value does not fit int64. numpy's int -> float -> / 1e9 is the same IEEE arithmetic as Python's `t / 1e9`."""
+    got = _int_column(recs, name)
+    if got is None:
+        return [t / 1e9 if t else None for t in map(operator.attrgetter(name), recs)]
+    ns = got[0]
+    return np.where(ns == 0, np.nan, ns / 1e9)
 
 
 def _assemble(version, rank, pg_config, path: str, interner: _Interner, keys: list[tuple], codes: np.ndarray,
@@ -415,25 +439,6 @@ def _interpret(key: tuple, interner: _Interner) -> tuple:
             interner.str_list(in_dtypes), interner.str_list(out_dtypes),
             "completed" if retired else _STATES.get(state, "issued"), interner.text(thread),
             p2p_name or bool(is_p2p), local_peer)
-
-
-def _seconds(ns: np.ndarray) -> list:
-    """Nanoseconds since the epoch (int64) -> seconds; 0 means unknown (None). numpy's int -> float -> / 1e9 is
-    the same IEEE arithmetic as Python's `t / 1e9`."""
-    out = (ns / 1e9).tolist()
-    for i in np.flatnonzero(ns == 0).tolist():
-        out[i] = None
-    return out
-
-
-def _seconds_of(ns: tuple) -> list:
-    """_seconds of Python ints and None (beyond int64, a corrupt time: Python's ints have no limit)."""
-    if None not in ns:
-        try:
-            return _seconds(np.array(ns, dtype=np.int64))
-        except OverflowError:
-            pass
-    return [t / 1e9 if t else None for t in ns]
 
 
 def load_fr_pickle(data: bytes, path: str, interner: _Interner | None = None) -> RankTrace:

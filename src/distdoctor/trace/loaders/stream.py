@@ -20,6 +20,7 @@ entry (a renderer asking for more history) reloads that rank's file whole (Spars
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -286,8 +287,11 @@ def windowed_summary(summary, digest: RankDigest):
     """The summary as the analysis sees the trimmed trace: each group's seqs from its first kept one."""
     by_group = {}
     for group, index in summary.by_group.items():
-        cut = digest.groups[group].cut
-        by_group[group] = {seq: i for seq, i in index.items() if seq >= cut}
+        g = digest.groups[group]
+        if g.cut <= g.lo:  # nothing cut (every group whose seqs are not contiguous and ordered)
+            by_group[group] = dict(index)
+        else:  # seqs lo..hi in entry order (window_of proved it): those from the cut on are the last items
+            by_group[group] = dict(itertools.islice(index.items(), g.cut - g.lo, None))
     return replace(summary, by_group=by_group)
 
 
