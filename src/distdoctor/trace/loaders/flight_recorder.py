@@ -34,6 +34,7 @@ import msgspec
 import numpy as np
 
 from distdoctor.collectives import canonical_dtype, canonical_op
+from distdoctor.trace.loaders.fr_columns import entry_columns
 from distdoctor.trace.loaders.fr_json_scan import ScannedDump, scan_fr_json
 from distdoctor.trace.loaders.safe_pickle import PICKLE_ALLOWED, SafeUnpickler, safe_unpickle  # noqa: F401 (API)
 from distdoctor.trace.coded import DUMP_FIELDS, CodedEntries
@@ -170,8 +171,17 @@ def parse_fr_dump(obj: object, path: str, source: str, rank: int | None = None,
     entries = obj.get("entries", [])
     if not isinstance(entries, list):
         raise ValueError(f"'entries' is {type(entries).__name__}, not a list")
+    fast = entry_columns(entries, interner, _op_of, _STATES)  # field by field; None: read row by row
+    if fast is not None:
+        columns, local_peers, firsts = fast
+        for group, pg in firsts:
+            if group not in trace.groups:  # membership not given: inferred across the set, as below
+                trace.groups[group] = GroupInfo(group, [], True, str(pg[1]) if len(pg) > 1 else "")
+        _set_peers(trace, columns, local_peers)
+        trace.entries = EntryColumns(columns)
+        return trace
     rows = []
-    local_peers: list[tuple[int, int]] = []
+    local_peers = []
     for i, raw in enumerate(entries):
         try:
             values, local_peer = _parse_entry(raw, i, interner)
