@@ -91,10 +91,8 @@ def _gist_lines(ranks: dict[str, dict]) -> list[str]:
 
 def _consequence_line(c: dict) -> str:
     ranks = c["ranks"]
-    who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks[:8])) + \
-        (f", ... ({len(ranks)} ranks)" if len(ranks) > 8 else "")
-    if len(ranks) > MAX_LISTED:
-        who = f"ranks {fmt_ranges(ranks)} ({len(ranks)} ranks)"
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}" \
+        if len(ranks) <= MAX_LISTED else f"ranks {fmt_ranges(ranks)} ({len(ranks)} ranks)"
     seq = f" #{c['seq']}" if c.get("seq") is not None else ""
     if c.get("op") is None:
         return f"{who}: {c['kind']}, {c['because']} (finding {c['finding'] + 1})"

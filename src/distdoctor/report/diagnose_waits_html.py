@@ -15,7 +15,7 @@ import math
 
 from distdoctor.diagnose.analyze import Report
 from distdoctor.diagnose.findings import fmt_group
-from distdoctor.report.findings import fmt_ranges
+from distdoctor.report.findings import who
 
 MAX_NODES = 24  # beyond this the picture is left out and the edge table says it all
 MAX_ROWS = 300
@@ -24,13 +24,6 @@ BOX_W, BOX_H, GAP = 330, 34, 22
 
 def esc(value) -> str:
     return html.escape(str(value), quote=True)
-
-
-def who(ranks) -> str:
-    ranks = sorted(set(ranks))
-    if not ranks:
-        return "no rank"
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {fmt_ranges(ranks)} ({len(ranks)})"
 
 
 def group_label(report: Report, name: str | None) -> str:

@@ -46,11 +46,17 @@ def findings_html(findings: list[Finding], label=fmt_group) -> str:
 
     out = []
     for f in findings:
-        who = (f"rank {f.ranks[0]}" if len(f.ranks) == 1 else
-               f"ranks {fmt_ranges(f.ranks)}" + (f" ({len(f.ranks)})" if len(f.ranks) > 2 else ""))
-        out.append(f"<div class='f'><span class='k'>{escape(f.kind)}</span> {escape(who + where(f, label))}"
+        out.append(f"<div class='f'><span class='k'>{escape(f.kind)}</span> {escape(who(f.ranks) + where(f, label))}"
                    f"<br>{escape(f.detail)}</div>")
     return "\n".join(out)
+
+
+def who(ranks) -> str:
+    """'rank 3', or 'ranks 0-3, 7 (5)': the HTML report's rank labels."""
+    ranks = sorted(set(ranks))
+    if not ranks:
+        return "no rank"
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {fmt_ranges(ranks)} ({len(ranks)})"
 
 
 def fmt_ranges(ranks) -> str:

@@ -8,8 +8,8 @@ import html
 
 from distdoctor.diagnose.analyze import Report
 from distdoctor.report.diagnose_threads import thread_table_html
-from distdoctor.report.diagnose_waits_html import group_label, ranks_table_html, waitfor_html, who
-from distdoctor.report.findings import findings_html
+from distdoctor.report.diagnose_waits_html import group_label, ranks_table_html, waitfor_html
+from distdoctor.report.findings import findings_html, who
 
 ROW_H = 22
 WIDTH = 1100
