@@ -171,17 +171,22 @@ def parse_fr_dump(obj: object, path: str, source: str, rank: int | None = None,
     entries = obj.get("entries", [])
     if not isinstance(entries, list):
         raise ValueError(f"'entries' is {type(entries).__name__}, not a list")
-    fast = entry_columns(entries, interner, _op_of, _STATES)  # field by field; None: read row by row
-    if fast is not None:
-        columns, local_peers, firsts = fast
-        for group, pg in firsts:
-            if group not in trace.groups:  # membership not given: inferred across the set, as below
-                trace.groups[group] = GroupInfo(group, [], True, str(pg[1]) if len(pg) > 1 else "")
-        _set_peers(trace, columns, local_peers)
-        trace.entries = EntryColumns(columns)
-        return trace
+    # Field by field across all entries (fr_columns.py); row by row where that cannot read an entry, so a
+    # malformed one is named by its index.
+    columns, local_peers, firsts = entry_columns(entries, interner, _op_of, _STATES) or _read_rows(entries, interner)
+    for group, pg in firsts:
+        if group not in trace.groups:  # membership not given: the trace-set loader infers it from who issued
+            trace.groups[group] = GroupInfo(group, [], True, str(pg[1]) if len(pg) > 1 else "")
+    _set_peers(trace, columns, local_peers)
+    trace.entries = EntryColumns(columns)
+    return trace
+
+
+def _read_rows(entries: list, interner: _Interner) -> tuple[list[list], list[tuple[int, int]], list[tuple]]:
+    """entry_columns' result, read one entry at a time; raises ValueError naming the first malformed entry."""
     rows = []
     local_peers = []
+    firsts: dict[str, list] = {}  # group -> its first entry's process_group
     for i, raw in enumerate(entries):
         try:
             values, local_peer = _parse_entry(raw, i, interner)
@@ -191,15 +196,9 @@ def parse_fr_dump(obj: object, path: str, source: str, rank: int | None = None,
         rows.append(values)
         if local_peer is not None:
             local_peers.append((i, local_peer))
-        group = values[1]
-        if group not in trace.groups:
-            # Membership not given: the trace-set loader infers it from who issued on the group.
-            pg = raw["process_group"]
-            trace.groups[group] = GroupInfo(group, [], True, str(pg[1]) if len(pg) > 1 else "")
+        firsts.setdefault(values[1], raw["process_group"])
     columns = [list(c) for c in zip(*rows)] if rows else [[] for _ in _ENTRY_FIELDS]
-    _set_peers(trace, columns, local_peers)
-    trace.entries = EntryColumns(columns)
-    return trace
+    return columns, local_peers, list(firsts.items())
 
 
 def _set_peers(trace: RankTrace, columns: list[list], local_peers: list[tuple[int, int]]) -> None:
