@@ -12,7 +12,8 @@ the step, a DDP gradient bucket) and on time at collectives that follow a synchr
 single mean or a single "last to arrive" count did, made the answer flip between runs of the same job.
 
 Decision, per class with at least MIN_SAMPLES occurrences over at least MIN_STEPS steps (a rank late in the
-only two steps of a short job may be a slow start or a process the OS descheduled on a busy host): rank r is late when its median lateness m is
+only two steps of a short job may be a slow start, or a process the OS descheduled on a busy host): rank r is
+late when its median lateness m is
   - at least MIN_LATE_S, and
   - at least MIN_STEP_SHARE of the step (when it is known: how often the class recurs, in collectives of its
     group, timed on the earliest arrivals), and
@@ -21,7 +22,8 @@ only two steps of a short job may be a slow start or a process the OS deschedule
 A rank is a straggler if it is late in any class; it is named with its largest median lateness, in ms and as
 a share of the step, and with where it loses the time: walking back from an occurrence of that class over the
 group's collectives while it is still late (at least half its median lateness), the last collective it was on
-time at and the first it was late at bracket its slow phase (sites.py names their call sites). Medians and MADs ignore a few hiccups (a GC pause, a descheduled process) that move a mean.
+time at and the first it was late at bracket its slow phase (sites.py names their call sites). Medians and MADs
+ignore a few hiccups (a GC pause, a descheduled process) that move a mean.
 
 Assumption: the clocks of the ranks agree to well under MIN_LATE_S (one host, or NTP-synced hosts); a constant
 offset between hosts reads as lateness.
