@@ -85,12 +85,11 @@ class SimResult:
         """Diagnose's findings: the deadlock first (from the wait-for graph), then desyncs and crossed messages."""
         out = stream_findings(self.states, self.edges, self.starved, self.cycle, self.more_cycles) \
             if self.deadlock else []
-        seen: set[tuple] = set()
+        by_instance: dict[tuple, list[dict]] = {}  # (group, seq) -> its members' differing ops, first seen first
         for m in self.mismatches():
-            if (m["group"], m["seq"]) in seen:
-                continue
-            seen.add((m["group"], m["seq"]))
-            same = [x for x in self.mismatches() if (x["group"], x["seq"]) == (m["group"], m["seq"])]
+            by_instance.setdefault((m["group"], m["seq"]), []).append(m)
+        for same in by_instance.values():
+            m = same[0]
             kind = "type_mismatch" if any(x["op"].split()[0] != x["first_op"].split()[0] for x in same) \
                 else "size_mismatch"
             out.append(Finding(kind, [x["rank"] for x in same], group=m["group"], seq=m["seq"],
@@ -177,13 +176,13 @@ class SimResult:
         rs = self.state
         c = rs.compiled
         ranks = len({r for r, _ in c.streams})
+        findings = self.findings()  # the deadlock's and the desyncs', computed once
         out = []
         if self.deadlock:
             blocked = rs.blocked_sids()
             out.append(f"DEADLOCK: {len(blocked)} of {len(c.streams)} streams on "
                        f"{len({c.rank_of[s] for s in blocked})} of {ranks} ranks can never move "
                        f"({self.program.source}, stuck at t={rs.makespan:.1f} us).")
-            findings = self.findings()
             out.extend(finding_lines([f for f in findings if f.kind not in _DESYNC], "  ", top, blank=False))
             if len(self.more_cycles) > MAX_CYCLE_FINDINGS:
                 out.append(f"  {len(self.more_cycles)} cycles disjoint from the first in all (--format json: "
@@ -203,7 +202,7 @@ class SimResult:
                        f"({self.program.source}).")
         if self.timing is not None:
             out.insert(1, "  " + self.timing.sentence())
-        desync = [f for f in self.findings() if f.kind in _DESYNC]
+        desync = [f for f in findings if f.kind in _DESYNC]
         mism, crossed = self.mismatches(), self.crossed()
         if mism:
             out.append(f"  WARNING: {len(mism)} collective(s) differ across the members of their group (desync):")
