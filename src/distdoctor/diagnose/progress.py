@@ -13,8 +13,10 @@ from distdoctor.trace.model import Entry, Frame, RankTrace
 from distdoctor.trace.summary import summarize
 
 # Frames that are plumbing, not the user's code (torch itself, decorators it wraps calls in, our recorder).
-NOT_USER_CODE = ("/torch/", "/site-packages/torch", "distdoctor/trace/", "typing_extensions.py", "/contextlib.py",
-                 "/functools.py")
+# distdoctor/recorder/: the recorder's wrappers around torch's calls (distdoctor/trace/ held them before, and
+# dumps recorded then still show that path).
+NOT_USER_CODE = ("/torch/", "/site-packages/torch", "distdoctor/recorder/", "distdoctor/trace/",
+                 "typing_extensions.py", "/contextlib.py", "/functools.py")
 _TORCH_PATH_MARKS = NOT_USER_CODE
 
 

@@ -61,13 +61,10 @@ def to_finding(h: Hazard) -> Finding:
                    evidence={**h.evidence, "sites": h.sites})
 
 
-# The recorder's own wrapper shows in Flight Recorder's stacks of a recorded job: never the user's code.
-RECORDER_CODE = "/distdoctor/recorder/"
-
-
 def user_frames(e: Entry) -> list[Frame]:
-    """The user's frames of an entry, innermost first, at most three (diagnose's rule, less the recorder's)."""
-    return user_chain([f for f in e.frames if RECORDER_CODE not in f.filename])
+    """The user's frames of an entry, innermost first, at most three (diagnose's rule: not torch's, not the
+    recorder's wrappers)."""
+    return user_chain(e.frames)
 
 
 def site_of(e: Entry | None) -> str | None:
