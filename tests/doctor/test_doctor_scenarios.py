@@ -66,7 +66,7 @@ EXPECTED_NATIVE = dict(
 
 def _report(scenario_dumps, name, form):
     ts = load_traces([str(scenario_dumps["dir"] / name / form)])
-    assert ts.errors == []
+    assert ts.errors == [], scenario_dumps["status"].get(name)
     if form == "native":  # each rank's recorder trace and its Flight Recorder dump: one view of the rank
         assert all(t.merged for t in ts.ranks.values())
     return ts, analyze(ts)
