@@ -176,6 +176,40 @@ def test_inputs_the_scanner_hands_over(case):
     assert not same_reading(data)
 
 
+# Entries that repeat an earlier one but for their integers are read by replaying its bytes (fr_json_kernels.replay):
+# a late entry that departs from its group's first one anywhere must be read byte by byte, or handed over, exactly
+# as if nothing had been replayed.
+LATE_CHANGES = {
+    "whitespace": (lambda t: t.replace('"state": "completed", "time_discovered_started_ns": 1700000000000030500',
+                                       '"state":"completed" ,"time_discovered_started_ns":1700000000000030500'), True),
+    "extra_key": (lambda t: t.replace('"record_id": 30,', '"record_id": 30, "extra": [1, {"a": null}],'), True),
+    "missing_key": (lambda t: t.replace('"record_id": 30, "pg_id": 0,', '"record_id": 30,'), True),
+    "null_time": (lambda t: t.replace('1700000000000030500', 'null'), True),
+    "longer_ints": (lambda t: t.replace('"record_id": 30,', '"record_id": 30000000000,'), True),
+    "new_group": (lambda t: t.replace('"record_id": 30, "pg_id": 0, "process_group": ["tp", "tp"]',
+                                      '"record_id": 30, "pg_id": 0, "process_group": ["9", "tp"]'), True),
+    "float_own": (lambda t: t.replace('"record_id": 30,', '"record_id": 30.0,'), False),
+    "negative_own": (lambda t: t.replace('"collective_seq_id": 31,', '"collective_seq_id": -31,'), False),
+    "leading_zero_unread": (lambda t: t.replace('"record_id": 30, "pg_id": 0,', '"record_id": 30, "pg_id": 00,'),
+                            False),
+    "bad_unread": (lambda t: t.replace('"record_id": 30, "pg_id": 0,', '"record_id": 30, "pg_id": [1,],'), False),
+    "control_char_unread": (lambda t: t.replace('"op_id": 31,', '"op_id": "a\x01b",'), False),
+    "escape_unread": (lambda t: t.replace('"op_id": 31,', '"op_id": "a\\"b",'), False),
+    "cut_in_late_entry": (lambda t: t[:t.index('"record_id": 30,') + 40], False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LATE_CHANGES))
+def test_a_late_entry_that_departs_from_its_group(case):
+    entries = [entry(i, "0" if i % 3 else "tp", "nccl:all_reduce" if i % 2 else "nccl:broadcast")
+               for i in range(40)]
+    text = json.dumps(dump(entries))
+    change, scanned = LATE_CHANGES[case]
+    changed = change(text)
+    assert changed != text
+    assert same_reading(changed.encode()) is scanned
+
+
 def test_real_dumps_with_and_without_frames(tmp_path):
     """torch's own dumps (frames and all) go to the per-entry reader; without frames the scanner reads them."""
     for r in range(4):
