@@ -123,10 +123,10 @@ def build_views(ts: TraceSet) -> dict[str, GroupView]:
             view.by_rank[rank] = SeqEntries(seqs, trace.entries)
             if name in summary.last_completed:
                 view.last_completed[rank] = summary.last_completed[name]
-    for view in views.values():
-        for rank in ts.ranks:
-            if rank in view.members:
-                view.by_rank.setdefault(rank, {})
+    order = {rank: k for k, rank in enumerate(ts.ranks)}  # members that left a trace, in the set's rank order
+    for view in views.values():  # (not every rank against every member list: 16 384 ranks x 2 057 groups)
+        for rank in sorted({r for r in view.members if r in order}, key=order.__getitem__):
+            view.by_rank.setdefault(rank, {})
     return views
 
 
@@ -286,12 +286,12 @@ def agreed_prefix(view: GroupView, start: int, sorted_seqs: dict[int, list[int]]
         length = n if length is None else min(length, n)
         if length <= 1:
             return 0
-    picks = {r: itemgetter(*map(m.index.__getitem__, range(start, start + length))) for r, m in members}
+    picks = {r: [m.index[s] for s in range(start, start + length)] for r, m in members}
     ref_rank, ref = members[0]
-    ref_cols = {name: picks[ref_rank](ref.entries.column(name)) for name in _AGREE_ON}
+    ref_cols = {name: _take(ref.entries.column(name), picks[ref_rank]) for name in _AGREE_ON}
     for r, m in members[1:]:
         for name in _AGREE_ON:
-            mine = picks[r](m.entries.column(name))
+            mine = _take(m.entries.column(name), picks[r])
             if mine != ref_cols[name]:
                 length = min(length, next(i for i, (a, b) in enumerate(zip(mine, ref_cols[name]))
                                           if a is not b and a != b))
@@ -305,6 +305,11 @@ def agreed_prefix(view: GroupView, start: int, sorted_seqs: dict[int, list[int]]
         if not _relation_holds(op, ins[at], outs[at], n, view.relation_ok):
             length = min(length, at)
     return length
+
+
+def _take(column, positions: list[int]) -> tuple:
+    take = getattr(column, "take", None)  # a streamed trace's column (trace/loaders/stream.py)
+    return take(positions) if take is not None else itemgetter(*positions)(column)
 
 
 def first_divergence(view: GroupView) -> Divergence | None:

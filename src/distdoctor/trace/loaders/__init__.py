@@ -475,11 +475,11 @@ def _infer_groups(ts: TraceSet) -> None:
         for name in summarize(t).groups:
             issued.setdefault(name, set()).add(t.rank)
     world = list(range(ts.world_size or 0))
+    world_inferred = given.get(DEFAULT_GROUP) != world  # (once: each comparison walks the world's ranks)
     for t in ts.ranks.values():
         for name in set(t.groups) | summarize(t).groups:
             if name == DEFAULT_GROUP:  # the default group is the world, however many ranks left a dump
-                stated = given.get(name)
-                t.groups[name] = GroupInfo(name, world, stated != world, descs.get(name, "default_pg"))
+                t.groups[name] = GroupInfo(name, world, world_inferred, descs.get(name, "default_pg"))
             elif name in given:
                 # one list per group, shared by its members' traces (read-only): a 2048-rank group's members
                 # copied into each of its 2048 traces would take 32 MB

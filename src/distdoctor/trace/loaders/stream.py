@@ -65,9 +65,18 @@ class SparseColumn:
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(self.owner.n))]
+            return list(self.take(range(*i.indices(self.owner.n))))
         k = self.where.get(i) if self.where is not None else None  # (a position held: the common case)
         return self.values[k] if k is not None else self.owner.value(i, self.name)
+
+    def take(self, positions) -> tuple:
+        """The values at `positions` (in one pass when all are held, as the analysis's reads are)."""
+        where = self.where
+        if where is not None and self.owner.where is where:  # (a miss may have reloaded the rank whole)
+            held = tuple(map(where.get, positions))
+            if None not in held:
+                return tuple(map(self.values.__getitem__, held))
+        return tuple(self[j] for j in positions)
 
     def __iter__(self):
         return (self[i] for i in range(self.owner.n))
