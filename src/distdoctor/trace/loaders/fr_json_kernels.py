@@ -387,13 +387,14 @@ def read_entry(buf, i, n, names, name_len, slots, mix, own, state, spans, stack,
     """The entry at i: (its group or a failure, the position after it). Replayed against `guess` (the group
     that followed the previous entry's last time) and the recently used groups; else scanned byte by byte and
     grouped by its bytes (group_of), a new group's program recorded."""
-    g = guess
-    end = replay(buf, i, progs[g], prog_len[g], own, state, n, stack) if 0 <= g < len(prog_len) else -1
+    g = guess  # (a group without a program, past MAX_PROGRAMS or MAX_OPS, is never replayed)
+    end = replay(buf, i, progs[g], prog_len[g], own, state, n, stack) if 0 <= g < len(prog_len) and prog_len[g] \
+        else -1
     t = 0
     while end < 0 and t < len(recent):
         g = recent[t]
         t += 1
-        if 0 <= g < len(prog_len) and g != guess:
+        if 0 <= g < len(prog_len) and prog_len[g] and g != guess:
             end = replay(buf, i, progs[g], prog_len[g], own, state, n, stack)
     if end >= 0:
         return g, end
