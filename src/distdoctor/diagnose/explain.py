@@ -309,7 +309,9 @@ def consequences_of(ex: Explainer, findings: list[Finding], by: dict[int, Findin
     culprits: dict[int, set] = {}  # per finding, its ranks as a set (a finding may name 16 384 ranks)
     for r in ex.subjects():
         f = by[r]
-        if r in (culprits.get(id(f)) or culprits.setdefault(id(f), set(f.ranks))):
+        if id(f) not in culprits:
+            culprits[id(f)] = set(f.ranks)
+        if r in culprits[id(f)]:
             continue
         waits = ex.waits_of.get(r, [])
         e = waits[0].entry if waits else ex.pending[r][0] if ex.pending.get(r) else ex.crashes[r].get("in_call")

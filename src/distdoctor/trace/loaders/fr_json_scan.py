@@ -4,9 +4,9 @@ A thousand-rank job leaves two million entries. Decoding each into Python object
 most of it on the fields that repeat (group, op name, sizes, dtypes, state, thread): a dump holds a handful of
 distinct combinations of them. Here one compiled pass (numba) walks the `entries` array, parses the fields that
 differ per entry (all integers: record id, sequence numbers, times) into arrays and notes where each repeating
-field's value lies; entries are then grouped by the exact bytes of those values (an entry that repeats an earlier one's bytes but
-for its integers is recognised by replaying them, see fr_json_kernels), and one representative entry of
-each group is decoded with the same strict msgspec types as the per-entry reader (flight_recorder._FrEntry).
+field's value lies; entries are then grouped by the exact bytes of those values (an entry that repeats an
+earlier one's bytes but for its integers is recognised by replaying them, see fr_json_kernels), and one
+representative entry of each group is decoded with the same strict msgspec types as the per-entry reader (flight_recorder._FrEntry).
 Entries of a group differ from their representative only in the integers, so both readers give the same values.
 
 The same pass validates the whole file as JSON, as msgspec does when it skips a value. Anything this reader does
@@ -37,7 +37,7 @@ _NAME_LEN = np.array([len(f) for f in _FIELDS], np.int64)
 for _k, _f in enumerate(_FIELDS):
     _NAMES[_k, :len(_f)] = np.frombuffer(_f.encode(), np.uint8)
 
-_STACK = np.empty(256, np.uint8)  # the validator's open containers: deeper nesting is refused, as by msgspec
+STACK_DEPTH = 256  # the validator's open containers: deeper nesting is refused, as by msgspec
 FAIL_CAPACITY = -4
 
 
@@ -112,10 +112,14 @@ def _scan_with(scan, data: bytes) -> ScannedDump | None:
         group_digest = np.empty(MAX_GROUPS, np.uint64)
         first = np.empty(MAX_GROUPS, np.int64)
         n_groups = np.zeros(1, np.int64)
+        # Scratch space per call, none shared: the kernel releases the GIL, so two threads may scan at once.
+        stack = np.empty(STACK_DEPTH, np.uint8)
+        programs = np.empty((MAX_PROGRAMS, MAX_OPS, 3), np.int64)  # (untouched pages cost nothing)
         prog_len = np.zeros(MAX_PROGRAMS, np.int64)
+        ops = np.empty((MAX_OPS, 3), np.int64)
         successor = np.full(MAX_GROUPS, -1, np.int64)
-        n = scan(buf, _NAMES, _NAME_LEN, _SLOTS, _MIX, bounds, own, state, spans, _STACK, region, groups, table,
-                 group_digest, first, n_groups, _PROGRAMS, prog_len, _OPS, successor)
+        n = scan(buf, _NAMES, _NAME_LEN, _SLOTS, _MIX, bounds, own, state, spans, stack, region, groups, table,
+                 group_digest, first, n_groups, programs, prog_len, ops, successor)
         if n != FAIL_CAPACITY or n_groups[0] >= MAX_GROUPS:
             break
         capacity = int(np.count_nonzero(buf == ord("{"))) + 1
@@ -156,5 +160,3 @@ _SLOTS, _MIX = _collision_free_slots(_FIELDS)
 MAX_GROUPS = 4096  # distinct combinations of repeating fields in one dump; beyond, the per-entry reader
 MAX_PROGRAMS = 512  # groups whose later entries are replayed (fr_json_kernels.replay); the others are scanned
 MAX_OPS = 64  # ops of one replay program (a Flight Recorder entry needs about 20)
-_PROGRAMS = np.empty((MAX_PROGRAMS, MAX_OPS, 3), np.int64)  # reused: prog_len says which are valid
-_OPS = np.empty((MAX_OPS, 3), np.int64)
