@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import tempfile
 
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from distdoctor.diagnose import analyze
 from distdoctor.trace.loaders import load_traces
 
 from test_fuzz_invariant import CHECKS, _diagnose
-from trace_sets import ground_truth, jobs, run, traces, write
+from trace_sets import Job, Step, ground_truth, jobs, run, traces, write
 
 
 @CHECKS
@@ -91,6 +91,12 @@ def _hidden_blocked_calls(job):
 
 @CHECKS
 @given(jobs(faults=("stop", "crash", "skip", "swap", "lone", "no_dump"), late=False))
+# A rank waits in a send for a peer that never joined: the wait-for graph's missing_ranks finding for a p2p op
+# lists waiting ranks, not p2p.py's [rank, peer] pairs (sites.py once unpacked them as pairs).
+@example(Job(world=3, groups={"0": [0, 1, 2], "1": [0], "2": [0], "3": [0, 1]},
+             descs={"0": "default_pg", "1": "undefined", "2": "undefined", "3": "undefined"},
+             steps=[Step(group="3", op="all_reduce", size=4), Step(group="0", op="p2p", size=4, src=0, dst=2)],
+             faults={1: ("stop", 0)}))
 def test_a_hang_only_the_watchdog_saw_is_never_ok(job):
     """hang_status.py: ranks whose headers say they were blocked in a call their traces cannot hold (issued from
     C++) are blocked all the same: never `ok`, each accounted for; with one rank stopped, it is the culprit."""

@@ -133,7 +133,8 @@ class Sites:
             out.extend((rs, what, site) for site, rs in sites.items())
 
         if f.kind == "missing_ranks":
-            if ev.get("waiting") and f.op in ("send", "recv"):  # p2p: [[waiting rank, peer]]
+            # p2p.py gives [[waiting rank, peer]]; the wait-for graph gives waiting ranks, whatever the op
+            if ev.get("waiting") and isinstance(ev["waiting"][0], (list, tuple)):
                 add(self.blocked([w for w, _ in ev["waiting"]]), "blocked in a call from")
             elif ev.get("waiting"):
                 add(self.blocked(ev["waiting"]), f"waiting in {call}, called from")
