@@ -34,6 +34,7 @@ import msgspec
 import numpy as np
 
 from distdoctor.collectives import canonical_dtype, canonical_op
+from distdoctor.trace.loaders.fr_coded import coded_parts
 from distdoctor.trace.loaders.fr_columns import entry_columns
 from distdoctor.trace.loaders.fr_json_scan import ScannedDump, scan_fr_json
 from distdoctor.trace.loaders.safe_pickle import PICKLE_ALLOWED, SafeUnpickler, safe_unpickle  # noqa: F401 (API)
@@ -76,6 +77,9 @@ def _parse_rank_list(raw: object) -> list[int]:
     return sorted(int(r) for r in raw)
 
 
+_FRAME_KEY = operator.itemgetter("name", "filename", "line")
+
+
 class _Interner:
     """Shares equal size/dtype lists between entries: a dump repeats a few shapes thousands of times."""
 
@@ -91,7 +95,7 @@ class _Interner:
     def frame_list(self, raw: list) -> list[Frame]:
         """One shared list per distinct call stack (a dump repeats a few stacks thousands of times; entries are
         read-only). Flight Recorder lists frames innermost first; the model (like a traceback) innermost last."""
-        key = tuple((f["name"], f["filename"], f["line"]) for f in raw)
+        key = tuple(map(_FRAME_KEY, raw))
         try:
             got = self.frames.get(key)
         except TypeError:  # an unhashable name or line (a damaged dump): built as it is, not shared
@@ -171,8 +175,15 @@ def parse_fr_dump(obj: object, path: str, source: str, rank: int | None = None,
     entries = obj.get("entries", [])
     if not isinstance(entries, list):
         raise ValueError(f"'entries' is {type(entries).__name__}, not a list")
-    # Field by field across all entries (fr_columns.py); row by row where that cannot read an entry, so a
-    # malformed one is named by its index.
+    # In compact form (fr_coded.py), else field by field across all entries (fr_columns.py); row by row where
+    # neither can read an entry, so a malformed one is named by its index.
+    parts = coded_parts(entries, interner)
+    if parts is not None:
+        try:
+            _fill_coded(trace, interner, *parts)
+            return trace
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
+            pass  # a row the interner cannot read (a corrupt size): the readers below name its entry
     columns, local_peers, firsts = entry_columns(entries, interner, _op_of, _STATES) or _read_rows(entries, interner)
     for group, pg in firsts:
         if group not in trace.groups:  # membership not given: the trace-set loader infers it from who issued
@@ -418,15 +429,23 @@ def _assemble(version, rank, pg_config, path: str, interner: _Interner, keys: li
     if not all(key[0] for key in keys):
         return None  # an empty process_group: the general path says which entry
     trace = _new_trace(version, rank, pg_config, path, "flight_recorder-json")
+    _fill_coded(trace, interner, keys, codes, index, seq, p2p_seq, times, frames)
+    return trace
+
+
+def _fill_coded(trace: RankTrace, interner: _Interner, keys: list[tuple], codes: np.ndarray, index, seq, p2p_seq,
+                times: list, frames: list | None) -> None:
+    """`trace`'s entries in compact form (see _assemble); the trace is changed only once all is read."""
     table = [_interpret(key, interner) for key in keys]
+    inferred = {}
     for key, row in zip(keys, table):  # groups pg_config does not list: membership is inferred later
         pg = key[0]
-        if row[0] not in trace.groups:
-            trace.groups[row[0]] = GroupInfo(row[0], [], True, pg[1] if len(pg) > 1 else "")
+        if row[0] not in trace.groups and row[0] not in inferred:
+            inferred[row[0]] = GroupInfo(row[0], [], True, str(pg[1]) if len(pg) > 1 else "")
+    trace.groups.update(inferred)
     rows = [(*row[:9], _global_peer(trace, row[0], row[10])) for row in table]
     coded = CodedEntries(rows, [row[9] for row in table], codes, index, seq, p2p_seq, times, frames)
     trace.entries = EntryColumns(None, coded)
-    return trace
 
 
 def _global_peer(trace: RankTrace, group: str, local: int | None) -> int | None:

@@ -190,13 +190,27 @@ def _signatures(trace, digest: RankDigest) -> tuple[np.ndarray, np.ndarray]:
     """Per entry a local id of what the members of a group must agree on (op, root, sizes, dtypes, frames),
     and whether the entry completed; `digest.keys` gets the values of the ids."""
     coded = getattr(trace.entries, "coded", None)
-    if coded is not None and coded.frames is None:  # a JSON dump's rows: one key per distinct row
+    if coded is not None:  # one key per distinct (row, frame list): the frame lists are the interner's, shared
+        rows, codes = coded.rows, coded.codes
+        stacks: list = [()]
+        if coded.frames is not None:
+            by_id: dict = {}
+            stacks = []
+            for f in coded.frames:
+                if id(f) not in by_id:
+                    by_id[id(f)] = len(stacks)
+                    stacks.append(_frozen(f))
+            codes = codes * len(stacks) + np.fromiter(map(by_id.__getitem__, map(id, coded.frames)), np.intp,
+                                                      len(coded.frames))
+        pairs, inverse = np.unique(codes, return_inverse=True)
         local: dict = {}
-        ids = np.array([local.setdefault((r[1], None, _frozen(r[3]), _frozen(r[5]), _frozen(r[4]), ()), len(local))
-                        for r in coded.rows] or [0], np.int64)
+        ids = []
+        for pair in pairs.tolist():
+            r, stack = rows[pair // len(stacks)], stacks[pair % len(stacks)]
+            ids.append(local.setdefault((r[1], None, _frozen(r[3]), _frozen(r[5]), _frozen(r[4]), stack), len(local)))
         digest.keys = list(local)
-        done = np.array([r[7] == "completed" for r in coded.rows] or [False])
-        return ids[coded.codes], done[coded.codes]
+        done = np.array([r[7] == "completed" for r in rows] or [False])
+        return np.array(ids or [0], np.int64)[inverse.reshape(-1)], done[coded.codes]
     cols = [trace.column(name) for name in ("op", "root", "in_sizes", "in_dtypes", "out_sizes", "frames")]
     by_id: dict = {}
     local = {}
@@ -233,15 +247,27 @@ class PrefixCheck:
         self.trimmed = False
         self.whole_only: list[str] = []  # files loaded whole without a digest (not Flight Recorder dumps)
         self.members: dict = {}  # long member lists, one per distinct membership (members_back)
+        self._tables: dict[tuple, np.ndarray] = {}  # a digest's signature values -> their global ids
+        self._last: dict[str, tuple] = {}  # group -> the last digest compared (its table, span and signatures)
         _SENT_MEMBERS.clear()  # a new load: workers forked from here (or this process) send each list again
 
     def add(self, d: RankDigest) -> None:
         self.trimmed |= d.trimmed
-        table = np.array([self.ids.setdefault(k, len(self.ids)) for k in d.keys] or [0], np.int64)
+        keys = tuple(d.keys)
+        table = self._tables.get(keys)
+        if table is None:
+            table = self._tables[keys] = np.array([self.ids.setdefault(k, len(self.ids)) for k in keys] or [0],
+                                                  np.int64)
         for group, g in d.groups.items():
             self.spans.setdefault(group, []).append((d.rank, g.lo, g.hi, g.cut, g.contiguous))
             if g.sigs is None:
                 continue
+            # The members of a group mostly send the very digest another member sent: once one was compared,
+            # every seq of its span is known in `ref` and stays as it is, so an equal one changes nothing.
+            same = (id(table), g.lo, g.hi, g.sigs.tobytes())
+            if self._last.get(group) == same:
+                continue
+            self._last[group] = same
             sigs = table[g.sigs >> 1] * 2 + (g.sigs & 1)
             not_done = np.flatnonzero((sigs & 1) == 0)
             if len(not_done):

@@ -1,0 +1,151 @@
+"""A dump whose entries are dicts (every pickle; JSON the strict reader refused) read into the compact form the
+JSON readers build (trace/coded.py): each entry's repeating fields as a code into a few distinct rows, its
+integers and times as arrays.
+
+A 16 384-rank set of pickles holds 33 million entries. Read into columns (fr_columns.py), each worker also
+summed up, signed and sent every entry one by one; in the compact form the summary and the signatures are numpy
+passes over the codes (trace/summary.py, stream.py) and a trimmed trace travels as a few arrays.
+
+The trace is the one fr_columns gives, value for value: a row is interpreted from the first entry that has it,
+and two entries share a row only when every value the model takes from them is equal (an equal size, op or
+state gives the same interpretation; a dtype or thread name is keyed by its text). Anything else (an entry that
+is not a dict, a value of an unexpected type, an integer beyond int64, a missing record_id) returns None and the
+column reader takes the dump.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import operator
+from itertools import repeat
+
+import numpy as np
+
+_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
+_INT = {int}
+_INT_OR_NONE = {int, type(None)}
+# The raw fields a row is interpreted from, in flight_recorder._interpret's order.
+SHARED_FIELDS = ("process_group", "profiling_name", "input_sizes", "output_sizes", "input_dtypes", "output_dtypes",
+                 "state", "retired", "thread_name", "is_p2p")
+
+
+def coded_parts(entries: list, interner) -> tuple | None:
+    """(keys: the raw shared fields of each distinct row, in first-seen order; codes; index; seq; p2p_seq;
+    times; frames), as flight_recorder._assemble takes them, or None where the column reader must read the dump."""
+    try:
+        return _parts(entries, interner)
+    except _ERRORS:
+        return None
+
+
+# Every field read, in one C call per entry when the entry has them all (torch writes every key in every entry).
+_READ = (*SHARED_FIELDS, "record_id", "collective_seq_id", "p2p_seq_id", "time_created_ns",
+         "time_discovered_started_ns", "time_discovered_completed_ns", "frames")
+_READ_ALL = operator.itemgetter(*_READ)
+
+
+def _columns(entries: list) -> list:
+    try:
+        return list(zip(*map(_READ_ALL, entries)))
+    except KeyError:  # some key is missing somewhere: None there, as dict.get gives
+        return [list(map(dict.get, entries, repeat(name))) for name in _READ]
+
+
+def _parts(entries: list, interner):
+    if not entries or not all(e.__class__ is dict for e in entries):
+        return None
+    n = len(entries)
+    (pgs, profiling, in_sizes, out_sizes, in_dtypes, out_dtypes, states, retired, threads, is_p2p, record_id,
+     seq, p2p_seq, *times, frames) = _columns(entries)
+    names = [pg[0] for pg in pgs]
+    if set(map(type, names)) != {str} or not all(names):
+        return None  # a group named by a number or nothing: the column reader words it as it always has
+    if set(map(type, profiling)) != {str}:
+        return None
+    descs = [pg[1] if len(pg) > 1 else None for pg in pgs]
+    keys = zip(names, descs, profiling, _sizes(in_sizes), _sizes(out_sizes), _dtypes(in_dtypes),
+               _dtypes(out_dtypes), states, map(bool, retired), map(_text_key, threads), map(bool, is_p2p))
+    position = collections.defaultdict(itertools.count().__next__)  # rows numbered first seen first
+    codes = np.fromiter(map(position.__getitem__, keys), np.intp, n)
+    _, first = np.unique(codes, return_index=True)  # row k's first entry (codes are in first-seen order)
+    rows = [tuple(entries[i].get(f) for f in SHARED_FIELDS) for i in first.tolist()]
+    index = _ints(record_id, _INT)
+    seq, p2p_seq = _ints(seq, _INT_OR_NONE), _ints(p2p_seq, _INT_OR_NONE)
+    times = [_seconds(t) for t in times]
+    if index is None or seq is None or p2p_seq is None or any(t is None for t in times):
+        return None
+    return rows, codes, index[0], seq, p2p_seq, times, _frames(frames, interner)
+
+
+_MANY = object()  # tags the key of a size list that is not one list of one tensor's sizes: no dump holds it
+
+
+def _sizes(values: list) -> list:
+    """A key per size list: equal keys, equal [[int(d) for d in s] for s in v] (the interner's value)."""
+    return [tuple(v[0]) if v.__class__ is list and len(v) == 1 else (_MANY, *map(tuple, v)) if v else None
+            for v in values]
+
+
+def _dtypes(values: list) -> list:
+    """A key per dtype list (names must be text: the interner keys them by value)."""
+    return [v[0] if v.__class__ is list and len(v) == 1 and v[0].__class__ is str else _many_dtypes(v)
+            for v in values]
+
+
+def _many_dtypes(value):
+    if not value:
+        return None
+    if value.__class__ is not list or set(map(type, value)) != {str}:
+        raise TypeError("dtype names that are not text")
+    return tuple(value)
+
+
+def _text_key(value):
+    """Thread names must be text or nothing (the interner keys them by value)."""
+    if value.__class__ is str or value is None:
+        return value
+    raise TypeError("a thread name that is not text")
+
+
+def _ints(values: list, allowed: set) -> tuple[np.ndarray, np.ndarray] | None:
+    """(int64 values, unknown mask), as the scanner gives them; None when a value is not an int (or None where
+    `allowed`) or does not fit int64."""
+    kinds = set(map(type, values))
+    if not kinds <= allowed:
+        return None
+    if type(None) not in kinds:
+        return np.array(values, np.int64), np.zeros(len(values), bool)
+    unknown = np.fromiter(map(type(None).__instancecheck__, values), bool, len(values))
+    return np.array([0 if v is None else v for v in values], np.int64), unknown
+
+
+def _seconds(values: list) -> np.ndarray | None:
+    """Seconds as float64, NaN where unknown (0 or None): int(v) / 1e9 is the same IEEE arithmetic in numpy."""
+    got = _ints(values, _INT_OR_NONE)
+    if got is None:
+        return None
+    ns, unknown = got
+    return np.where(unknown | (ns == 0), np.nan, ns / 1e9)
+
+
+_FRAME_KEY = operator.itemgetter("name", "filename", "line")  # flight_recorder._Interner.frame_list's key
+
+
+def _frames(values: list, interner) -> list | None:
+    """Each entry's frame list (the interner's, shared by equal stacks), None when no entry has frames."""
+    if not any(values):
+        return None
+    empty, frame_list = interner.empty_frames, interner.frame_list
+    seen: dict = {}
+    out = []
+    for raw in values:
+        if not raw:
+            out.append(empty)
+            continue
+        key = tuple(map(_FRAME_KEY, raw))  # the interner's key, built in C
+        got = seen.get(key)
+        if got is None:
+            got = seen[key] = frame_list(raw)
+        out.append(got)
+    return out
