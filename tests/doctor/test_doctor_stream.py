@@ -90,3 +90,26 @@ def test_rank_ranges():
     assert fmt_ranges([4]) == "4"
     assert fmt_ranges(range(0, 1024, 8)) == "0-1016 step 8"  # a mesh dimension's ranks
     assert fmt_ranges([0, 2, 9]) == "0, 2, 9"
+
+
+@pytest.mark.parametrize("change", ["dtype", "frames"])
+def test_a_divergence_deep_in_a_pickle_is_loaded_whole(tmp_path, change):
+    """Pickles (read in compact form with their stack frames, fr_coded.py): a rank whose 11th collective has
+    another dtype, or was called from another line, cannot be proven to agree; the report is the whole set's."""
+    import pickle
+
+    data = _set(tmp_path, 16, 200)
+    path = data / "pickle" / "rank_5"
+    dump = pickle.loads(path.read_bytes())
+    entry = dump["entries"][10]
+    if change == "dtype":
+        entry["input_dtypes"] = entry["output_dtypes"] = ["Half"]
+    else:
+        entry["frames"] = [dict(entry["frames"][0], line=121)]
+    path.write_bytes(pickle.dumps(dump))
+    whole_json, whole_text, _ = _reports(str(data / "pickle"), jobs=1)
+    json_, text, ts = _reports(str(data / "pickle"), jobs=1, stream=True)
+    assert not ts.streamed and "differ" in ts.stream_note
+    assert json_ == whole_json and text == whole_text
+    if change == "dtype":
+        assert json.loads(json_)["findings"][0]["kind"] == "dtype_mismatch"
