@@ -9,6 +9,8 @@ signature (group, op), confirmed over the whole trace; steps = completed entries
 
 from __future__ import annotations
 
+import re
+
 from distdoctor.trace.model import Entry, Frame, RankTrace
 from distdoctor.trace.summary import summarize
 
@@ -18,12 +20,20 @@ from distdoctor.trace.summary import summarize
 NOT_USER_CODE = ("/torch/", "/site-packages/torch", "distdoctor/recorder/", "distdoctor/trace/",
                  "typing_extensions.py", "/contextlib.py", "/functools.py")
 _TORCH_PATH_MARKS = NOT_USER_CODE
+# Python's standard library, wherever the job's interpreter lives (/usr/lib/python3.11/, a pyenv's or conda's
+# lib/python3.10/), but not the packages installed beside it: a rank caught inside pathlib's exists() or queue's
+# get() is in the user's caller, which is the line to show.
+_STDLIB = re.compile(r"[/\\]lib(?:64)?[/\\]python3[.\d]*[/\\](?!(?:site|dist)-packages[/\\])")
+
+
+def is_user_code(filename: str) -> bool:
+    return not any(m in filename for m in _TORCH_PATH_MARKS) and _STDLIB.search(filename) is None
 
 
 def user_frame(frames: list[Frame]) -> Frame | None:
-    """Innermost frame that is not torch's own (frames are innermost last)."""
+    """Innermost frame that is neither torch's own nor the standard library's (frames are innermost last)."""
     for f in reversed(frames):
-        if not any(m in f.filename for m in _TORCH_PATH_MARKS):
+        if is_user_code(f.filename):
             return f
     return frames[-1] if frames else None
 
@@ -41,7 +51,7 @@ def main_stack(trace: RankTrace) -> tuple[str, list[Frame]] | None:
 
 def _innermost_user(frames: list[Frame]) -> str | None:
     for f in reversed(frames):
-        if not any(m in f.filename for m in _TORCH_PATH_MARKS) and "threading.py" not in f.filename:
+        if is_user_code(f.filename) and "threading.py" not in f.filename:
             return str(f)
     return str(frames[-1]) if frames else None
 

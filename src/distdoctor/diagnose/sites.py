@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from distdoctor.diagnose.findings import Finding, fmt_ranks
 from distdoctor.diagnose.match import GroupView
-from distdoctor.diagnose.progress import NOT_USER_CODE, main_stack
+from distdoctor.diagnose.progress import NOT_USER_CODE, is_user_code, main_stack
 from distdoctor.trace.model import Entry, Frame, RankTrace, TraceSet
 
 MAX_RANKS = 64
@@ -41,7 +41,7 @@ def user_chain(frames: list[Frame]) -> list[Frame]:
     """The user's frames of a stack (innermost last, as traces keep them), innermost first, at most CHAIN."""
     out = []
     for f in reversed(frames):
-        if not any(m in f.filename for m in _PLUMBING):
+        if is_user_code(f.filename) and not any(m in f.filename for m in _PLUMBING):
             out.append(f)
             if len(out) == CHAIN:
                 break
