@@ -65,7 +65,7 @@ def _parts(entries: list, interner):
         return None
     descs = [pg[1] if len(pg) > 1 else None for pg in pgs]
     keys = zip(names, descs, profiling, _sizes(in_sizes), _sizes(out_sizes), _dtypes(in_dtypes),
-               _dtypes(out_dtypes), states, map(bool, retired), map(_text_key, threads), map(bool, is_p2p))
+               _dtypes(out_dtypes), states, map(bool, retired), _texts(threads), map(bool, is_p2p))
     position = collections.defaultdict(itertools.count().__next__)  # rows numbered first seen first
     codes = np.fromiter(map(position.__getitem__, keys), np.intp, n)
     _, first = np.unique(codes, return_index=True)  # row k's first entry (codes are in first-seen order)
@@ -81,14 +81,28 @@ def _parts(entries: list, interner):
 _MANY = object()  # tags the key of a size list that is not one list of one tensor's sizes: no dump holds it
 
 
+_FIRST = operator.itemgetter(0)
+
+
+def _one_each(values: list) -> bool:
+    """Every value a list of one item (one tensor per call: the common case, keyed in C passes below)."""
+    return set(map(type, values)) == {list} and set(map(len, values)) == {1}
+
+
 def _sizes(values: list) -> list:
     """A key per size list: equal keys, equal [[int(d) for d in s] for s in v] (the interner's value)."""
+    if _one_each(values):
+        return list(map(tuple, map(_FIRST, values)))
     return [tuple(v[0]) if v.__class__ is list and len(v) == 1 else (_MANY, *map(tuple, v)) if v else None
             for v in values]
 
 
 def _dtypes(values: list) -> list:
     """A key per dtype list (names must be text: the interner keys them by value)."""
+    if _one_each(values):
+        keys = list(map(_FIRST, values))
+        if set(map(type, keys)) == {str}:
+            return keys
     return [v[0] if v.__class__ is list and len(v) == 1 and v[0].__class__ is str else _many_dtypes(v)
             for v in values]
 
@@ -101,11 +115,11 @@ def _many_dtypes(value):
     return tuple(value)
 
 
-def _text_key(value):
-    """Thread names must be text or nothing (the interner keys them by value)."""
-    if value.__class__ is str or value is None:
-        return value
-    raise TypeError("a thread name that is not text")
+def _texts(values: list) -> list:
+    """Thread names, which must be text or nothing (the interner keys them by value)."""
+    if not set(map(type, values)) <= {str, type(None)}:
+        raise TypeError("a thread name that is not text")
+    return values
 
 
 def _ints(values: list, allowed: set) -> tuple[np.ndarray, np.ndarray] | None:
@@ -137,6 +151,10 @@ def _frames(values: list, interner) -> list | None:
     if not any(values):
         return None
     empty, frame_list = interner.empty_frames, interner.frame_list
+    if set(map(type, values)) == {list}:  # every entry a list (of frames, or none): keyed in C passes
+        keys = list(map(tuple, map(map, repeat(_FRAME_KEY), values)))  # the interner's key per entry
+        table = {key: frame_list(raw) if key else empty for key, raw in dict(zip(keys, values)).items()}
+        return list(map(table.__getitem__, keys))
     seen: dict = {}
     out = []
     for raw in values:
