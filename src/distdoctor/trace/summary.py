@@ -40,7 +40,7 @@ def _compute(trace: RankTrace) -> TraceSummary:
     if coded is not None and isinstance(coded.seq, tuple):  # the scanner's arrays: no loop per entry
         return _compute_coded(coded)
     if coded is not None:  # the per-entry reader's lists: as arrays, when every value fits int64
-        seq = _int_arrays(coded.seq)
+        seq = int_arrays(coded.seq)
         if seq is not None:
             return _compute_coded(replace(coded, seq=seq))
     s = TraceSummary()
@@ -133,7 +133,7 @@ def _compute_coded(c) -> TraceSummary:
     return s
 
 
-def _int_arrays(values: list):
+def int_arrays(values: list):
     """(int64 values, unknown mask) of a list of ints and None, as the scanner gives them; None when one does not
     fit (a corrupt dump: the per-entry loop takes it)."""
     import numpy as np

@@ -34,7 +34,7 @@ import msgspec
 import numpy as np
 
 from distdoctor.collectives import canonical_dtype, canonical_op
-from distdoctor.trace.loaders.fr_coded import coded_parts
+from distdoctor.trace.loaders.fr_coded import FRAME_KEY, coded_parts
 from distdoctor.trace.loaders.fr_columns import entry_columns
 from distdoctor.trace.loaders.fr_json_scan import ScannedDump, scan_fr_json
 from distdoctor.trace.loaders.safe_pickle import PICKLE_ALLOWED, SafeUnpickler, safe_unpickle  # noqa: F401 (API)
@@ -77,9 +77,6 @@ def _parse_rank_list(raw: object) -> list[int]:
     return sorted(int(r) for r in raw)
 
 
-_FRAME_KEY = operator.itemgetter("name", "filename", "line")
-
-
 class _Interner:
     """Shares equal size/dtype lists between entries: a dump repeats a few shapes thousands of times."""
 
@@ -95,7 +92,7 @@ class _Interner:
     def frame_list(self, raw: list) -> list[Frame]:
         """One shared list per distinct call stack (a dump repeats a few stacks thousands of times; entries are
         read-only). Flight Recorder lists frames innermost first; the model (like a traceback) innermost last."""
-        key = tuple(map(_FRAME_KEY, raw))
+        key = tuple(map(FRAME_KEY, raw))
         try:
             got = self.frames.get(key)
         except TypeError:  # an unhashable name or line (a damaged dump): built as it is, not shared

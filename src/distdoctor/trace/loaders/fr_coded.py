@@ -22,6 +22,8 @@ from itertools import repeat
 
 import numpy as np
 
+from distdoctor.trace.summary import int_arrays
+
 _ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
 _INT = {int}
 _INT_OR_NONE = {int, type(None)}
@@ -125,13 +127,7 @@ def _texts(values: list) -> list:
 def _ints(values: list, allowed: set) -> tuple[np.ndarray, np.ndarray] | None:
     """(int64 values, unknown mask), as the scanner gives them; None when a value is not an int (or None where
     `allowed`) or does not fit int64."""
-    kinds = set(map(type, values))
-    if not kinds <= allowed:
-        return None
-    if type(None) not in kinds:
-        return np.array(values, np.int64), np.zeros(len(values), bool)
-    unknown = np.fromiter(map(type(None).__instancecheck__, values), bool, len(values))
-    return np.array([0 if v is None else v for v in values], np.int64), unknown
+    return int_arrays(values) if set(map(type, values)) <= allowed else None
 
 
 def _seconds(values: list) -> np.ndarray | None:
@@ -143,27 +139,17 @@ def _seconds(values: list) -> np.ndarray | None:
     return np.where(unknown | (ns == 0), np.nan, ns / 1e9)
 
 
-_FRAME_KEY = operator.itemgetter("name", "filename", "line")  # flight_recorder._Interner.frame_list's key
+FRAME_KEY = operator.itemgetter("name", "filename", "line")  # a frame's key in flight_recorder._Interner
 
 
 def _frames(values: list, interner) -> list | None:
-    """Each entry's frame list (the interner's, shared by equal stacks), None when no entry has frames."""
+    """Each entry's frame list (the interner's, shared by equal stacks), None when no entry has frames. Keyed
+    in C passes: the interner's key per entry, then one frame list per distinct key."""
     if not any(values):
         return None
+    if not all(values):
+        values = [raw or () for raw in values]  # (no frames: the empty key)
+    keys = list(map(tuple, map(map, repeat(FRAME_KEY), values)))
     empty, frame_list = interner.empty_frames, interner.frame_list
-    if set(map(type, values)) == {list}:  # every entry a list (of frames, or none): keyed in C passes
-        keys = list(map(tuple, map(map, repeat(_FRAME_KEY), values)))  # the interner's key per entry
-        table = {key: frame_list(raw) if key else empty for key, raw in dict(zip(keys, values)).items()}
-        return list(map(table.__getitem__, keys))
-    seen: dict = {}
-    out = []
-    for raw in values:
-        if not raw:
-            out.append(empty)
-            continue
-        key = tuple(map(_FRAME_KEY, raw))  # the interner's key, built in C
-        got = seen.get(key)
-        if got is None:
-            got = seen[key] = frame_list(raw)
-        out.append(got)
-    return out
+    table = {key: frame_list(raw) if key else empty for key, raw in dict(zip(keys, values)).items()}
+    return list(map(table.__getitem__, keys))
