@@ -287,3 +287,24 @@ def test_text_report_of_a_big_world_lists_the_named_ranks_first():
     rank_lines = text.split("where each rank is:\n", 1)[1].splitlines()
     assert rank_lines[0].startswith("  rank 37: 1 collectives completed") and "in no collective" in rank_lines[0]
     assert rank_lines[1].startswith("  rank 0:") and "... 8 more ranks" in text
+
+
+def test_a_rank_that_died_of_its_lost_peers_before_the_next_call_is_no_absent_rank(tmp_path):
+    """Ranks 2 and 3 were lost with their host. Rank 0 issued all_reduce #3; rank 1 died of the closed connection
+    just before it could: it is absent from #3 because of the lost ranks, not a second culprit."""
+    def died(rank, entries, message):
+        t = trace(rank, entries)
+        t.dump_reason = f"exception: RuntimeError: {message}"
+        t.exception = {"type": "RuntimeError", "message": message, "thread": "MainThread", "exit_code": 1}
+        return t
+    reset = "[pair.cc:537] Read error [10.0.0.2]:52406: Connection reset by peer"
+    closed = "[pair.cc:553] Connection closed by peer [10.0.0.1]:59112"
+    report = load(tmp_path, [died(0, [coll(0, 1), coll(1, 2), coll(2, 3, state="issued")], closed),
+                             died(1, [coll(0, 1), coll(1, 2)], reset)])
+    assert found(report) == [("missing_dump", [2, 3], "0", 3, "all_reduce")], report.findings
+    echo = [c for c in report.consequences if c["kind"] == "missing_ranks"]
+    assert echo and echo[0]["ranks"] == [1] and echo[0]["finding"] == 0, report.consequences
+    # Were rank 1's death its own (no communication failure), it would be a finding of its own.
+    report = load(tmp_path, [died(0, [coll(0, 1), coll(1, 2), coll(2, 3, state="issued")], closed),
+                             died(1, [coll(0, 1), coll(1, 2)], "ValueError in the data loader")])
+    assert ("crashed", [1]) in [(k, r) for k, r, *_ in found(report)], report.findings

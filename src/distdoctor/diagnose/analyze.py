@@ -126,11 +126,17 @@ def analyze(ts: TraceSet) -> Report:
             # Absent ranks waiting for others are where the wave of waiting reached, not where it began; a rank
             # in a call that waits for nobody (alone on its group, or shown in a call its peers completed) is not.
             idle = [r for r in d.ranks if r not in waiting and r not in on_cycle and not after_parting(r)]
+            # A rank that died of a communication failure (a peer closed its connection) before it issued the call
+            # is an echo of the lost peers, not an absent rank of its own: the explainer names it (as crashed if
+            # nothing else explains it).
+            echoes = [r for r in idle if r in crashes and r not in crash_finding]
+            idle = [r for r in idle if r not in echoes]
             crashed = [r for r in idle if r in crash_finding]
             call = views[d.group].by_rank[d.present[0]][d.seq]
             unseen = [r for r in idle if r not in crash_finding and probably_inside(ts.ranks.get(r), call)]
             idle = [r for r in idle if r not in crash_finding and r not in unseen]
-            explained = [r for r in d.ranks if r not in idle and r not in crashed and r not in unseen]
+            explained = [r for r in d.ranks if r not in idle and r not in crashed and r not in unseen
+                         and r not in echoes]
             if unseen:
                 consequences.append({"kind": d.kind, "group": d.group, "seq": d.seq, "op": d.op, "ranks": unseen,
                                      "because": "only a recorder trace, which cannot show this call (issued from "
@@ -140,6 +146,9 @@ def analyze(ts: TraceSet) -> Report:
             if crashed:
                 consequences.append({"kind": d.kind, "group": d.group, "seq": d.seq, "op": d.op, "ranks": crashed,
                                      "because": "those ranks crashed", "_ref": crash_finding[crashed[0]]})
+            if echoes:
+                consequences.append({"kind": d.kind, "group": d.group, "seq": d.seq, "op": d.op, "ranks": echoes,
+                                     "because": "those ranks died of a communication failure first"})
             if idle:
                 findings.append(_missing_ranks(d, idle, explained, ts, pending, views, explainer))
             elif explained and not crashed and not unseen:
