@@ -243,7 +243,7 @@ def main() -> None:
     ap.add_argument("--gen-jobs", type=int, default=1, help="processes writing the dumps (once per set)")
     ap.add_argument("--form", choices=("json", "pickle"), default="json", help="which dumps distdoctor reads")
     ap.add_argument("--scanner", choices=("on", "off"), default="on",
-                    help="off: without the compiled JSON scanner (as without the `fast` extra)")
+                    help="off: without the compiled JSON and pickle scanners (as without the `fast` extra)")
     ap.add_argument("--generate-only", action="store_true", help="write the dumps and stop")
     args = ap.parse_args()
     data = Path(args.data) / f"{args.ranks}x{args.entries}"

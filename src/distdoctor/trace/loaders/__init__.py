@@ -32,6 +32,7 @@ from distdoctor.trace.coded import CODED_FIELDS, CodedEntries
 from distdoctor.trace.loaders.flight_recorder import (_Interner, load_fr_json, load_fr_pickle, looks_like_fr,
                                                       parse_fr_json_fast)
 from distdoctor.trace.loaders.fr_json_scan import kernels
+from distdoctor.trace.loaders.fr_pickle_scan import kernels as pickle_kernels
 from distdoctor.trace.loaders.merge import merge_rank, renumber_recorder_only
 from distdoctor.trace.loaders.logs import link_logs, load_log, looks_like_log
 from distdoctor.trace.loaders.native import is_native, load_native
@@ -123,8 +124,8 @@ def expand_paths(paths: list[str], recursive: bool = True) -> tuple[list[str], l
 
 
 def load_file(path: str, interner: _Interner | None = None, scan: bool = False) -> RankTrace:
-    """Load one file; raise ValueError(reason) when it cannot be used. `scan`: read Flight Recorder JSON with
-    the compiled scanner where it can (see fr_json_scan)."""
+    """Load one file; raise ValueError(reason) when it cannot be used. `scan`: read Flight Recorder JSON and
+    pickles with the compiled scanners where they can (see fr_json_scan, fr_pickle_scan)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -133,7 +134,7 @@ def load_file(path: str, interner: _Interner | None = None, scan: bool = False) 
     if not data or (data[:1].isspace() and data.isspace()):
         raise ValueError("empty file")
     if data[:1] == b"\x80":  # pickle protocol >= 2 starts with PROTO
-        return load_fr_pickle(data, path, interner)
+        return load_fr_pickle(data, path, interner, scan)
     # Sniff the format from the head only: a Flight Recorder JSON dump is one line of a megabyte or more, and
     # scanning (or copying) it to find a first line costs as much as a third of decoding it. A distdoctor trace
     # names its format first in its header line (see trace/model.dumps).
@@ -197,12 +198,16 @@ _SHARED_FIELDS = tuple(i for i, name in enumerate(ENTRY_FIELDS)
                        if name in ("in_sizes", "out_sizes", "in_dtypes", "out_dtypes"))
 
 
-def _starts_like_json(path: str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(64).lstrip()[:1] == b"{"
-    except OSError:
-        return False
+def _forms(files: list[str]) -> set[str]:
+    """Which Flight Recorder forms ("json", "pickle") the files hold, by their first bytes (until both are seen)."""
+    seen: set[str] = set()
+    for path in files:
+        with contextlib.suppress(OSError), open(path, "rb") as f:
+            head = f.read(64)
+            seen.add("pickle" if head[:1] == b"\x80" else "json" if head.lstrip()[:1] == b"{" else "other")
+        if {"json", "pickle"} <= seen:
+            break
+    return seen
 
 
 def _load_compact(path: str, scan: bool = False, stream: bool = False):
@@ -270,10 +275,11 @@ def _load_parallel(files: list[str], jobs: int, check: PrefixCheck | None = None
 
     if "fork" not in mp.get_all_start_methods():
         return None
-    # Many files: the compiled JSON scanner pays for its start-up (about a second) when some are JSON. Made ready
-    # here, so the workers inherit it.
-    load = functools.partial(_load_compact, scan=any(map(_starts_like_json, files)) and kernels() is not None,
-                             stream=check is not None)
+    # Many files: the compiled scanners pay for their start-up (about a second) for the forms the set holds. Made
+    # ready here, so the workers inherit them.
+    forms = _forms(files)
+    ready = [k() is not None for form, k in (("json", kernels), ("pickle", pickle_kernels)) if form in forms]
+    load = functools.partial(_load_compact, scan=any(ready), stream=check is not None)
     shared: dict[tuple, list] = {}
     out: list[RankTrace | LoadError] = []
     try:

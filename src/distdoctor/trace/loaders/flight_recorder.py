@@ -34,9 +34,10 @@ import msgspec
 import numpy as np
 
 from distdoctor.collectives import canonical_dtype, canonical_op
-from distdoctor.trace.loaders.fr_coded import FRAME_KEY, coded_parts
+from distdoctor.trace.loaders.fr_coded import FRAME_KEY, coded_parts, parts_from_scan
 from distdoctor.trace.loaders.fr_columns import entry_columns
 from distdoctor.trace.loaders.fr_json_scan import ScannedDump, scan_fr_json
+from distdoctor.trace.loaders.fr_pickle_scan import scan_fr_pickle
 from distdoctor.trace.loaders.safe_pickle import PICKLE_ALLOWED, SafeUnpickler, safe_unpickle  # noqa: F401 (API)
 from distdoctor.trace.coded import DUMP_FIELDS, CodedEntries
 from distdoctor.trace.model import DEFAULT_GROUP, EntryColumns, Frame, GroupInfo, RankTrace
@@ -466,9 +467,32 @@ def _interpret(key: tuple, interner: _Interner) -> tuple:
             p2p_name or bool(is_p2p), local_peer)
 
 
-def load_fr_pickle(data: bytes, path: str, interner: _Interner | None = None) -> RankTrace:
+def load_fr_pickle(data: bytes, path: str, interner: _Interner | None = None, scan: bool = False) -> RankTrace:
+    """A pickled dump, unpickled safely and read as a dict; `scan`: read by the compiled opcode reader where it
+    can (fr_pickle_scan: worth its start-up on many files). Both give the same trace."""
+    interner = interner or _Interner()
+    scanned = _from_scan(data, path, interner) if scan else None
+    if scanned is not None:
+        return scanned
     obj = safe_unpickle(data)
     return parse_fr_dump(obj, path, "flight_recorder-pickle", interner=interner)
+
+
+def _from_scan(data: bytes, path: str, interner: _Interner) -> RankTrace | None:
+    """parse_fr_dump's trace of a pickle read in compact form; None where the general path must read it."""
+    scan = scan_fr_pickle(data)
+    if scan is None or not looks_like_fr(scan.header):
+        return None
+    try:
+        head = scan.header
+        trace = _new_trace(head["version"], head.get("rank"), head.get("pg_config"), path, "flight_recorder-pickle")
+        parts = parts_from_scan(scan, interner)
+        if parts is None:
+            return None
+        _fill_coded(trace, interner, *parts)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
+        return None
+    return trace
 
 
 def load_fr_json(obj: dict, path: str, interner: _Interner | None = None) -> RankTrace:

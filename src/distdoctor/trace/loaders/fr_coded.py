@@ -41,9 +41,11 @@ def coded_parts(entries: list, interner) -> tuple | None:
         return None
 
 
+# The integers each entry has of its own, in the order the compact form takes them.
+INT_FIELDS = ("record_id", "collective_seq_id", "p2p_seq_id", "time_created_ns", "time_discovered_started_ns",
+              "time_discovered_completed_ns")
 # Every field read, in one C call per entry when the entry has them all (torch writes every key in every entry).
-_READ = (*SHARED_FIELDS, "record_id", "collective_seq_id", "p2p_seq_id", "time_created_ns",
-         "time_discovered_started_ns", "time_discovered_completed_ns", "frames")
+_READ = (*SHARED_FIELDS, *INT_FIELDS, "frames")
 _READ_ALL = operator.itemgetter(*_READ)
 
 
@@ -57,9 +59,45 @@ def _columns(entries: list) -> list:
 def _parts(entries: list, interner):
     if not entries or not all(e.__class__ is dict for e in entries):
         return None
-    n = len(entries)
-    (pgs, profiling, in_sizes, out_sizes, in_dtypes, out_dtypes, states, retired, threads, is_p2p, record_id,
-     seq, p2p_seq, *times, frames) = _columns(entries)
+    *shared, record_id, seq, p2p_seq, t_created, t_started, t_completed, frames = _columns(entries)
+    got = _row_codes(shared)
+    if got is None:
+        return None
+    codes, first = got
+    rows = [tuple(entries[i].get(f) for f in SHARED_FIELDS) for i in first.tolist()]
+    index = _ints(record_id, _INT)
+    seq, p2p_seq = _ints(seq, _INT_OR_NONE), _ints(p2p_seq, _INT_OR_NONE)
+    times = [_ints(t, _INT_OR_NONE) for t in (t_created, t_started, t_completed)]
+    if index is None or seq is None or p2p_seq is None or any(t is None for t in times):
+        return None
+    return rows, codes, index[0], seq, p2p_seq, [_seconds(*t) for t in times], _frames(frames, interner)
+
+
+def parts_from_scan(scan, interner) -> tuple | None:
+    """coded_parts' result from a pickle read by fr_pickle_scan: its distinct rows keyed as _parts keys the
+    entries (so rows that differ only where the model does not look become one, as there), its integers, and
+    its distinct stacks, each turned into a frame list once. None where the column reader must read the dump."""
+    got = _row_codes([list(column) for column in zip(*scan.rows)])
+    if got is None:
+        return None
+    row_codes, first = got
+    rows = [scan.rows[i] for i in first.tolist()]
+    ok, none = 0, 1  # fr_pickle_kernels.INT_OK, INT_NONE
+    state = scan.int_state
+    if (state[:, 0] != ok).any() or (state[:, 1:] > none).any():
+        return None  # a record_id not an int, or a value of another type: the column reader words it
+    known = [(scan.ints[:, j], state[:, j] == none) for j in range(len(INT_FIELDS))]
+    frames = _frames(scan.stacks, interner)
+    if frames is not None:
+        frames = list(map(frames.__getitem__, scan.stack_codes.tolist()))
+    return (rows, row_codes[scan.codes], known[0][0], known[1], known[2], [_seconds(*t) for t in known[3:]],
+            frames)
+
+
+def _row_codes(shared: list) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each entry's row (numbered first seen first) from the columns of its repeating fields (SHARED_FIELDS'
+    order), and each row's first entry; None where a value is of a type the compact form does not take."""
+    pgs, profiling, in_sizes, out_sizes, in_dtypes, out_dtypes, states, retired, threads, is_p2p = shared
     names = [pg[0] for pg in pgs]
     if set(map(type, names)) != {str} or not all(names):
         return None  # a group named by a number or nothing: the column reader words it as it always has
@@ -69,15 +107,9 @@ def _parts(entries: list, interner):
     keys = zip(names, descs, profiling, _sizes(in_sizes), _sizes(out_sizes), _dtypes(in_dtypes),
                _dtypes(out_dtypes), states, map(bool, retired), _texts(threads), map(bool, is_p2p))
     position = collections.defaultdict(itertools.count().__next__)  # rows numbered first seen first
-    codes = np.fromiter(map(position.__getitem__, keys), np.intp, n)
+    codes = np.fromiter(map(position.__getitem__, keys), np.intp, len(pgs))
     _, first = np.unique(codes, return_index=True)  # row k's first entry (codes are in first-seen order)
-    rows = [tuple(entries[i].get(f) for f in SHARED_FIELDS) for i in first.tolist()]
-    index = _ints(record_id, _INT)
-    seq, p2p_seq = _ints(seq, _INT_OR_NONE), _ints(p2p_seq, _INT_OR_NONE)
-    times = [_seconds(t) for t in times]
-    if index is None or seq is None or p2p_seq is None or any(t is None for t in times):
-        return None
-    return rows, codes, index[0], seq, p2p_seq, times, _frames(frames, interner)
+    return codes, first
 
 
 _MANY = object()  # tags the key of a size list that is not one list of one tensor's sizes: no dump holds it
@@ -130,12 +162,8 @@ def _ints(values: list, allowed: set) -> tuple[np.ndarray, np.ndarray] | None:
     return int_arrays(values) if set(map(type, values)) <= allowed else None
 
 
-def _seconds(values: list) -> np.ndarray | None:
+def _seconds(ns: np.ndarray, unknown: np.ndarray) -> np.ndarray:
     """Seconds as float64, NaN where unknown (0 or None): int(v) / 1e9 is the same IEEE arithmetic in numpy."""
-    got = _ints(values, _INT_OR_NONE)
-    if got is None:
-        return None
-    ns, unknown = got
     return np.where(unknown | (ns == 0), np.nan, ns / 1e9)
 
 
