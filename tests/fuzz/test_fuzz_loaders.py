@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from distdoctor.diagnose.analyze import analyze
@@ -69,6 +69,7 @@ def test_mutated_fr_json(obj):
 
 
 @given(damaged_bytes(FR_JSON.encode()))
+@example(FR_JSON.encode().replace(b'"version":"2.10"', b'"version":"2.\x7f10"'))  # a control byte in the version
 def test_damaged_fr_json(data):
     _check("dump_rank_0.json", data)
 

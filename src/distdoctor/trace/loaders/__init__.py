@@ -34,6 +34,7 @@ from distdoctor.trace.loaders.flight_recorder import (_Interner, load_fr_json, l
 from distdoctor.trace.loaders.fr_json_scan import kernels
 from distdoctor.trace.loaders.fr_pickle_scan import kernels as pickle_kernels
 from distdoctor.trace.loaders.merge import merge_rank, renumber_recorder_only
+from distdoctor.trace.loaders.safe_pickle import printable
 from distdoctor.trace.loaders.logs import link_logs, load_log, looks_like_log
 from distdoctor.trace.loaders.native import is_native, load_native
 from distdoctor.trace.loaders.stream import (PrefixCheck, SparseEntries, held_entries, members_back, members_by_key,
@@ -427,8 +428,9 @@ def _drop_mixed_versions(loaded: list[RankTrace], errors: list[LoadError]) -> No
     majority, _ = counts.most_common(1)[0]
     for t in fr:
         if t.version != majority:
-            errors.append(LoadError(t.path, f"Flight Recorder version {t.version} differs from the other dumps' "
-                                            f"{majority}: dumps of one job share one version; this file is ignored"))
+            errors.append(LoadError(t.path, f"Flight Recorder version {printable(str(t.version))} differs from the "
+                                            f"other dumps' {printable(str(majority))}: dumps of one job share one "
+                                            "version; this file is ignored"))  # (a damaged version: escaped)
     loaded[:] = [t for t in loaded if not t.source.startswith("flight_recorder") or t.version == majority]
 
 

@@ -72,7 +72,7 @@ def _address_space_capped(extra: int):
             resource.setrlimit(resource.RLIMIT_AS, limits)
 
 
-def _printable(text: str) -> str:
+def printable(text: str) -> str:
     """The unpickler quotes bytes of the file in its messages as they are (`invalid load key, '\n'`, a FLOAT
     opcode's line): escape what is not printable, so a reason stays one line and puts no control byte on a
     terminal."""
@@ -85,7 +85,7 @@ def safe_unpickle(data: bytes) -> object:
         with _address_space_capped(UNPICKLE_HEADROOM + UNPICKLE_PER_BYTE * len(data)):
             return SafeUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as exc:
-        msg = _printable(str(exc))
+        msg = printable(str(exc))
         raise ValueError(msg if msg.startswith("refused") else f"corrupt or truncated pickle ({msg})") from None
     except (EOFError, IndexError):
         raise ValueError("truncated pickle (ends before its STOP opcode)") from None
@@ -94,4 +94,4 @@ def safe_unpickle(data: bytes) -> object:
     except MemoryError:
         raise ValueError("pickle asks for more memory than is available") from None
     except Exception as exc:  # corrupt opcodes raise a zoo of types (KeyError, ValueError, struct.error, ...)
-        raise ValueError(f"corrupt pickle ({type(exc).__name__}: {_printable(str(exc))})") from None
+        raise ValueError(f"corrupt pickle ({type(exc).__name__}: {printable(str(exc))})") from None
