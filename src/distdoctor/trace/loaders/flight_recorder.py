@@ -34,7 +34,7 @@ import msgspec
 import numpy as np
 
 from distdoctor.collectives import canonical_dtype, canonical_op
-from distdoctor.trace.loaders.fr_coded import FRAME_KEY, coded_parts, parts_from_scan
+from distdoctor.trace.loaders.fr_coded import FRAME_KEY, READ_ERRORS, coded_parts, parts_from_scan
 from distdoctor.trace.loaders.fr_columns import entry_columns
 from distdoctor.trace.loaders.fr_json_scan import ScannedDump, scan_fr_json
 from distdoctor.trace.loaders.fr_pickle_scan import scan_fr_pickle
@@ -180,7 +180,7 @@ def parse_fr_dump(obj: object, path: str, source: str, rank: int | None = None,
         try:
             _fill_coded(trace, interner, *parts)
             return trace
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
+        except READ_ERRORS:
             pass  # a row the interner cannot read (a corrupt size): the readers below name its entry
     columns, local_peers, firsts = entry_columns(entries, interner, _op_of, _STATES) or _read_rows(entries, interner)
     for group, pg in firsts:
@@ -199,7 +199,7 @@ def _read_rows(entries: list, interner: _Interner) -> tuple[list[list], list[tup
     for i, raw in enumerate(entries):
         try:
             values, local_peer = _parse_entry(raw, i, interner)
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
+        except READ_ERRORS as exc:
             what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
             raise ValueError(f"entry {i} is malformed ({what})") from None
         rows.append(values)
@@ -490,7 +490,7 @@ def _from_scan(data: bytes, path: str, interner: _Interner) -> RankTrace | None:
         if parts is None:
             return None
         _fill_coded(trace, interner, *parts)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
+    except READ_ERRORS:
         return None
     return trace
 

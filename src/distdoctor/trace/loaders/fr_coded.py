@@ -24,7 +24,8 @@ import numpy as np
 
 from distdoctor.trace.summary import int_arrays
 
-_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
+# What reading a damaged entry may raise: the readers then hand the dump on (the row reader names the entry).
+READ_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
 _INT = {int}
 _INT_OR_NONE = {int, type(None)}
 # The raw fields a row is interpreted from, in flight_recorder._interpret's order.
@@ -37,10 +38,12 @@ def coded_parts(entries: list, interner) -> tuple | None:
     times; frames), as flight_recorder._assemble takes them, or None where the column reader must read the dump."""
     try:
         return _parts(entries, interner)
-    except _ERRORS:
+    except READ_ERRORS:
         return None
 
 
+# How a scanner found each integer field (fr_pickle_kernels): an int, None or missing, anything else.
+INT_OK, INT_NONE, INT_OTHER = 0, 1, 2
 # The integers each entry has of its own, in the order the compact form takes them.
 INT_FIELDS = ("record_id", "collective_seq_id", "p2p_seq_id", "time_created_ns", "time_discovered_started_ns",
               "time_discovered_completed_ns")
@@ -82,11 +85,10 @@ def parts_from_scan(scan, interner) -> tuple | None:
         return None
     row_codes, first = got
     rows = [scan.rows[i] for i in first.tolist()]
-    ok, none = 0, 1  # fr_pickle_kernels.INT_OK, INT_NONE
     state = scan.int_state
-    if (state[:, 0] != ok).any() or (state[:, 1:] > none).any():
+    if (state[:, 0] != INT_OK).any() or (state[:, 1:] == INT_OTHER).any():
         return None  # a record_id not an int, or a value of another type: the column reader words it
-    known = [(scan.ints[:, j], state[:, j] == none) for j in range(len(INT_FIELDS))]
+    known = [(scan.ints[:, j], state[:, j] == INT_NONE) for j in range(len(INT_FIELDS))]
     frames = _frames(scan.stacks, interner)
     if frames is not None:
         frames = list(map(frames.__getitem__, scan.stack_codes.tolist()))

@@ -11,7 +11,7 @@ the row reader reads the dump, so a malformed entry is reported the same way, by
 
 from __future__ import annotations
 
-_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
+from distdoctor.trace.loaders.fr_coded import READ_ERRORS
 
 
 def entry_columns(entries: list, interner, op_of, states: dict) -> tuple[list[list], list[tuple[int, int]],
@@ -20,7 +20,7 @@ def entry_columns(entries: list, interner, op_of, states: dict) -> tuple[list[li
     process_group)] in first-seen order), or None where the row reader must read the dump."""
     try:
         return _columns(entries, interner, op_of, states)
-    except _ERRORS:
+    except READ_ERRORS:
         return None
 
 

@@ -31,11 +31,17 @@ OWN_INT_FIELDS = ("record_id", "collective_seq_id", "p2p_seq_id", "time_created_
 SHARED_FIELDS = ("process_group", "profiling_name", "input_sizes", "output_sizes", "input_dtypes",
                  "output_dtypes", "state", "retired", "thread_name", "is_p2p", "frames")
 _FIELDS = OWN_INT_FIELDS + SHARED_FIELDS
-_NAME_WIDTH = max(map(len, _FIELDS))
-_NAMES = np.zeros((len(_FIELDS), _NAME_WIDTH), np.uint8)
-_NAME_LEN = np.array([len(f) for f in _FIELDS], np.int64)
-for _k, _f in enumerate(_FIELDS):
-    _NAMES[_k, :len(_f)] = np.frombuffer(_f.encode(), np.uint8)
+
+
+def name_table(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Field names as the compiled kernels compare them: one zero-padded row of bytes per name, and the lengths."""
+    table = np.zeros((len(names), max(map(len, names))), np.uint8)
+    for k, name in enumerate(names):
+        table[k, :len(name)] = np.frombuffer(name.encode(), np.uint8)
+    return table, np.array([len(name) for name in names], np.int64)
+
+
+_NAMES, _NAME_LEN = name_table(_FIELDS)
 
 STACK_DEPTH = 256  # the validator's open containers: deeper nesting is refused, as by msgspec
 FAIL_CAPACITY = -4

@@ -15,6 +15,8 @@ notices a change to a function's own file only."""
 import numba
 import numpy as np
 
+from distdoctor.trace.loaders.fr_coded import INT_NONE, INT_OK, INT_OTHER  # how each integer field was written
+
 njit = numba.njit(cache=True, nogil=True, boundscheck=False)
 # Small helpers are inlined. The kernels are each one loop all the same: a helper given arrays, inlined or not,
 # adds reference counting on each of them per call, which costs more than most opcodes' work.
@@ -23,8 +25,6 @@ inline = numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
 FAIL = -1
 # Node kinds. Node 0 is a None that stands for a key an entry does not have (dict.get gives None).
 NONE, FALSE, TRUE, INT, BIG, FLOAT, STR, LIST, TUPLE, DICT = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
-# Per-entry integer fields: how each was written.
-INT_OK, INT_NONE, INT_OTHER = 0, 1, 2
 
 
 @inline
@@ -37,11 +37,14 @@ def _uint(buf, i, width):
 
 
 @inline
-def _read(i, width, avail):
-    """The end of the unpickler's buffer after it reads `width` bytes at i, or FAIL. The safe unpickler reads a
+def _read(i, width, avail, n):
+    """The end of the unpickler's buffer after it reads `width` bytes at i, or FAIL (also past the file's end,
+    n). The safe unpickler reads a
     file object: it reads what an opcode asks for (a FRAME: the whole frame) and serves later reads from that
     buffer, but a read that runs past the buffer's end drops the bytes left in it and reads on from the file.
     No pickler writes that (an opcode split across a frame's end), and its bytes would be read otherwise here."""
+    if i + width > n:
+        return FAIL
     if i + width <= avail:
         return avail
     if i >= avail:
@@ -108,7 +111,7 @@ def run(buf, kinds, ival, ival2, head, tail, child, nxt, stack, marks, memo, roo
     i = 0
     avail = 0  # the end of the unpickler's buffer (see _read)
     while i < n:
-        avail = _read(i, 1, avail)
+        avail = _read(i, 1, avail, n)
         if avail < 0:
             return FAIL
         op = buf[i]
@@ -117,8 +120,8 @@ def run(buf, kinds, ival, ival2, head, tail, child, nxt, stack, marks, memo, roo
         value = np.int64(0)
         value2 = np.int64(0)
         if op == 0x68:  # BINGET
-            avail = _read(i, 1, avail)
-            if i >= n or avail < 0:
+            avail = _read(i, 1, avail, n)
+            if avail < 0:
                 return FAIL
             idx = np.int64(buf[i])
             i += 1
@@ -132,14 +135,14 @@ def run(buf, kinds, ival, ival2, head, tail, child, nxt, stack, marks, memo, roo
             if op == 0x94:
                 idx = np.int64(memo_len)
             elif op == 0x71:
-                avail = _read(i, 1, avail)
-                if i >= n or avail < 0:
+                avail = _read(i, 1, avail, n)
+                if avail < 0:
                     return FAIL
                 idx = np.int64(buf[i])
                 i += 1
             else:
-                avail = _read(i, 4, avail)
-                if i + 4 > n or avail < 0:
+                avail = _read(i, 4, avail, n)
+                if avail < 0:
                     return FAIL
                 idx = np.int64(_uint(buf, i, 4))
                 i += 4
@@ -151,8 +154,8 @@ def run(buf, kinds, ival, ival2, head, tail, child, nxt, stack, marks, memo, roo
             if idx >= root[1]:
                 root[1] = idx + 1
         elif op == 0x4B:  # BININT1
-            avail = _read(i, 1, avail)
-            if i >= n or avail < 0:
+            avail = _read(i, 1, avail, n)
+            if avail < 0:
                 return FAIL
             new, value = INT, np.int64(buf[i])
             i += 1
@@ -160,6 +163,7 @@ def run(buf, kinds, ival, ival2, head, tail, child, nxt, stack, marks, memo, roo
             new = LIST if op == 0x5D else DICT if op == 0x7D else TUPLE
         elif op == 0x61 or op == 0x65 or op == 0x73 or op == 0x75 or op == 0x74 or 0x85 <= op <= 0x87:
             # APPEND, APPENDS, SETITEM, SETITEMS (into the container below the items), TUPLE, TUPLE1-3 (a new one)
+            makes_tuple = op == 0x74 or 0x85 <= op <= 0x87
             if op == 0x61 or op == 0x73:
                 start = sp - (2 if op == 0x73 else 1)
             elif 0x85 <= op <= 0x87:
@@ -170,7 +174,7 @@ def run(buf, kinds, ival, ival2, head, tail, child, nxt, stack, marks, memo, roo
                 mp -= 1
                 start = marks[mp]
                 fence = marks[mp - 1] if mp > 0 else 0
-            if op == 0x74 or 0x85 <= op <= 0x87:
+            if makes_tuple:
                 if start < fence:
                     return FAIL
                 target = nn
@@ -199,7 +203,7 @@ def run(buf, kinds, ival, ival2, head, tail, child, nxt, stack, marks, memo, roo
                 tail[target] = ne
                 ne += 1
             sp = start
-            if op == 0x74 or 0x85 <= op <= 0x87:
+            if makes_tuple:
                 stack[sp] = target
                 sp += 1
         elif op == 0x28:  # MARK
@@ -208,15 +212,15 @@ def run(buf, kinds, ival, ival2, head, tail, child, nxt, stack, marks, memo, roo
             fence = sp
         elif op == 0x8A or op == 0x8B:  # LONG1, LONG4: little-endian two's complement of a given length
             width = 1 if op == 0x8A else 4
-            avail = _read(i, width, avail)
-            if i + width > n or avail < 0:
+            avail = _read(i, width, avail, n)
+            if avail < 0:
                 return FAIL
             size = np.int64(_uint(buf, i, width))
             if width == 4 and size >= 2 ** 31:
                 return FAIL  # a negative length: the unpickler refuses it
             i += width
-            avail = _read(i, size, avail)
-            if size > n - i or avail < 0:
+            avail = _read(i, size, avail, n)
+            if avail < 0:
                 return FAIL
             if size <= 8:
                 new = INT
@@ -230,8 +234,8 @@ def run(buf, kinds, ival, ival2, head, tail, child, nxt, stack, marks, memo, roo
             i += size
         elif op == 0x4A or op == 0x4D:  # BININT (4, signed), BININT2 (2)
             width = 4 if op == 0x4A else 2
-            avail = _read(i, width, avail)
-            if i + width > n or avail < 0:
+            avail = _read(i, width, avail, n)
+            if avail < 0:
                 return FAIL
             value = np.int64(_uint(buf, i, width))
             if width == 4 and value >= 2 ** 31:
@@ -240,15 +244,15 @@ def run(buf, kinds, ival, ival2, head, tail, child, nxt, stack, marks, memo, roo
             i += width
         elif op == 0x8C or op == 0x58 or op == 0x8D:  # SHORT_BINUNICODE (1), BINUNICODE (4), BINUNICODE8 (8)
             width = 1 if op == 0x8C else 4 if op == 0x58 else 8
-            avail = _read(i, width, avail)
-            if i + width > n or avail < 0:
+            avail = _read(i, width, avail, n)
+            if avail < 0:
                 return FAIL
             size = _uint(buf, i, width)
             i += width
             if size > np.uint64(n - i):
                 return FAIL
             end = i + np.int64(size)
-            avail = _read(i, end - i, avail)
+            avail = _read(i, end - i, avail, n)
             if avail < 0 or not _utf8_ok(buf, i, end):
                 return FAIL
             new, value, value2 = STR, i, end
@@ -261,8 +265,8 @@ def run(buf, kinds, ival, ival2, head, tail, child, nxt, stack, marks, memo, roo
             root[0] = stack[sp - 1]
             return nn
         elif op == 0x6A:  # LONG_BINGET
-            avail = _read(i, 4, avail)
-            if i + 4 > n or avail < 0:
+            avail = _read(i, 4, avail, n)
+            if avail < 0:
                 return FAIL
             idx = np.int64(_uint(buf, i, 4))
             i += 4
@@ -271,8 +275,8 @@ def run(buf, kinds, ival, ival2, head, tail, child, nxt, stack, marks, memo, roo
             stack[sp] = memo[idx]
             sp += 1
         elif op == 0x47:  # BINFLOAT: 8 bytes big-endian; the bits are its identity, the offset its value
-            avail = _read(i, 8, avail)
-            if i + 8 > n or avail < 0:
+            avail = _read(i, 8, avail, n)
+            if avail < 0:
                 return FAIL
             bits = np.uint64(0)
             for k in range(8):
@@ -280,19 +284,19 @@ def run(buf, kinds, ival, ival2, head, tail, child, nxt, stack, marks, memo, roo
             new, value, value2 = FLOAT, np.int64(bits), i
             i += 8
         elif op == 0x95:  # FRAME: its length, then the frame is read ahead into the buffer
-            avail = _read(i, 8, avail)
-            if i + 8 > n or avail < 0:
+            avail = _read(i, 8, avail, n)
+            if avail < 0:
                 return FAIL
             length = _uint(buf, i, 8)
             i += 8
             if length > np.uint64(n - i):
                 return FAIL
-            avail = _read(i, np.int64(length), avail)  # (i stays)
+            avail = _read(i, np.int64(length), avail, n)  # (i stays)
             if avail < 0:
                 return FAIL
         elif op == 0x80:  # PROTO
-            avail = _read(i, 1, avail)
-            if i >= n or buf[i] > 5 or avail < 0:
+            avail = _read(i, 1, avail, n)
+            if avail < 0 or buf[i] > 5:
                 return FAIL
             i += 1
         else:

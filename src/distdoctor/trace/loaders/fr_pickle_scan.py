@@ -27,12 +27,10 @@ import numpy as np
 # The fields read, in the order fr_pickle_kernels.entry_codes takes them: the repeating ones (fr_coded's), the
 # stack, then the integers (fr_coded's order: record id, sequence numbers, times).
 from distdoctor.trace.loaders.fr_coded import INT_FIELDS, SHARED_FIELDS
+from distdoctor.trace.loaders.fr_json_scan import name_table
 
 _FIELDS = (*SHARED_FIELDS, "frames", *INT_FIELDS)
-_NAMES = np.zeros((len(_FIELDS), max(map(len, _FIELDS))), np.uint8)
-_NAME_LEN = np.array([len(f) for f in _FIELDS], np.int64)
-for _k, _f in enumerate(_FIELDS):
-    _NAMES[_k, :len(_f)] = np.frombuffer(_f.encode(), np.uint8)
+_NAMES, _NAME_LEN = name_table(_FIELDS)
 
 # Larger files go to the unpickler: the node table reserves about 80 bytes per byte of the file.
 MAX_BYTES = 64 << 20
