@@ -82,6 +82,11 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     sub = next((a for a in args if not a.startswith("-")), None)
     prog = f"distdoctor {sub}" if sub in SUBCOMMANDS else "distdoctor"
+    # No process's argv holds a NUL byte, but main() called in-process may get one, and every path option
+    # would fail on it inside click (os.stat raises ValueError, not OSError): refused here, once for all.
+    nul = next((a for a in args if "\x00" in a), None)
+    if nul is not None:
+        _fail(prog, f"argument {nul!r} holds a NUL byte")
     try:
         rv = cli.main(args=args, prog_name="distdoctor", standalone_mode=False)
     except _NO_ARGS_IS_HELP as exc:
