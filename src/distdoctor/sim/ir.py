@@ -45,6 +45,7 @@ COLLECTIVE_KINDS = {
     "all_to_all": "all_to_all", "alltoall": "all_to_all",
     "gather": "gather", "scatter": "scatter", "barrier": "barrier",
 }
+MAX_BYTES = 1 << 62  # an op's bytes: 4 EiB, far beyond any message a job sends
 OP_KINDS = ("compute", "record", "wait", "acquire", "release", "collective", "send", "recv", "comm_init")
 
 
@@ -338,6 +339,8 @@ def check_program(prog: Program) -> None:
                     raise InputError(where, f"negative duration us={op.us}")
                 if op.bytes < 0:
                     raise InputError(where, f"negative bytes={op.bytes}")
+                if op.bytes > MAX_BYTES:  # (times are floats: a 10**400-byte message cannot even be costed)
+                    raise InputError(where, "bytes beyond any real message (more than 2**62)")
                 if k in ("acquire", "release") and op.buffer not in rp.buffers:
                     raise InputError(where, f"unknown buffer {op.buffer!r} (rank {r} declares: "
                                             f"{', '.join(rp.buffers) or 'none'})")
