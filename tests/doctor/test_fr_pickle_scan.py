@@ -212,3 +212,34 @@ def test_a_damaged_file_the_scanner_reads_the_unpickler_reads_alike(flips):
     if scan_fr_pickle(data) is not None:
         safe_unpickle(data)  # the unpickler reads it too (raises otherwise)
     _alike(data, must_scan=False)
+
+
+def test_a_reader_that_cannot_start_is_named_and_the_pickles_still_load(tmp_path, monkeypatch, capsys):
+    """numba installed but unable to compile the opcode reader: the unpickler loads the set and the CLI says why
+    (a silent fallback would leave a user wondering why 16 384 pickles take three times as long)."""
+    import json
+
+    import distdoctor.trace.loaders.fr_pickle_kernels as k
+    from distdoctor.cli import main
+    from distdoctor.trace.loaders import fr_pickle_scan, load_traces
+
+    def broken(*args):
+        raise RuntimeError("no LLVM target for this machine")
+
+    monkeypatch.setattr(k, "run", broken)
+    kernels.cache_clear()
+    try:
+        for r in range(64):
+            (tmp_path / f"rank_{r}").write_bytes(pickle.dumps(_dump([_entry(record_id=i, collective_seq_id=i + 1) for i in range(4)]), protocol=4))
+        assert kernels() is None and "no LLVM target" in fr_pickle_scan.FAILURE
+        assert sorted(load_traces([str(tmp_path)]).ranks) == list(range(64))
+        with pytest.raises(SystemExit):
+            main(["diagnose", str(tmp_path), "--format", "json"])
+        out, err = capsys.readouterr()
+        assert json.loads(out)["world_size"] == 64
+        assert "the compiled pickle reader could not start (RuntimeError: no LLVM target" in err
+    finally:
+        monkeypatch.undo()
+        kernels.cache_clear()
+        fr_pickle_scan.FAILURE = None
+    assert kernels() is not None

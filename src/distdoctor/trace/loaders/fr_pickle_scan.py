@@ -53,6 +53,7 @@ def kernels():
     Compiled once and cached on disk; call before forking workers so they inherit it."""
     if os.environ.get("DISTDOCTOR_SCANNER", "").lower() == "off":
         return None
+    global FAILURE
     try:
         from distdoctor.trace.loaders import fr_pickle_kernels as k
     except ImportError:
@@ -61,9 +62,13 @@ def kernels():
         warm = pickle.dumps({"version": "2.10", "entries": [{"record_id": 0, "frames": []}]}, protocol=4)
         if _scan_with(k, warm) is None:  # compiles (or loads from the cache) for these types
             raise RuntimeError("it misread a known dump")
-    except Exception:  # numba cannot compile here: the unpickler does the work
+    except Exception as exc:  # numba cannot compile here: the unpickler does the work, and the CLI says why
+        FAILURE = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return None
     return k
+
+
+FAILURE: str | None = None  # why numba is installed but the opcode reader could not start (for the CLI to say)
 
 
 def scan_fr_pickle(data: bytes) -> ScannedPickle | None:
