@@ -230,7 +230,8 @@ def test_a_reader_that_cannot_start_is_named_and_the_pickles_still_load(tmp_path
     kernels.cache_clear()
     try:
         for r in range(64):
-            (tmp_path / f"rank_{r}").write_bytes(pickle.dumps(_dump([_entry(record_id=i, collective_seq_id=i + 1) for i in range(4)]), protocol=4))
+            entries = [_entry(record_id=i, collective_seq_id=i + 1) for i in range(4)]
+            (tmp_path / f"rank_{r}").write_bytes(pickle.dumps(_dump(entries), protocol=4))
         assert kernels() is None and "no LLVM target" in fr_pickle_scan.FAILURE
         assert sorted(load_traces([str(tmp_path)]).ranks) == list(range(64))
         with pytest.raises(SystemExit):
