@@ -37,6 +37,7 @@ from distdoctor.trace.loaders.merge import merge_rank, renumber_recorder_only
 from distdoctor.trace.loaders.safe_pickle import printable
 from distdoctor.trace.loaders.logs import link_logs, load_log, looks_like_log
 from distdoctor.trace.loaders.native import is_native, load_native
+from distdoctor.trace.loaders.readahead import Readahead
 from distdoctor.trace.loaders.stream import (PrefixCheck, SparseEntries, held_entries, members_back, members_by_key,
                                              window_of, windowed_summary)
 from distdoctor.trace.model import (DEFAULT_GROUP, ENTRY_FIELDS, Entry, EntryColumns, GroupInfo, LoadError, RankTrace,
@@ -283,10 +284,12 @@ def _load_parallel(files: list[str], jobs: int, check: PrefixCheck | None = None
     load = functools.partial(_load_compact, scan=any(ready), stream=check is not None)
     shared: dict[tuple, list] = {}
     out: list[RankTrace | LoadError] = []
+    ahead = Readahead(files)  # asks for the first files at once
     try:
         with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
             for got in pool.map(load, files, chunksize=8):
                 out.append(_unpack(got, shared, check))
+                ahead.advance(len(out))
     except (OSError, RuntimeError):  # no processes here (sandbox, exhausted): load in this process instead
         return None
     return out
