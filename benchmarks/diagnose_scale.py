@@ -228,6 +228,16 @@ def timed_child(cmd: list[str], timeout: float, env: dict | None = None, stdout_
     return json.loads(res.stdout)
 
 
+def drop_from_page_cache(folder: Path) -> None:
+    """Evict the set's files from the page cache (their pages are clean: the kernel drops them on this advice)."""
+    for p in folder.iterdir():
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=1024)
@@ -245,6 +255,8 @@ def main() -> None:
     ap.add_argument("--scanner", choices=("on", "off"), default="on",
                     help="off: without the compiled JSON and pickle scanners (as without the `fast` extra)")
     ap.add_argument("--generate-only", action="store_true", help="write the dumps and stop")
+    ap.add_argument("--cold", action="store_true", help="drop the dumps from the page cache before each run (as "
+                    "a set just copied off the cluster, or one larger than the machine's memory, is read)")
     args = ap.parse_args()
     data = Path(args.data) / f"{args.ranks}x{args.entries}"
     t = time.perf_counter()
@@ -255,6 +267,8 @@ def main() -> None:
     report_path = str(data / "report.json")
 
     def diagnose(checkout: Path, report: str) -> dict:
+        if args.cold:
+            drop_from_page_cache(data / args.form)
         env = dict(os.environ, PYTHONPATH=str(checkout / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
         if args.scanner == "off":
             env["DISTDOCTOR_SCANNER"] = "off"
@@ -270,7 +284,7 @@ def main() -> None:
     ours = {"rc": None, "outcome": "skipped", "wall_s": float("nan"), "cpu_s": float("nan")} if not runs else \
         dict(sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2])  # the median run
     summary = {"ranks": args.ranks, "entries_per_rank": args.entries, "cpus": os.cpu_count(), "form": args.form,
-               "scanner": args.scanner, "load_average_before": load_before,
+               "scanner": args.scanner, "cold": args.cold, "load_average_before": load_before,
                "bytes": sum(p.stat().st_size for p in (data / args.form).iterdir()), "distdoctor": ours,
                "fast_extra": importlib.util.find_spec("numba") is not None}
     if len(runs) > 1:
