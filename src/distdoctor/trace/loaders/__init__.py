@@ -3,8 +3,7 @@
 Dispatch is by content, never by extension: a pickle opcode stream is a Flight Recorder pickle (read with the
 safe unpickler), a first line with the distdoctor-trace header is native JSON lines, any other JSON object with
 `version` and `entries` is a Flight Recorder JSON dump, text with begin/end markers or NCCL INFO calls is a per-rank
-log (logs.py, nccl_log.py). Every file that cannot be used becomes a LoadError naming
-the file and the reason, and the rest still load.
+log (logs.py, nccl_log.py). A file that cannot be used is a LoadError with its reason; the rest still load.
 
 After loading, the set is made consistent:
 - a rank's recorder trace and its Flight Recorder dump are merged into one view (merge.py); other duplicate
@@ -277,8 +276,7 @@ def _load_parallel(files: list[str], jobs: int, check: PrefixCheck | None = None
 
     if "fork" not in mp.get_all_start_methods():
         return None
-    # Many files: the compiled scanners pay for their start-up (about a second) for the forms the set holds. Made
-    # ready here, so the workers inherit them.
+    # Many files: the compiled scanners of the forms the set holds start here (about 1 s), so workers inherit them.
     forms = _forms(files)
     ready = [k() is not None for form, k in (("json", kernels), ("pickle", pickle_kernels)) if form in forms]
     load = functools.partial(_load_compact, scan=any(ready), stream=check is not None)
