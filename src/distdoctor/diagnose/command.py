@@ -150,12 +150,11 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
                    f"under load_errors", err=True)
     from distdoctor.trace.loaders import fr_json_scan, fr_pickle_scan
 
-    if fr_json_scan.FAILURE:
-        click.echo(f"distdoctor diagnose: note: the compiled JSON scanner could not start ({fr_json_scan.FAILURE}); "
-                   f"dumps were read entry by entry, which is slower", err=True)
-    if fr_pickle_scan.FAILURE:
-        click.echo(f"distdoctor diagnose: note: the compiled pickle reader could not start ({fr_pickle_scan.FAILURE}); "
-                   f"pickles were read by the unpickler, which is slower", err=True)
+    for reader, module, instead in (("JSON scanner", fr_json_scan, "dumps were read entry by entry"),
+                                    ("pickle reader", fr_pickle_scan, "pickles were read by the unpickler")):
+        if module.FAILURE:
+            click.echo(f"distdoctor diagnose: note: the compiled {reader} could not start ({module.FAILURE}); "
+                       f"{instead}, which is slower", err=True)
     merged = [t for t in ts.ranks.values() if t.merged]
     if merged:
         click.echo(f"distdoctor diagnose: note: {merged_note(merged)}", err=True)

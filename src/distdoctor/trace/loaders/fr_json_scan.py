@@ -84,9 +84,14 @@ def kernels():
         if _scan_with(k.scan, _WARM_UP) is None:  # compiles (or loads from the cache) for these types
             raise RuntimeError("it misread a known dump")
     except Exception as exc:  # numba cannot compile here: the per-entry reader does the work, and says so
-        FAILURE = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        FAILURE = startup_failure(exc)
         return None
     return k.scan
+
+
+def startup_failure(exc: Exception) -> str:
+    """Why a compiled kernel could not start, in one line (the CLI's note; also fr_pickle_scan's)."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
 FAILURE: str | None = None  # why numba is installed but the scanner could not start (for the CLI to say)

@@ -27,7 +27,7 @@ import numpy as np
 # The fields read, in the order fr_pickle_kernels.entry_codes takes them: the repeating ones (fr_coded's), the
 # stack, then the integers (fr_coded's order: record id, sequence numbers, times).
 from distdoctor.trace.loaders.fr_coded import INT_FIELDS, SHARED_FIELDS
-from distdoctor.trace.loaders.fr_json_scan import name_table
+from distdoctor.trace.loaders.fr_json_scan import name_table, startup_failure
 
 _FIELDS = (*SHARED_FIELDS, "frames", *INT_FIELDS)
 _NAMES, _NAME_LEN = name_table(_FIELDS)
@@ -63,7 +63,7 @@ def kernels():
         if _scan_with(k, warm) is None:  # compiles (or loads from the cache) for these types
             raise RuntimeError("it misread a known dump")
     except Exception as exc:  # numba cannot compile here: the unpickler does the work, and the CLI says why
-        FAILURE = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        FAILURE = startup_failure(exc)
         return None
     return k
 
