@@ -252,8 +252,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="runs of each (alternating with --baseline)")
     ap.add_argument("--gen-jobs", type=int, default=1, help="processes writing the dumps (once per set)")
     ap.add_argument("--form", choices=("json", "pickle"), default="json", help="which dumps distdoctor reads")
-    ap.add_argument("--scanner", choices=("on", "off"), default="on",
-                    help="off: without the compiled JSON and pickle scanners (as without the `fast` extra)")
+    ap.add_argument("--scanner", choices=("on", "off", "c", "numba"), default="on",
+                    help="on: the compiled scanners installed (C where built, else numba); off: none; c: the C JSON "
+                    "scanner only (as without the `fast` extra); numba: numba's only")
     ap.add_argument("--generate-only", action="store_true", help="write the dumps and stop")
     ap.add_argument("--cold", action="store_true", help="drop the dumps from the page cache before each run (as "
                     "a set just copied off the cluster, or one larger than the machine's memory, is read)")
@@ -270,8 +271,8 @@ def main() -> None:
         if args.cold:
             drop_from_page_cache(data / args.form)
         env = dict(os.environ, PYTHONPATH=str(checkout / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        if args.scanner == "off":
-            env["DISTDOCTOR_SCANNER"] = "off"
+        if args.scanner != "on":
+            env["DISTDOCTOR_SCANNER"] = args.scanner
         return timed_child([sys.executable, "-m", "distdoctor", "diagnose", str(data / args.form), "--format",
                             "json"], args.timeout, env, report)
 

@@ -1,7 +1,8 @@
 """The compiled Flight Recorder JSON scanner reads every dump exactly as the per-entry reader does, or leaves
 it to that reader: same entries, groups, header and per-rank summary. Checked on real dumps (written by torch
 in the fixtures), on hand-made layouts the scanner must accept, on inputs it must hand over, and on random
-dumps with random damage."""
+dumps with random damage; every check runs on both compilations of the scanner (C, built at install, and
+numba's, the `fast` extra)."""
 
 from __future__ import annotations
 
@@ -14,17 +15,31 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from distdoctor.trace.loaders import load_traces
+from distdoctor.trace.loaders import fr_json_scan, load_traces
 from distdoctor.trace.loaders.flight_recorder import _Interner, _trace_from_scan, parse_fr_json_fast, safe_unpickle
 from distdoctor.trace.loaders.fr_json_scan import kernels, scan_fr_json
 from distdoctor.trace.summary import _compute
 
-pytest.importorskip("numba")  # the `fast` extra (part of the test extras)
 sys.path.insert(0, str(Path(__file__).parents[1] / "fuzz"))
 from fuzz_inputs import FR_JSON, FR_JSON_OBJ, damaged_bytes, json_text, mutated_structure  # noqa: E402
 
 FIX = Path(__file__).parent / "fixtures"
 PATH = "dump_rank_0.json"
+
+
+@pytest.fixture(autouse=True, params=["c", "numba"])
+def kernel(request, monkeypatch):
+    """Each test with the C scanner, then with numba's (DISTDOCTOR_SCANNER picks one)."""
+    if request.param == "c":
+        pytest.importorskip("distdoctor.trace.loaders._fr_json_kernel", reason="the C scanner was not built")
+    else:
+        pytest.importorskip("numba")  # the `fast` extra (part of the test extras)
+    monkeypatch.setenv("DISTDOCTOR_SCANNER", request.param)
+    kernels.cache_clear()
+    yield request.param
+    monkeypatch.undo()
+    kernels.cache_clear()
+    fr_json_scan.FAILURE = None
 
 
 def read(data: bytes, scan: bool):
@@ -93,8 +108,9 @@ def mixed_entries(n: int = 12) -> list[dict]:
     return out
 
 
-def test_the_scanner_is_available_with_the_fast_extra():
-    assert kernels() is not None
+def test_the_scanner_is_available(kernel):
+    scan = kernels()
+    assert scan is not None and (scan.__module__ or "").endswith("_fr_json_kernel" if kernel == "c" else "kernels")
 
 
 @pytest.mark.parametrize("layout", ["default", "indented", "compact", "keys_shuffled", "fields_missing",
@@ -270,15 +286,19 @@ def random_dumps(draw) -> bytes:
 
 
 # No deadline or speed check: the machine is shared and noisy (as in tests/fuzz).
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(random_dumps())
 def test_random_dumps_read_the_same(data):
     same_reading(data)
 
 
-def test_entries_are_grouped_by_their_bytes_not_by_a_digest():
+def test_entries_are_grouped_by_their_bytes_not_by_a_digest(kernel):
     """The digest only finds candidates (group_of): entries join a group only when their bytes are equal."""
     import numpy as np
+
+    if kernel == "c":
+        pytest.skip("numba's helper, called directly (the C twin's grouping is checked by every reading above)")
 
     from distdoctor.trace.loaders import fr_json_kernels as k
 
@@ -287,7 +307,8 @@ def test_entries_are_grouped_by_their_bytes_not_by_a_digest():
     assert not k.same_spans(buf, spans, 0, 1) and k.same_spans(buf, spans, 0, 2)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
 @given(st.one_of(mutated_structure(FR_JSON_OBJ, allow_bytes=False).map(json_text), damaged_bytes(FR_JSON.encode())))
 def test_mutated_real_json_dumps_read_the_same(text):
     """The fuzz targets' mutations of a JSON dump written by torch (tests/fuzz)."""
@@ -295,10 +316,13 @@ def test_mutated_real_json_dumps_read_the_same(text):
         same_reading(text.encode() if isinstance(text, str) else text)
 
 
-def test_a_scanner_that_cannot_start_is_named_and_the_dumps_still_load(tmp_path, monkeypatch, capsys):
-    """numba installed but unable to compile: the per-entry reader loads the set and the CLI says why."""
-    import distdoctor.trace.loaders.fr_json_kernels as k
-    from distdoctor.trace.loaders import fr_json_scan
+def test_a_scanner_that_cannot_start_is_named_and_the_dumps_still_load(tmp_path, monkeypatch, capsys, kernel):
+    """A scanner there but unable to run (numba unable to compile, say): the per-entry reader loads the set and
+    the CLI says why."""
+    import importlib
+
+    name = "_fr_json_kernel" if kernel == "c" else "fr_json_kernels"
+    k = importlib.import_module(f"distdoctor.trace.loaders.{name}")
 
     def broken(*args):
         raise RuntimeError("no LLVM target for this machine")
@@ -321,4 +345,26 @@ def test_a_scanner_that_cannot_start_is_named_and_the_dumps_still_load(tmp_path,
         monkeypatch.undo()
         kernels.cache_clear()
         fr_json_scan.FAILURE = None
-    assert kernels() is not None
+    assert kernels() is not None  # (the environment is back as it was: the C scanner where built)
+
+
+def test_the_c_scanner_refuses_arrays_that_do_not_fit(kernel):
+    """The C kernel checks every array it is given: a caller's mistake is an error, never a write out of bounds."""
+    import numpy as np
+
+    if kernel != "c":
+        pytest.skip("numba's kernel trusts its caller (fr_json_scan._scan_with sizes every array)")
+    from distdoctor.trace.loaders._fr_json_kernel import scan
+
+    calls = []
+    text = json.dumps(dump([entry(0), entry(1)])).encode()
+    fr_json_scan._scan_with(lambda *arrays: calls.append(arrays) or scan(*arrays), text)
+    arrays = list(calls[0])
+    assert scan(*arrays) == 2
+    for k, wrong in ((11, arrays[11][:1]), (6, arrays[6].astype(np.int32)), (13, arrays[13][:10]), (5, arrays[5].T)):
+        bad = arrays.copy()
+        bad[k] = wrong
+        with pytest.raises(ValueError):
+            scan(*bad)
+    with pytest.raises(TypeError):
+        scan(*arrays[:19])

@@ -1,7 +1,8 @@
 """The compiled pickle reader (trace/loaders/fr_pickle_scan.py) gives exactly the trace the safe unpickler's
 path gives, on real Gloo dumps (written by torch's C++ pickler), NCCL-style fixtures and odd values under every
 protocol; and it reads nothing the unpickler would refuse: on a damaged or hostile file it hands over, and the
-unpickler's reason is the one the user sees."""
+unpickler's reason is the one the user sees. Every check runs on both compilations of the reader (C, built at
+install, and numba's, the `fast` extra)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,25 @@ from distdoctor.trace.loaders.safe_pickle import safe_unpickle
 
 from test_fr_columns import ODD, SHARED_FRAME, _entry, _same
 
-pytestmark = pytest.mark.skipif(kernels() is None, reason="numba (the `fast` extra) is not installed")
+
+
+@pytest.fixture(autouse=True, params=["c", "numba"])
+def kernel(request, monkeypatch):
+    """Each test with the C reader, then with numba's (DISTDOCTOR_SCANNER picks one)."""
+    from distdoctor.trace.loaders import fr_pickle_scan
+
+    if request.param == "c":
+        pytest.importorskip("distdoctor.trace.loaders._fr_pickle_kernel", reason="the C reader was not built")
+    else:
+        pytest.importorskip("numba")  # the `fast` extra (part of the test extras)
+    monkeypatch.setenv("DISTDOCTOR_SCANNER", request.param)
+    kernels.cache_clear()
+    assert kernels() is not None
+    yield request.param
+    monkeypatch.undo()
+    kernels.cache_clear()
+    fr_pickle_scan.FAILURE = None
+
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl_style"
 PROTOCOLS = (2, 3, 4, 5)
@@ -186,7 +205,8 @@ _FIELDS = ["record_id", "collective_seq_id", "p2p_seq_id", "time_created_ns", "t
            "input_dtypes", "output_dtypes", "state", "retired", "thread_name", "is_p2p", "frames"]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(st.dictionaries(st.sampled_from(_FIELDS), _ODD_VALUES, max_size=4), min_size=1, max_size=4),
        st.sampled_from(PROTOCOLS))
 def test_random_odd_values_read_alike(changes, protocol):
@@ -199,7 +219,8 @@ def test_random_odd_values_read_alike(changes, protocol):
 _BASE = pickle.dumps(_dump([_entry(record_id=i, collective_seq_id=i + 1) for i in range(3)]), protocol=2)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.integers(0, len(_BASE) - 1), st.integers(0, 255)), min_size=1, max_size=3))
 @example([(2, 0x28)])  # a MARK where the dict opens
 @example([(891, 19)])  # a list where a key was: the unpickler reads it, the entry is malformed
@@ -214,12 +235,14 @@ def test_a_damaged_file_the_scanner_reads_the_unpickler_reads_alike(flips):
     _alike(data, must_scan=False)
 
 
-def test_a_reader_that_cannot_start_is_named_and_the_pickles_still_load(tmp_path, monkeypatch, capsys):
-    """numba installed but unable to compile the opcode reader: the unpickler loads the set and the CLI says why
-    (a silent fallback would leave a user wondering why 16 384 pickles take three times as long)."""
+def test_a_reader_that_cannot_start_is_named_and_the_pickles_still_load(tmp_path, monkeypatch, capsys, kernel):
+    """A reader there but unable to run (numba unable to compile it, say): the unpickler loads the set and the
+    CLI says why (a silent fallback would leave a user wondering why 16 384 pickles take three times as long)."""
+    import importlib
     import json
 
-    import distdoctor.trace.loaders.fr_pickle_kernels as k
+    name = "_fr_pickle_kernel" if kernel == "c" else "fr_pickle_kernels"
+    k = importlib.import_module(f"distdoctor.trace.loaders.{name}")
     from distdoctor.cli import main
     from distdoctor.trace.loaders import fr_pickle_scan, load_traces
 
@@ -243,4 +266,30 @@ def test_a_reader_that_cannot_start_is_named_and_the_pickles_still_load(tmp_path
         monkeypatch.undo()
         kernels.cache_clear()
         fr_pickle_scan.FAILURE = None
-    assert kernels() is not None
+    assert kernels() is not None  # (the environment is back as it was: the C reader where built)
+
+
+def test_the_c_reader_refuses_arrays_and_tables_that_do_not_fit(kernel):
+    """The C kernels check every array they are given and every index they follow: a caller's mistake or a
+    corrupt node table is an error or FAIL, never a read or write out of bounds."""
+    import numpy as np
+
+    if kernel != "c":
+        pytest.skip("numba's kernels trust their caller (fr_pickle_scan._scan_with sizes every array)")
+    from distdoctor.trace.loaders import _fr_pickle_kernel as c
+
+    data = pickle.dumps(_dump([_entry(record_id=i, collective_seq_id=i + 1) for i in range(3)]), protocol=4)
+    buf = np.frombuffer(data, np.uint8)
+    cap = len(data) + 1
+    nodes = [np.zeros(cap + 1, np.int8)] + [np.zeros(cap + 1, np.int64) for _ in range(4)]
+    rest = [np.zeros(cap, np.int64) for _ in range(5)]
+    root = np.zeros(2, np.int64)
+    assert c.run(buf, *nodes, *rest, root) > 0
+    with pytest.raises(ValueError):
+        c.run(buf, *nodes, *rest, root[:1])
+    with pytest.raises(ValueError):
+        c.run(buf, nodes[0].astype(np.int64), *nodes[1:], *rest, root)
+    head, nxt = nodes[3], rest[1]
+    assert c.count_items(int(root[0]), head, nxt) == 8  # the top dict's four keys and their values
+    nxt[:] = np.arange(1, cap + 1)  # a chain running past the table's end stops there
+    assert c.count_items(0, np.zeros(1, np.int64), nxt) == cap

@@ -1,11 +1,11 @@
-"""The compiled half of fr_json_scan (numba, the `fast` extra; imported only when a scan is asked for).
-
-One pass over the whole file validates it as JSON the way msgspec's decoder does when it skips a value (string
-control characters, number grammar, literals, commas and colons; not UTF-8), so a file the per-entry reader
-would refuse is refused here too; strings with a backslash are not read here at all (FAIL_ESCAPE). Most entries
-are a copy of an earlier one but for their integers: such an entry is read by replaying the bytes of its
-group's first entry (replay), which validates it too; only the others are scanned byte by byte. Everything
-compiled lives in this one file: numba's disk cache notices a change to a function's own file only."""
+"""fr_json_scan's compiled half in numba (the `fast` extra), used where its C twin was not built; a change
+here is made in _fr_json_kernel.c too (the tests run both). One pass over the whole file validates it as JSON
+the way msgspec's decoder does when it skips a value (string control characters, number grammar, literals,
+commas and colons; not UTF-8), so a file the per-entry reader would refuse is refused here too; strings with a
+backslash are not read here at all (FAIL_ESCAPE). Most entries are a copy of an earlier one but for their
+integers: such an entry is read by replaying the bytes of its group's first entry (replay), which validates it
+too; only the others are scanned byte by byte. All of it lives in this one file: numba's disk cache notices a
+change to a function's own file only."""
 
 import numba
 import numpy as np

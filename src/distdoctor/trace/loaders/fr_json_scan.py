@@ -2,17 +2,19 @@
 
 A thousand-rank job leaves two million entries. Decoding each into Python objects costs several microseconds,
 most of it on the fields that repeat (group, op name, sizes, dtypes, state, thread): a dump holds a handful of
-distinct combinations of them. Here one compiled pass (numba) walks the `entries` array, parses the fields that
-differ per entry (all integers: record id, sequence numbers, times) into arrays and notes where each repeating
-field's value lies; entries are then grouped by the exact bytes of those values (an entry that repeats an
-earlier one's bytes but for its integers is recognised by replaying them, see fr_json_kernels), and one
-representative entry of each group is decoded with the same strict msgspec types as the per-entry reader (flight_recorder._FrEntry).
+distinct combinations of them. Here one compiled pass walks the `entries` array, parses the fields that differ
+per entry (all integers: record id, sequence numbers, times) into arrays and notes where each repeating field's
+value lies; entries are then grouped by the exact bytes of those values (an entry that repeats an earlier one's
+bytes but for its integers is recognised by replaying them, see fr_json_kernels), and one representative entry
+of each group is decoded with the same strict msgspec types as the per-entry reader (flight_recorder._FrEntry).
 Entries of a group differ from their representative only in the integers, so both readers give the same values.
 
-The same pass validates the whole file as JSON, as msgspec does when it skips a value. Anything this reader does
-not expect (a backslash in a string, a key twice, non-empty stack frames, an integer field holding a float, a
-negative or a string) makes it return None, and the per-entry reader takes the file. Without numba
-installed (the `fast` extra) it always returns None."""
+The pass is compiled twice, to the same arrays and results: in C (_fr_json_kernel.c, built when distdoctor is
+installed, where a C compiler is found) and with numba (fr_json_kernels.py, the `fast` extra), used where the C
+one was not built. It validates the whole file as JSON, as msgspec does when it skips a value. Anything this
+reader does not expect (a backslash in a string, a key twice, non-empty stack frames, an integer field holding a
+float, a negative or a string) makes it return None, and the per-entry reader takes the file; so does every
+file when neither scanner is there."""
 
 from __future__ import annotations
 
@@ -70,23 +72,37 @@ class ScannedDump:
 
 @functools.lru_cache(maxsize=1)
 def kernels():
-    """The compiled scanner, or None without numba (or with DISTDOCTOR_SCANNER=off in the environment).
-    Compiled once and cached on disk (numba's cache: the first use after an install takes several seconds more);
-    call before forking workers so they inherit it."""
-    if os.environ.get("DISTDOCTOR_SCANNER", "").lower() == "off":
+    """The compiled scanner: the C one built when distdoctor was installed (_fr_json_kernel.c), else numba's (the
+    `fast` extra: compiled once and cached on disk, the first use after an install takes several seconds more),
+    else None. DISTDOCTOR_SCANNER in the environment: `off` for none, `c` or `numba` for only that one (the
+    tests and benchmarks compare them). Call before forking workers so they inherit it."""
+    choice = os.environ.get("DISTDOCTOR_SCANNER", "").lower()
+    if choice == "off":
         return None
     global FAILURE
-    try:
-        from distdoctor.trace.loaders import fr_json_kernels as k
-    except ImportError:  # no numba (the `fast` extra): the per-entry reader does the work
-        return None
-    try:
-        if _scan_with(k.scan, _WARM_UP) is None:  # compiles (or loads from the cache) for these types
-            raise RuntimeError("it misread a known dump")
-    except Exception as exc:  # numba cannot compile here: the per-entry reader does the work, and says so
-        FAILURE = startup_failure(exc)
-        return None
-    return k.scan
+    candidates, failure = [], None
+    if choice != "numba":
+        try:
+            from distdoctor.trace.loaders._fr_json_kernel import scan
+            candidates.append(scan)
+        except ImportError:  # not built (no C compiler at install): numba's, if installed
+            pass
+    if choice != "c":
+        try:
+            from distdoctor.trace.loaders import fr_json_kernels as k
+            candidates.append(k.scan)
+        except ImportError:  # no numba (the `fast` extra)
+            pass
+    for scan in candidates:
+        try:
+            if _scan_with(scan, _WARM_UP) is None:  # (numba: compiles, or loads from its cache, for these types)
+                raise RuntimeError("it misread a known dump")
+        except Exception as exc:  # it cannot run here: the next one, else the per-entry reader, which says so
+            failure = startup_failure(exc)
+            continue
+        return scan
+    FAILURE = failure
+    return None
 
 
 def startup_failure(exc: Exception) -> str:
@@ -94,7 +110,7 @@ def startup_failure(exc: Exception) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
-FAILURE: str | None = None  # why numba is installed but the scanner could not start (for the CLI to say)
+FAILURE: str | None = None  # why a compiled scanner is there but could not start (for the CLI to say)
 
 
 _WARM_UP = b'{"version": "2.10", "entries": [{"record_id": 0, "process_group": ["0", ""], "profiling_name": "x"}]}'

@@ -1,4 +1,5 @@
-"""The compiled half of fr_pickle_scan (numba, the `fast` extra; imported only when a scan is asked for).
+"""The compiled half of fr_pickle_scan in numba (the `fast` extra), used where its C twin was not built; a change
+here is made in _fr_pickle_kernel.c too (the tests run both).
 
 `run` executes a pickle's opcodes the way CPython's C unpickler does, but builds no Python object: every value
 becomes a node (its kind, its integer or the span of its bytes), and a container's items are a linked list of

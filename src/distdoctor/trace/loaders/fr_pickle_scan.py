@@ -2,7 +2,7 @@
 
 A 16 384-rank set of pickles holds 33 million entries. CPython's unpickler builds each one's dict, its lists and
 its frame dicts (10 ms or so per 2000-entry dump), only for the compact reader (fr_coded.py) to key them back
-into a few distinct rows. Here one compiled pass (numba, fr_pickle_kernels) executes the opcodes into a table of
+into a few distinct rows. Here one compiled pass (fr_pickle_kernels) executes the opcodes into a table of
 nodes, gives every value under the entries an id (equal kind and content, equal id), and groups the entries by
 the ids of their repeating fields; only one entry of each group, the dump's header and each distinct stack are
 built as Python objects, from the nodes, as the unpickler would build them. fr_coded.parts_from_scan then keys
@@ -11,7 +11,9 @@ those rows exactly as it keys the unpickled entries: both readers give the same 
 Nothing in the file is called or looked up: only builtin scalars and containers are read, and anything else
 (a global, an opcode not written for builtin values, a memo slot never filled, bad UTF-8, a container that
 contains itself, a file over MAX_BYTES) returns None and the safe unpickler takes the file (its reason, if it
-refuses it too, is the one the user sees). Without numba (the `fast` extra) it always returns None."""
+refuses it too, is the one the user sees). The reader is compiled twice, to the same arrays and results: in C
+(_fr_pickle_kernel.c, built when distdoctor is installed, where a C compiler is found) and with numba
+(fr_pickle_kernels.py, the `fast` extra), used where the C one was not built; with neither, it returns None."""
 
 from __future__ import annotations
 
@@ -49,26 +51,40 @@ class ScannedPickle:
 
 @functools.lru_cache(maxsize=1)
 def kernels():
-    """The compiled module, or None without numba (or with DISTDOCTOR_SCANNER=off in the environment).
-    Compiled once and cached on disk; call before forking workers so they inherit it."""
-    if os.environ.get("DISTDOCTOR_SCANNER", "").lower() == "off":
+    """The compiled module: the C one built when distdoctor was installed (_fr_pickle_kernel.c), else numba's (the
+    `fast` extra: compiled once and cached on disk), else None. DISTDOCTOR_SCANNER in the environment: `off` for
+    none, `c` or `numba` for only that one. Call before forking workers so they inherit it."""
+    choice = os.environ.get("DISTDOCTOR_SCANNER", "").lower()
+    if choice == "off":
         return None
     global FAILURE
-    try:
-        from distdoctor.trace.loaders import fr_pickle_kernels as k
-    except ImportError:
-        return None
-    try:
-        warm = pickle.dumps({"version": "2.10", "entries": [{"record_id": 0, "frames": []}]}, protocol=4)
-        if _scan_with(k, warm) is None:  # compiles (or loads from the cache) for these types
-            raise RuntimeError("it misread a known dump")
-    except Exception as exc:  # numba cannot compile here: the unpickler does the work, and the CLI says why
-        FAILURE = startup_failure(exc)
-        return None
-    return k
+    candidates, failure = [], None
+    if choice != "numba":
+        try:
+            from distdoctor.trace.loaders import _fr_pickle_kernel as c
+            candidates.append(c)
+        except ImportError:  # not built (no C compiler at install): numba's, if installed
+            pass
+    if choice != "c":
+        try:
+            from distdoctor.trace.loaders import fr_pickle_kernels as k
+            candidates.append(k)
+        except ImportError:  # no numba (the `fast` extra)
+            pass
+    for k in candidates:
+        try:
+            warm = pickle.dumps({"version": "2.10", "entries": [{"record_id": 0, "frames": []}]}, protocol=4)
+            if _scan_with(k, warm) is None:  # (numba: compiles, or loads from its cache, for these types)
+                raise RuntimeError("it misread a known dump")
+        except Exception as exc:  # it cannot run here: the next one, else the unpickler, and the CLI says why
+            failure = startup_failure(exc)
+            continue
+        return k
+    FAILURE = failure
+    return None
 
 
-FAILURE: str | None = None  # why numba is installed but the opcode reader could not start (for the CLI to say)
+FAILURE: str | None = None  # why a compiled opcode reader is there but could not start (for the CLI to say)
 
 
 def scan_fr_pickle(data: bytes) -> ScannedPickle | None:
@@ -96,7 +112,7 @@ def _scan_with(k, data: bytes) -> ScannedPickle | None:
     memo[:root[1]] = 0  # the slots written (counted as they are, a failed run too): zero for the next dump
     if nn < 0:
         return None
-    nodes = _Nodes(data, kinds, ival, ival2, head, child, nxt)
+    nodes = _Nodes(k, data, kinds, ival, ival2, head, child, nxt)
     top = int(root[0])
     if kinds[top] != k.DICT:
         return None
@@ -179,9 +195,7 @@ _DOUBLE = struct.Struct(">d")
 class _Nodes:
     """Python values of nodes, built as the unpickler builds them (a node reached twice is one object)."""
 
-    def __init__(self, data: bytes, kinds, ival, ival2, head, child, nxt) -> None:
-        from distdoctor.trace.loaders import fr_pickle_kernels as k
-
+    def __init__(self, k, data: bytes, kinds, ival, ival2, head, child, nxt) -> None:
         self.data, self.kinds, self.ival, self.ival2 = data, kinds, ival, ival2
         self.head, self.child, self.nxt = head, child, nxt
         self.k = k
