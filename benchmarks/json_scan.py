@@ -3,10 +3,11 @@
     python benchmarks/json_scan.py [--world 1024] [--entries 2000] [--rank 5] [--repeat 50]
 
 One rank's dump as benchmarks/diagnose_scale.py writes it (about 1.1 MB at 2000 entries), in memory: the scanner
-(fr_json_scan._scan_with: validation, replay or byte-by-byte scan per entry, representatives) and, as the yardstick
-measured in the same run, msgspec decoding the same bytes into a struct that skips every entry. Prints best and
-median milliseconds of --repeat runs each and their ratio. Needs the `fast` extra (numba). With
-PYTHONPATH=<another checkout>/src it times that checkout's scanner (the ratio to msgspec compares across runs)."""
+(fr_json_scan._scan_with: validation, replay or byte-by-byte scan per entry, representatives) in each compilation
+there is (C, built at install; numba's, the `fast` extra) and, as the yardstick, msgspec decoding the same bytes
+into a struct that skips every entry, the three taking turns run by run. Prints best and median milliseconds of
+--repeat runs each and the ratios of the bests. With PYTHONPATH=<another checkout>/src it times that checkout's
+scanner (the ratio to msgspec compares across runs)."""
 
 from __future__ import annotations
 
@@ -33,13 +34,10 @@ class _Dump(msgspec.Struct):
     entries: list[_Skip]
 
 
-def timed(fn, repeat: int) -> tuple[float, float]:
-    runs = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        runs.append((time.perf_counter() - t) * 1000)
-    return round(min(runs), 3), round(statistics.median(runs), 3)
+def timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t) * 1000
 
 
 def main() -> None:
@@ -49,18 +47,36 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=50)
     args = ap.parse_args()
-    scan = fr_json_scan.kernels()
-    if scan is None:
-        sys.exit("the compiled scanner is not available (install the `fast` extra: numba)")
+    kernels = {}
+    try:
+        from distdoctor.trace.loaders._fr_json_kernel import scan as c_scan
+        kernels["c"] = c_scan
+    except ImportError:
+        pass
+    try:
+        from distdoctor.trace.loaders.fr_json_kernels import scan as numba_scan
+        kernels["numba"] = numba_scan
+    except ImportError:
+        pass
+    if not kernels:
+        sys.exit("no compiled scanner: neither the C one (built at install) nor numba's (the `fast` extra)")
     data = json.dumps(rank_dump(args.rank, args.world, args.entries, layout(args.world))).encode()
-    got = fr_json_scan._scan_with(scan, data)
-    assert got is not None and got.n == args.entries, "the scanner handed the dump over"
+    for scan in kernels.values():
+        got = fr_json_scan._scan_with(scan, data)  # (numba: compiles here, or loads its cache)
+        assert got is not None and got.n == args.entries, "the scanner handed the dump over"
     skip = msgspec.json.Decoder(_Dump)
-    ours = timed(lambda: fr_json_scan._scan_with(scan, data), args.repeat)
-    theirs = timed(lambda: skip.decode(data), args.repeat)
-    print(json.dumps({"bytes": len(data), "entries": got.n, "groups": len(got.representatives),
-                      "scanner_ms_best_median": ours, "msgspec_skip_ms_best_median": theirs,
-                      "ratio_best_scanner_over_skip": round(ours[0] / theirs[0], 2)}, indent=1))
+    runs: dict[str, list[float]] = {name: [] for name in (*kernels, "msgspec_skip")}
+    for _ in range(args.repeat):  # in turns: a slow spell of this shared host falls on all of them
+        for name, scan in kernels.items():
+            runs[name].append(timed(lambda: fr_json_scan._scan_with(scan, data)))
+        runs["msgspec_skip"].append(timed(lambda: skip.decode(data)))
+    best = {name: round(min(r), 3) for name, r in runs.items()}
+    out = {"bytes": len(data), "entries": got.n, "groups": len(got.representatives),
+           **{f"{name}_ms_best_median": (best[name], round(statistics.median(r), 3)) for name, r in runs.items()},
+           **{f"ratio_best_{name}_over_skip": round(best[name] / best["msgspec_skip"], 2) for name in kernels}}
+    if len(kernels) == 2:
+        out["ratio_best_numba_over_c"] = round(best["numba"] / best["c"], 2)
+    print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

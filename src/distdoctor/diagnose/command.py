@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 
 import click
@@ -111,6 +110,7 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
     from distdoctor.report.diagnose_chrome import diagnose_spans
     from distdoctor.report.diagnose_text import render_text
     from distdoctor.report.html import render_html
+    from distdoctor.report.json_text import indented_json
     from distdoctor.trace.loaders import load_traces
     from distdoctor.trace.loaders.logs import LogFormat, using_format
 
@@ -159,7 +159,7 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
     if merged:
         click.echo(f"distdoctor diagnose: note: {merged_note(merged)}", err=True)
 
-    renderers = {"text": render_text, "json": lambda r: json.dumps(r.to_json(), indent=2) + "\n",
+    renderers = {"text": render_text, "json": lambda r: indented_json(r.to_json()) + "\n",
                  "html": render_html}
     if out_dir:
         try:

@@ -3,7 +3,6 @@ Exit 0 clean, 1 hazards, 2 bad input (one line naming it)."""
 
 from __future__ import annotations
 
-import json
 
 import click
 
@@ -65,7 +64,9 @@ def lint_command(paths: tuple[str, ...], fmt: str, world_size: int | None, recur
         if not skip_kind(err, paths):
             click.echo(f"distdoctor lint: warning: {err}", err=True)
     if fmt == "json":
-        click.echo(json.dumps(report.to_json(), indent=2))
+        from distdoctor.report.json_text import indented_json
+
+        click.echo(indented_json(report.to_json()))
     else:
         click.echo(render_text(report), nl=False)
     if report.hazards:
