@@ -8,6 +8,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #define FAIL (-1)
 enum { NONE, FALSE_, TRUE_, INT, BIG, FLOAT, STR, LIST, TUPLE, DICT };  /* node kinds; node 0: a missing key's None */

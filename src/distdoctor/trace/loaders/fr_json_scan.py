@@ -19,6 +19,7 @@ file when neither scanner is there."""
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -74,35 +75,33 @@ class ScannedDump:
 def kernels():
     """The compiled scanner: the C one built when distdoctor was installed (_fr_json_kernel.c), else numba's (the
     `fast` extra: compiled once and cached on disk, the first use after an install takes several seconds more),
-    else None. DISTDOCTOR_SCANNER in the environment: `off` for none, `c` or `numba` for only that one (the
-    tests and benchmarks compare them). Call before forking workers so they inherit it."""
-    choice = os.environ.get("DISTDOCTOR_SCANNER", "").lower()
-    if choice == "off":
-        return None
+    else None (see first_compiled). Call before forking workers so they inherit it."""
     global FAILURE
-    candidates, failure = [], None
-    if choice != "numba":
+    module, FAILURE = first_compiled(("_fr_json_kernel", "fr_json_kernels"),
+                                     lambda m: _scan_with(m.scan, _WARM_UP) is not None)
+    return None if module is None else module.scan
+
+
+def first_compiled(names: tuple[str, str], reads_right) -> tuple[object | None, str | None]:
+    """(The first of the C and the numba module named (in trace/loaders) that imports and `reads_right` a known
+    dump, None if none; why one that imported could not run, for the CLI to say). DISTDOCTOR_SCANNER in the
+    environment: `off` for none, `c` or `numba` for only that one (the tests and benchmarks compare them)."""
+    choice = os.environ.get("DISTDOCTOR_SCANNER", "").lower()
+    wanted = {"off": (), "c": names[:1], "numba": names[1:]}.get(choice, names)
+    failure = None
+    for name in wanted:
+        try:  # (numba's: compiles here, or loads from its disk cache)
+            module = importlib.import_module(f"distdoctor.trace.loaders.{name}")
+        except ImportError:  # not built (no C compiler at install), or no numba (the `fast` extra)
+            continue
         try:
-            from distdoctor.trace.loaders._fr_json_kernel import scan
-            candidates.append(scan)
-        except ImportError:  # not built (no C compiler at install): numba's, if installed
-            pass
-    if choice != "c":
-        try:
-            from distdoctor.trace.loaders import fr_json_kernels as k
-            candidates.append(k.scan)
-        except ImportError:  # no numba (the `fast` extra)
-            pass
-    for scan in candidates:
-        try:
-            if _scan_with(scan, _WARM_UP) is None:  # (numba: compiles, or loads from its cache, for these types)
+            if not reads_right(module):
                 raise RuntimeError("it misread a known dump")
         except Exception as exc:  # it cannot run here: the next one, else the per-entry reader, which says so
             failure = startup_failure(exc)
             continue
-        return scan
-    FAILURE = failure
-    return None
+        return module, None
+    return None, failure
 
 
 def startup_failure(exc: Exception) -> str:

@@ -18,7 +18,6 @@ refuses it too, is the one the user sees). The reader is compiled twice, to the 
 from __future__ import annotations
 
 import functools
-import os
 import pickle
 import struct
 import threading
@@ -29,7 +28,7 @@ import numpy as np
 # The fields read, in the order fr_pickle_kernels.entry_codes takes them: the repeating ones (fr_coded's), the
 # stack, then the integers (fr_coded's order: record id, sequence numbers, times).
 from distdoctor.trace.loaders.fr_coded import INT_FIELDS, SHARED_FIELDS
-from distdoctor.trace.loaders.fr_json_scan import name_table, startup_failure
+from distdoctor.trace.loaders.fr_json_scan import first_compiled, name_table
 
 _FIELDS = (*SHARED_FIELDS, "frames", *INT_FIELDS)
 _NAMES, _NAME_LEN = name_table(_FIELDS)
@@ -52,36 +51,13 @@ class ScannedPickle:
 @functools.lru_cache(maxsize=1)
 def kernels():
     """The compiled module: the C one built when distdoctor was installed (_fr_pickle_kernel.c), else numba's (the
-    `fast` extra: compiled once and cached on disk), else None. DISTDOCTOR_SCANNER in the environment: `off` for
-    none, `c` or `numba` for only that one. Call before forking workers so they inherit it."""
-    choice = os.environ.get("DISTDOCTOR_SCANNER", "").lower()
-    if choice == "off":
-        return None
+    `fast` extra: compiled once and cached on disk), else None (see fr_json_scan.first_compiled). Call before
+    forking workers so they inherit it."""
     global FAILURE
-    candidates, failure = [], None
-    if choice != "numba":
-        try:
-            from distdoctor.trace.loaders import _fr_pickle_kernel as c
-            candidates.append(c)
-        except ImportError:  # not built (no C compiler at install): numba's, if installed
-            pass
-    if choice != "c":
-        try:
-            from distdoctor.trace.loaders import fr_pickle_kernels as k
-            candidates.append(k)
-        except ImportError:  # no numba (the `fast` extra)
-            pass
-    for k in candidates:
-        try:
-            warm = pickle.dumps({"version": "2.10", "entries": [{"record_id": 0, "frames": []}]}, protocol=4)
-            if _scan_with(k, warm) is None:  # (numba: compiles, or loads from its cache, for these types)
-                raise RuntimeError("it misread a known dump")
-        except Exception as exc:  # it cannot run here: the next one, else the unpickler, and the CLI says why
-            failure = startup_failure(exc)
-            continue
-        return k
-    FAILURE = failure
-    return None
+    warm = pickle.dumps({"version": "2.10", "entries": [{"record_id": 0, "frames": []}]}, protocol=4)
+    module, FAILURE = first_compiled(("_fr_pickle_kernel", "fr_pickle_kernels"),
+                                     lambda m: _scan_with(m, warm) is not None)
+    return module
 
 
 FAILURE: str | None = None  # why a compiled opcode reader is there but could not start (for the CLI to say)
