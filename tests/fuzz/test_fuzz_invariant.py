@@ -118,3 +118,27 @@ def test_the_same_first_finding_whatever_forms_the_ranks_left(job, data):
         return f.kind, f.ranks, f.group, f.op, f.seq if f.op not in ("send", "recv") else None
 
     assert first(native) == first(mixed), (forms, native.findings[:1], mixed.findings[:1])
+
+
+def test_a_scatter_member_receiving_another_dtype_is_seen_in_every_form():
+    """Found by test_the_same_first_finding_whatever_forms_the_ranks_left: a scatter's non-root members pass no
+    input, so a wrong dtype shows only in their output. The agreed-prefix proof compared input dtypes only and
+    skipped the call in the recorder's form, while a Flight Recorder dump (no root recorded) was compared and
+    gave a dtype_mismatch: one job, two first findings."""
+    from trace_sets import Step
+
+    def step(op, **kw):
+        return Step(group="0", op=op, size=4, dtype="float32", root=kw.get("root"), src=kw.get("src"),
+                    dst=kw.get("dst"))
+
+    steps = [step("p2p", src=0, dst=1), step("scatter", root=1)] + [step("p2p", src=0, dst=1) for _ in range(6)]
+    job = Job(world=3, groups={"0": [0, 1, 2]}, descs={"0": "default_pg"}, steps=steps,
+              faults={1: ("no_dump", 0), 0: ("dtype", 1)}, eager_sends=False, late=set(), flips=set(),
+              crash_text="RuntimeError: boom")
+    firsts = set()
+    for forms in ({}, {0: "native", 1: "native", 2: "pickle"}, {0: "json", 2: "native"}):
+        _, _, report = _diagnose(job, forms)
+        f = report.findings[0]
+        firsts.add((f.kind, f.group, f.op, f.seq))
+        assert {"dtype_mismatch", "missing_dump"} <= {g.kind for g in report.findings}
+    assert firsts == {("dtype_mismatch", "0", "scatter", 1)}

@@ -147,10 +147,11 @@ def _uniform(present: dict[int, Entry], n: int, relation_ok: dict) -> bool:
     dtype lists between entries, so this is mostly identity checks), and the sizes obey the spec's relation."""
     it = iter(present.values())
     ref = next(it)
-    op, ins, outs, dts, root = ref.op, ref.in_sizes, ref.out_sizes, ref.in_dtypes, ref.root
+    op, ins, outs, dts, out_dts, root = ref.op, ref.in_sizes, ref.out_sizes, ref.in_dtypes, ref.out_dtypes, ref.root
     for e in it:
         if e.op != op or e.root != root or (e.in_sizes is not ins and e.in_sizes != ins) or \
-                (e.in_dtypes is not dts and e.in_dtypes != dts) or (e.out_sizes is not outs and e.out_sizes != outs):
+                (e.in_dtypes is not dts and e.in_dtypes != dts) or (e.out_sizes is not outs and e.out_sizes != outs) \
+                or (e.out_dtypes is not out_dts and e.out_dtypes != out_dts):
             return False
     return _relation_holds(op, ins, outs, n, relation_ok)
 
@@ -253,8 +254,9 @@ def _who(classes: dict) -> str:
     return "; ".join(parts)
 
 
-# What _uniform compares: the members of a group agree on a collective when these fields agree.
-_AGREE_ON = ("op", "root", "in_sizes", "in_dtypes", "out_sizes")
+# What _uniform compares: the members of a group agree on a collective when these fields agree. Output dtypes
+# too: a scatter's non-root members pass no input, so their dtype is their output's (dtype_signature).
+_AGREE_ON = ("op", "root", "in_sizes", "in_dtypes", "out_sizes", "out_dtypes")
 
 
 def _run_from(seqs: list[int], off: int, start: int) -> int:

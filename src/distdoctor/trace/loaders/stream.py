@@ -187,7 +187,7 @@ def window_of(trace, summary) -> tuple[list[int] | None, RankDigest | None]:
 
 
 def _signatures(trace, digest: RankDigest) -> tuple[np.ndarray, np.ndarray]:
-    """Per entry a local id of what the members of a group must agree on (op, root, sizes, dtypes, frames),
+    """Per entry a local id of what the members of a group must agree on (match._AGREE_ON, and frames),
     and whether the entry completed; `digest.keys` gets the values of the ids."""
     coded = getattr(trace.entries, "coded", None)
     if coded is not None:  # one key per distinct (row, frame list): the frame lists are the interner's, shared
@@ -207,11 +207,12 @@ def _signatures(trace, digest: RankDigest) -> tuple[np.ndarray, np.ndarray]:
         ids = []
         for pair in pairs.tolist():
             r, stack = rows[pair // len(stacks)], stacks[pair % len(stacks)]
-            ids.append(local.setdefault((r[1], None, _frozen(r[3]), _frozen(r[5]), _frozen(r[4]), stack), len(local)))
+            key = (r[1], None, _frozen(r[3]), _frozen(r[5]), _frozen(r[4]), _frozen(r[6]), stack)
+            ids.append(local.setdefault(key, len(local)))
         digest.keys = list(local)
         done = np.array([r[7] == "completed" for r in rows] or [False])
         return np.array(ids or [0], np.int64)[inverse.reshape(-1)], done[coded.codes]
-    cols = [trace.column(name) for name in ("op", "root", "in_sizes", "in_dtypes", "out_sizes", "frames")]
+    cols = [trace.column(name) for name in ("op", "root", "in_sizes", "in_dtypes", "out_sizes", "out_dtypes", "frames")]
     by_id: dict = {}
     local = {}
     out = np.empty(len(trace.entries), np.int64)
