@@ -20,6 +20,8 @@ from distdoctor.trace.loaders.flight_recorder import _Interner, _trace_from_scan
 from distdoctor.trace.loaders.fr_json_scan import kernels, scan_fr_json
 from distdoctor.trace.summary import _compute
 
+from compiled_kernels import compiled_kernel
+
 sys.path.insert(0, str(Path(__file__).parents[1] / "fuzz"))
 from fuzz_inputs import FR_JSON, FR_JSON_OBJ, damaged_bytes, json_text, mutated_structure  # noqa: E402
 
@@ -29,17 +31,8 @@ PATH = "dump_rank_0.json"
 
 @pytest.fixture(autouse=True, params=["c", "numba"])
 def kernel(request, monkeypatch):
-    """Each test with the C scanner, then with numba's (DISTDOCTOR_SCANNER picks one)."""
-    if request.param == "c":
-        pytest.importorskip("distdoctor.trace.loaders._fr_json_kernel", reason="the C scanner was not built")
-    else:
-        pytest.importorskip("numba")  # the `fast` extra (part of the test extras)
-    monkeypatch.setenv("DISTDOCTOR_SCANNER", request.param)
-    kernels.cache_clear()
-    yield request.param
-    monkeypatch.undo()
-    kernels.cache_clear()
-    fr_json_scan.FAILURE = None
+    """Each test with the C scanner, then with numba's."""
+    yield from compiled_kernel(request, monkeypatch, fr_json_scan, "_fr_json_kernel")
 
 
 def read(data: bytes, scan: bool):

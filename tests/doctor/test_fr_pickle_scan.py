@@ -18,26 +18,16 @@ from distdoctor.trace.loaders import flight_recorder as fr
 from distdoctor.trace.loaders.fr_pickle_scan import kernels, scan_fr_pickle
 from distdoctor.trace.loaders.safe_pickle import safe_unpickle
 
+from compiled_kernels import compiled_kernel
 from test_fr_columns import ODD, SHARED_FRAME, _entry, _same
-
 
 
 @pytest.fixture(autouse=True, params=["c", "numba"])
 def kernel(request, monkeypatch):
-    """Each test with the C reader, then with numba's (DISTDOCTOR_SCANNER picks one)."""
+    """Each test with the C reader, then with numba's."""
     from distdoctor.trace.loaders import fr_pickle_scan
 
-    if request.param == "c":
-        pytest.importorskip("distdoctor.trace.loaders._fr_pickle_kernel", reason="the C reader was not built")
-    else:
-        pytest.importorskip("numba")  # the `fast` extra (part of the test extras)
-    monkeypatch.setenv("DISTDOCTOR_SCANNER", request.param)
-    kernels.cache_clear()
-    assert kernels() is not None
-    yield request.param
-    monkeypatch.undo()
-    kernels.cache_clear()
-    fr_pickle_scan.FAILURE = None
+    yield from compiled_kernel(request, monkeypatch, fr_pickle_scan, "_fr_pickle_kernel")
 
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl_style"

@@ -27,7 +27,7 @@ from operator import itemgetter
 from distdoctor.collectives import get_spec
 from distdoctor.collectives.names import as_recorded, backend_of, dtype_signature
 from distdoctor.diagnose.progress import NOT_USER_CODE
-from distdoctor.trace.model import Entry, EntryColumns, TraceSet, entry_column, numel
+from distdoctor.trace.model import AGREE_ON, Entry, EntryColumns, TraceSet, entry_column, numel
 from distdoctor.trace.summary import summarize
 
 SAME_INPUT_SIZE = {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather", "barrier"}
@@ -254,11 +254,6 @@ def _who(classes: dict) -> str:
     return "; ".join(parts)
 
 
-# What _uniform compares: the members of a group agree on a collective when these fields agree. Output dtypes
-# too: a scatter's non-root members pass no input, so their dtype is their output's (dtype_signature).
-_AGREE_ON = ("op", "root", "in_sizes", "in_dtypes", "out_sizes", "out_dtypes")
-
-
 def _run_from(seqs: list[int], off: int, start: int) -> int:
     """How many consecutive sequence numbers start, start+1, ... the sorted, distinct `seqs` hold from `off`
     (seqs[j] - j never decreases, so the run is where it equals start - off: binary search)."""
@@ -290,9 +285,9 @@ def agreed_prefix(view: GroupView, start: int, sorted_seqs: dict[int, list[int]]
             return 0
     picks = {r: [m.index[s] for s in range(start, start + length)] for r, m in members}
     ref_rank, ref = members[0]
-    ref_cols = {name: _take(ref.entries.column(name), picks[ref_rank]) for name in _AGREE_ON}
+    ref_cols = {name: _take(ref.entries.column(name), picks[ref_rank]) for name in AGREE_ON}
     for r, m in members[1:]:
-        for name in _AGREE_ON:
+        for name in AGREE_ON:
             mine = _take(m.entries.column(name), picks[r])
             if mine != ref_cols[name]:
                 length = min(length, next(i for i, (a, b) in enumerate(zip(mine, ref_cols[name]))

@@ -3,7 +3,6 @@ Exit 0 clean, 1 hazards, 2 bad input (one line naming it)."""
 
 from __future__ import annotations
 
-
 import click
 
 from distdoctor.errors import CheckFailed, InputError

@@ -74,6 +74,10 @@ class Entry:
 
 
 ENTRY_FIELDS = tuple(f.name for f in fields(Entry))
+# What the members of a group must agree on for a collective (diagnose/match.py compares these; the streamed load's
+# digests sign them, trace/loaders/stream.py). Output dtypes too: a scatter's non-root members pass no input, so
+# their dtype is their output's (collectives.names.dtype_signature).
+AGREE_ON = ("op", "root", "in_sizes", "in_dtypes", "out_sizes", "out_dtypes")
 _FIELD_INDEX = {name: i for i, name in enumerate(ENTRY_FIELDS)}
 _DEFAULTS = {f.name: f.default_factory() if f.default is MISSING else f.default for f in fields(Entry)
              if f.default is not MISSING or f.default_factory is not MISSING}

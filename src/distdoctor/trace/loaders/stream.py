@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from distdoctor.trace.model import ENTRY_FIELDS, EntryColumns, Frame, RankTrace, entry_column
+from distdoctor.trace.model import AGREE_ON, ENTRY_FIELDS, EntryColumns, Frame, RankTrace, entry_column
 
 WINDOW = 64  # tail entries kept per rank: the analysis reads at most the last 64 (sites.MAX_RANKS, pending)
 PIN_LIMIT = 4096  # more entries than this to keep besides the window (a p2p-heavy or hung-early rank): keep whole
@@ -148,7 +148,10 @@ class SparseEntries(EntryColumns):
         return got
 
 
-from distdoctor.trace.coded import DUMP_FIELDS as _FIELDS  # noqa: E402
+from distdoctor.trace.coded import CODED_FIELDS, DUMP_FIELDS as _FIELDS  # noqa: E402
+
+# Where a coded row holds each AGREE_ON field (None: root, which Flight Recorder does not record).
+_ROW_AT = tuple(CODED_FIELDS.index(name) if name in CODED_FIELDS else None for name in AGREE_ON)
 
 
 def window_of(trace, summary) -> tuple[list[int] | None, RankDigest | None]:
@@ -187,7 +190,7 @@ def window_of(trace, summary) -> tuple[list[int] | None, RankDigest | None]:
 
 
 def _signatures(trace, digest: RankDigest) -> tuple[np.ndarray, np.ndarray]:
-    """Per entry a local id of what the members of a group must agree on (match._AGREE_ON, and frames),
+    """Per entry a local id of what the members of a group must agree on (AGREE_ON, and frames),
     and whether the entry completed; `digest.keys` gets the values of the ids."""
     coded = getattr(trace.entries, "coded", None)
     if coded is not None:  # one key per distinct (row, frame list): the frame lists are the interner's, shared
@@ -207,12 +210,12 @@ def _signatures(trace, digest: RankDigest) -> tuple[np.ndarray, np.ndarray]:
         ids = []
         for pair in pairs.tolist():
             r, stack = rows[pair // len(stacks)], stacks[pair % len(stacks)]
-            key = (r[1], None, _frozen(r[3]), _frozen(r[5]), _frozen(r[4]), _frozen(r[6]), stack)
+            key = (*(None if i is None else _frozen(r[i]) for i in _ROW_AT), stack)
             ids.append(local.setdefault(key, len(local)))
         digest.keys = list(local)
         done = np.array([r[7] == "completed" for r in rows] or [False])
         return np.array(ids or [0], np.int64)[inverse.reshape(-1)], done[coded.codes]
-    cols = [trace.column(name) for name in ("op", "root", "in_sizes", "in_dtypes", "out_sizes", "out_dtypes", "frames")]
+    cols = [trace.column(name) for name in (*AGREE_ON, "frames")]
     by_id: dict = {}
     local = {}
     out = np.empty(len(trace.entries), np.int64)
