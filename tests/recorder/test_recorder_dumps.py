@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from distdoctor.trace.code_origin import is_torch, locate
 from distdoctor.trace.model import loads
 
 from recorder_helpers import WORKERS, free_port, kill_group
@@ -49,8 +50,8 @@ def test_hang_dump_then_sigusr1_while_blocked(ranks_factory, tmp_path, wait_for,
     # (its innermost own frame: the dump may catch it inside pathlib's exists() under fetch_batch)
     assert [f.name for f in main1 if f.filename.endswith("hang.py")][-1] == "fetch_batch", names(main1)
     assert "fetch_batch" not in names(main0)
-    assert not any("distdoctor" in f.filename for f in main0)  # our wrapper is cut out of the stack
-    user0 = [f for f in main0 if "torch" not in f.filename]
+    assert not any(locate(f.filename) and locate(f.filename)[0] == "distdoctor" for f in main0)  # our wrapper is cut
+    user0 = [f for f in main0 if not is_torch(f.filename)]
     assert user0[-1].name == "<module>" and user0[-1].filename.endswith("hang.py")
     assert [(e.op, e.seq, e.state) for e in rank0.entries] == [("all_reduce", 1, "completed"),
                                                                ("all_reduce", 2, "started")]

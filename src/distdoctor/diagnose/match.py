@@ -26,7 +26,6 @@ from operator import itemgetter
 
 from distdoctor.collectives import get_spec
 from distdoctor.collectives.names import as_recorded, backend_of, dtype_signature
-from distdoctor.diagnose.progress import NOT_USER_CODE
 from distdoctor.trace.model import AGREE_ON, Entry, EntryColumns, TraceSet, entry_column, numel
 from distdoctor.trace.summary import summarize
 
@@ -397,7 +396,7 @@ def _group_key(name: str):
 def callsite(e: Entry) -> tuple:
     """The chain of user (non-torch) frames that issued an entry, innermost first; empty without frames."""
     return tuple((f.filename, f.line, f.name) for f in reversed(e.frames)
-                 if not any(m in f.filename for m in NOT_USER_CODE))
+                 if is_user_code(f.filename))
 
 
 def callsite_divergence(view: GroupView, rank: int, upto: int) -> dict | None:

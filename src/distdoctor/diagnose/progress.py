@@ -9,26 +9,9 @@ signature (group, op), confirmed over the whole trace; steps = completed entries
 
 from __future__ import annotations
 
-import re
-
+from distdoctor.trace.code_origin import is_torch, is_user_code
 from distdoctor.trace.model import Entry, Frame, RankTrace
 from distdoctor.trace.summary import summarize
-
-# Frames that are plumbing, not the user's code (torch itself, decorators it wraps calls in, our recorder).
-# distdoctor/recorder/: the recorder's wrappers around torch's calls (distdoctor/trace/ held them before, and
-# dumps recorded then still show that path).
-NOT_USER_CODE = ("/torch/", "/site-packages/torch", "distdoctor/recorder/", "distdoctor/trace/",
-                 "typing_extensions.py", "/contextlib.py", "/functools.py")
-_TORCH_PATH_MARKS = NOT_USER_CODE
-# Python's standard library, wherever the job's interpreter lives (/usr/lib/python3.11/, a pyenv's or conda's
-# lib/python3.10/), but not the packages installed beside it: a rank caught inside pathlib's exists() or queue's
-# get() is in the user's caller, which is the line to show.
-_STDLIB = re.compile(r"[/\\]lib(?:64)?[/\\]python3[.\d]*[/\\](?!(?:site|dist)-packages[/\\])")
-
-
-def is_user_code(filename: str) -> bool:
-    return not any(m in filename for m in _TORCH_PATH_MARKS) and _STDLIB.search(filename) is None
-
 
 def user_frame(frames: list[Frame]) -> Frame | None:
     """Innermost frame that is neither torch's own nor the standard library's (frames are innermost last)."""
@@ -51,7 +34,7 @@ def main_stack(trace: RankTrace) -> tuple[str, list[Frame]] | None:
 
 def _innermost_user(frames: list[Frame]) -> str | None:
     for f in reversed(frames):
-        if is_user_code(f.filename) and "threading.py" not in f.filename:
+        if is_user_code(f.filename):
             return str(f)
     return str(frames[-1]) if frames else None
 
@@ -144,7 +127,7 @@ def probably_inside(trace: RankTrace | None, e: Entry) -> bool:
     if summarize(trace).not_done:
         return False  # the trace shows a call it is in (or left open): that is where it is
     got = main_stack(trace)
-    return bool(got and got[1]) and any(m in got[1][-1].filename for m in ("/torch/", "/site-packages/torch"))
+    return bool(got and got[1]) and is_torch(got[1][-1].filename)
 
 
 def last_completed(trace: RankTrace) -> Entry | None:

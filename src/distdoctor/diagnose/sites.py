@@ -5,8 +5,8 @@ Call sites come from, best first:
   call; Flight Recorder's JSON dumps have none, and the recorder's `.fr.pkl` is written without them);
 - for the call a rank is blocked in at dump time, and for a rank in no call, the current stack of its main
   thread (the recorder's dump): a call issued from C++ or deep inside a library is still called from there.
-Of a stack only the user's frames count: not torch's, not distdoctor's, not the standard library (progress.is_user_code),
-nor threading or runpy plumbing, innermost first, at most three ("forward (model.py:43) <- train (train.py:70)").
+Of a stack only the user's frames count: not torch's, not distdoctor's, not the standard library nor its call
+plumbing (trace.code_origin, the one rule diagnose, lint, sim and the recorder share), innermost first, at most three ("forward (model.py:43) <- train (train.py:70)").
 
 What each finding names (`annotate`, the last step of the analysis):
 - missing_ranks: where the ranks that issued the collective called it, and where each absent rank is (its
@@ -28,12 +28,12 @@ from __future__ import annotations
 
 from distdoctor.diagnose.findings import Finding, fmt_ranks
 from distdoctor.diagnose.match import GroupView
-from distdoctor.diagnose.progress import is_user_code, main_stack
+from distdoctor.diagnose.progress import main_stack
+from distdoctor.trace.code_origin import is_user_code
 from distdoctor.trace.model import Entry, Frame, RankTrace, TraceSet
 
 MAX_RANKS = 64
 CHAIN = 3  # user frames per site
-_PLUMBING = ("/threading.py", "<frozen ", "/runpy.py")  # besides what is_user_code leaves out
 _MISMATCH = ("type_mismatch", "size_mismatch", "dtype_mismatch", "root_mismatch", "state_mismatch")
 
 
@@ -41,7 +41,7 @@ def user_chain(frames: list[Frame]) -> list[Frame]:
     """The user's frames of a stack (innermost last, as traces keep them), innermost first, at most CHAIN."""
     out = []
     for f in reversed(frames):
-        if is_user_code(f.filename) and not any(m in f.filename for m in _PLUMBING):
+        if is_user_code(f.filename):
             out.append(f)
             if len(out) == CHAIN:
                 break

@@ -22,6 +22,7 @@ import time
 
 from distdoctor.recorder import creations
 from distdoctor.recorder.describe import DESCRIBERS, describe_p2p_op
+from distdoctor.trace.code_origin import is_library
 
 current = None  # the Recorder the wrappers record into (set by recorder.enable)
 c10d = None  # torch.distributed.distributedc10d, once patched
@@ -31,8 +32,7 @@ _tls = threading.local()
 _patch_lock = threading.Lock()
 LIBRARY_FRAMES = 2  # torch's innermost frames kept per call, beside the caller's own
 FRAMES_WALKED = 64
-LIBRARY_MARKS = ("/torch/", "/contextlib.py", "/functools.py", "typing_extensions.py")
-_library_code: dict = {}  # code object -> whether it is torch's (or wrapping plumbing): looked up once each
+_library_code: dict = {}  # code object -> whether it is library code (trace.code_origin): looked up once each
 
 
 def caller_frames(f, wanted: int) -> list:
@@ -49,7 +49,7 @@ def caller_frames(f, wanted: int) -> list:
         if code.co_filename not in SKIP_FILES:
             library = _library_code.get(code)
             if library is None:
-                library = _library_code[code] = any(m in code.co_filename for m in LIBRARY_MARKS)
+                library = _library_code[code] = is_library(code.co_filename)
             if not library:
                 out.append((code, f.f_lasti))
                 wanted -= 1

@@ -27,7 +27,6 @@ rank whose Flight Recorder dump holds no p2p at all (Gloo's Flight Recorder reco
 
 from __future__ import annotations
 
-import functools
 import heapq
 import os
 from dataclasses import dataclass, field
@@ -37,12 +36,12 @@ from distdoctor.collectives.base import itemsize
 from distdoctor.errors import InputError
 from distdoctor.sim.engine import collective_us, p2p_us
 from distdoctor.sim.ir import COLLECTIVE_KINDS, Cost, Op, Program, RankProgram
+from distdoctor.trace.code_origin import is_library
 from distdoctor.trace.model import Entry, RankTrace, TraceSet, numel
 
 STREAM_MODES = ("per-group", "shared")
 UNBOUNDED = 1 << 60  # eager bytes that no run fills: every send is buffered
 _KINDS = set(COLLECTIVE_KINDS.values())
-_LIBRARY = ("/torch/", "/distdoctor/", "<frozen", "/contextlib.py", "/functools.py", "/threading.py")
 
 
 @dataclass
@@ -121,14 +120,9 @@ def load_recorded(paths: list[str]) -> TraceSet:
 def call_site(e: Entry) -> str:
     """The user's innermost frame as file:line (frames are innermost last), '' when none is recorded."""
     for f in reversed(e.frames):
-        if not _is_library(f.filename):
+        if not is_library(f.filename):
             return f"{os.path.basename(f.filename)}:{f.line}"
     return ""
-
-
-@functools.lru_cache(maxsize=4096)
-def _is_library(filename: str) -> bool:
-    return any(m in filename for m in _LIBRARY)
 
 
 def _bytes(e: Entry) -> int:
