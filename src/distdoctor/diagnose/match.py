@@ -26,6 +26,7 @@ from operator import itemgetter
 
 from distdoctor.collectives import get_spec
 from distdoctor.collectives.names import as_recorded, backend_of, dtype_signature
+from distdoctor.trace.code_origin import is_user_code
 from distdoctor.trace.model import AGREE_ON, Entry, EntryColumns, TraceSet, entry_column, numel
 from distdoctor.trace.summary import summarize
 
