@@ -291,21 +291,8 @@ class JobWatch:
             self.shout("distdoctor run: the job ended with exit code 0.")
 
     def clean_up(self, created_dir: bool) -> None:
-        """Remove what ranks left behind here: pid files (of ranks killed before they could), the request, and
-        temporary files of writers that died; the directory itself when empty and made by us."""
-        host = socket.gethostname()
-        for path in layout.find(self.dump_dir, ".rank_*.pid"):
-            registered = registered_ranks_in([path])
-            if any(where == host and not alive(pid) for pid, where in registered.values()):
-                _unlink(path)
-        _unlink(os.path.join(self.dump_dir, REQUEST_FILE))
-        for path in layout.find(self.dump_dir, ".*.tmp-*"):
-            try:
-                pid = int(path.rsplit(".tmp-", 1)[1].split("-")[0])
-            except (ValueError, IndexError):
-                continue
-            if not alive(pid):
-                _unlink(path)
+        """Remove what ranks left behind here (remove_leftovers); the directory itself when empty and made by us."""
+        remove_leftovers(self.dump_dir)
         if created_dir:
             try:
                 for sub in layout.host_dirs(self.dump_dir):
@@ -347,6 +334,25 @@ def _kill(pid: int, signum: int) -> None:
         os.kill(pid, signum)
     except OSError:
         pass
+
+
+def remove_leftovers(dump_dir: str) -> None:
+    """Remove pid files of ranks on this host that are gone (killed before they could), the dump request, and
+    temporary files of writers that died. At the end of a run, and at the start of the next one in the same
+    directory: a `distdoctor run` killed with SIGKILL could not remove them itself."""
+    host = socket.gethostname()
+    for path in layout.find(dump_dir, ".rank_*.pid"):
+        registered = registered_ranks_in([path])
+        if any(where == host and not alive(pid) for pid, where in registered.values()):
+            _unlink(path)
+    _unlink(os.path.join(dump_dir, REQUEST_FILE))
+    for path in layout.find(dump_dir, ".*.tmp-*"):
+        try:
+            pid = int(path.rsplit(".tmp-", 1)[1].split("-")[0])
+        except (ValueError, IndexError):
+            continue
+        if not alive(pid):
+            _unlink(path)
 
 
 def _unlink(path: str) -> None:

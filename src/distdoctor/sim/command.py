@@ -17,14 +17,22 @@ import click
 
 from distdoctor.cli import FORMAT_OPTION
 from distdoctor.errors import CheckFailed, InputError
+from distdoctor.options import SEED, ByteSize, Number, count, microseconds
 from distdoctor.sim.ir import Program, dump_program, load_program
 from distdoctor.sim.plans.fsdp import FsdpConfig, build_fsdp
-from distdoctor.sim.plans.p2p_calls import COMM_INIT, P2P_ORDERS, CallsConfig, build_calls
+from distdoctor.sim.plans.p2p_calls import (
+    COMM_INIT,
+    P2P_ORDERS,
+    CallsConfig,
+    build_calls,
+)
 from distdoctor.sim.plans.pipeline import SCHEDULES, PipelineConfig, build_pipeline
 from distdoctor.sim.result import simulate
 
 EXAMPLES_PACKAGE = "distdoctor.sim"
 PNG_ROWS = 48  # streams drawn in a timeline PNG (blocked ones first)
+MAX_TRIALS = 10_000  # jittered timing trials: each is a whole simulation
+MAX_STEPS = 10_000
 
 
 def examples_dir() -> Path:
@@ -49,10 +57,10 @@ def resolve_plan(name: str) -> Path:
 
 
 def _output_options(f):
-    f = click.option("--seed", type=int, default=0, show_default=True, help="Seed of the first timing trial.")(f)
-    f = click.option("--jitter", type=click.FloatRange(0, 1), default=0.2, show_default=True,
+    f = click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the first timing trial.")(f)
+    f = click.option("--jitter", type=Number("fraction", 0, 1), default=0.2, show_default=True,
                      help="Compute-time jitter of the timing trials (0.2: each op x U[0.8, 1.2]).")(f)
-    f = click.option("--trials", type=click.IntRange(0), default=0, show_default=True,
+    f = click.option("--trials", type=count("trials", 0, MAX_TRIALS), default=0, show_default=True,
                      help="Also try N jittered timings when the nominal one runs: can it deadlock?")(f)
     f = click.option("--emit-trace", "emit_trace", type=click.Path(file_okay=False),
                      help="Write rank_<r>.jsonl per rank (distdoctor trace format) as the run ends.")(f)
@@ -130,31 +138,31 @@ def run_command(plan: str, fmt: str, emit_ir, chrome, png, emit_trace, trials, j
 
 
 @sim_group.command("pipeline")
-@click.option("--stages", type=int, default=4, show_default=True, help="Pipeline stages P.")
-@click.option("--microbatches", type=int, default=8, show_default=True, help="Micro-batches M per step.")
+@click.option("--stages", type=count("stages", 1, 4096), default=4, show_default=True, help="Pipeline stages P.")
+@click.option("--microbatches", type=count("micro-batches", 1, 1 << 16), default=8, show_default=True, help="Micro-batches M per step.")
 @click.option("--schedule", type=click.Choice(SCHEDULES), default="1f1b", show_default=True,
               help="Pipeline schedule: all forwards then all backwards, one-forward-one-backward, or interleaved.")
-@click.option("--chunks", type=int, default=None, help="Model chunks per rank V (interleaved; default 2).")
-@click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel degree D.")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree T.")
-@click.option("--fwd-us", type=float, default=1000.0, show_default=True, help="Forward time per micro-batch.")
-@click.option("--bwd-us", type=float, default=2000.0, show_default=True, help="Backward time per micro-batch.")
-@click.option("--act-buffer", type=int, default=None,
+@click.option("--chunks", type=count("chunks", 1, 64), default=None, help="Model chunks per rank V (interleaved; default 2).")
+@click.option("--dp", type=count("ranks", 1, 1 << 16), default=1, show_default=True, help="Data-parallel degree D.")
+@click.option("--tp", type=count("ranks", 1, 1 << 16), default=1, show_default=True, help="Tensor-parallel degree T.")
+@click.option("--fwd-us", type=microseconds(), default=1000.0, show_default=True, help="Forward time per micro-batch.")
+@click.option("--bwd-us", type=microseconds(), default=2000.0, show_default=True, help="Backward time per micro-batch.")
+@click.option("--act-buffer", type=count("slots", 0, 1 << 16), default=None,
               help="Activation slots per stage [default: what the schedule needs].")
 @click.option("--streams", type=click.IntRange(1, 2), default=None,
               help="Forward and backward on separate streams (2, the default) or one (1).")
-@click.option("--steps", type=int, default=1, show_default=True, help="Training steps (iterations).")
-@click.option("--act-bytes", type=int, default=8 << 20, show_default=True, help="Activation/gradient p2p bytes.")
-@click.option("--grad-bytes", type=int, default=256 << 20, show_default=True, help="DP gradient all-reduce bytes.")
+@click.option("--steps", type=count("steps", 1, MAX_STEPS), default=1, show_default=True, help="Training steps (iterations).")
+@click.option("--act-bytes", type=ByteSize(), default=8 << 20, show_default=True, help="Activation/gradient p2p bytes.")
+@click.option("--grad-bytes", type=ByteSize(), default=256 << 20, show_default=True, help="DP gradient all-reduce bytes.")
 @click.option("--grad-recv-stream", type=click.Choice(["bwd", "fwd"]), default="bwd", show_default=True,
               help="Stream of the op that receives the backward's input gradient (--streams 2).")
 @click.option("--zero-comm", is_flag=True, help="All communication takes no time (analytic checks).")
-@click.option("--alpha-us", type=float, default=5.0, show_default=True, help="Per-message latency.")
-@click.option("--gbps", type=float, default=100.0, show_default=True, help="Bus bandwidth, GB/s.")
+@click.option("--alpha-us", type=microseconds(), default=5.0, show_default=True, help="Per-message latency.")
+@click.option("--gbps", type=Number("GB/s", 0, 1e9, low_open=True), default=100.0, show_default=True, help="Bus bandwidth, GB/s.")
 @click.option("--p2p-order", type=click.Choice(P2P_ORDERS), default=None,
               help="Run the host's compute and p2p calls on one stream (Megatron-LM's call order), each call's "
                    "ops in this order (see docs/sim.md).")
-@click.option("--eager-bytes", type=click.IntRange(0), default=0, show_default=True,
+@click.option("--eager-bytes", type=ByteSize(), default=0, show_default=True,
               help="Per-channel buffer: sends that fit complete before their receive; 0: every send waits for it.")
 @click.option("--comm-init", type=click.Choice(COMM_INIT), default=None,
               help="With --p2p-order: create the communicators in the plan (eager, lazy, neighbors).")
@@ -179,20 +187,20 @@ def pipeline_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed
 
 
 @sim_group.command("fsdp")
-@click.option("--ranks", type=int, default=8, show_default=True, help="Ranks in the world.")
-@click.option("--shard-group", type=int, default=4, show_default=True, help="Ranks per shard group (HSDP).")
-@click.option("--units", type=int, default=8, show_default=True, help="FSDP units (wrapped modules).")
+@click.option("--ranks", type=count("ranks", 1, 1 << 16), default=8, show_default=True, help="Ranks in the world.")
+@click.option("--shard-group", type=count("ranks", 1, 1 << 16), default=4, show_default=True, help="Ranks per shard group (HSDP).")
+@click.option("--units", type=count("units", 1, 1 << 16), default=8, show_default=True, help="FSDP units (wrapped modules).")
 @click.option("--unshard-streams", type=click.Choice(["shared", "per-group"]), default="shared", show_default=True,
               help="One unshard (all-gather) stream for every group, or one per process group.")
-@click.option("--prefetch", type=int, default=1, show_default=True, help="All-gathers issued ahead of compute.")
-@click.option("--compute-us", type=float, default=100.0, show_default=True, help="Forward time per unit.")
-@click.option("--ag-us-global", type=float, default=300.0, show_default=True, help="All-gather over all ranks.")
-@click.option("--ag-us-local", type=float, default=50.0, show_default=True, help="All-gather in a shard group.")
-@click.option("--local-every", type=int, default=2, show_default=True,
+@click.option("--prefetch", type=count("all-gathers", 0, 1 << 16), default=1, show_default=True, help="All-gathers issued ahead of compute.")
+@click.option("--compute-us", type=microseconds(), default=100.0, show_default=True, help="Forward time per unit.")
+@click.option("--ag-us-global", type=microseconds(), default=300.0, show_default=True, help="All-gather over all ranks.")
+@click.option("--ag-us-local", type=microseconds(), default=50.0, show_default=True, help="All-gather in a shard group.")
+@click.option("--local-every", type=count("units", 1, 1 << 16), default=2, show_default=True,
               help="Every k-th unit is sharded in the shard group, the rest over all ranks.")
 @click.option("--backward/--no-backward", default=True, show_default=True,
               help="Also simulate the backward pass (re-gathers and reduce-scatters).")
-@click.option("--steps", type=int, default=1, show_default=True, help="Training steps (iterations).")
+@click.option("--steps", type=count("steps", 1, MAX_STEPS), default=1, show_default=True, help="Training steps (iterations).")
 @_output_options
 def fsdp_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, **kw) -> None:
     """FSDP/HSDP all-gathers on a shared or per-group unshard stream, with prefetch."""
@@ -204,18 +212,18 @@ def fsdp_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, **
 @click.argument("schedule", required=False)
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
               help="A schedule in torch's CSV form (one row of actions per rank) instead of a class name.")
-@click.option("--stages", type=int, default=None, help="Pipeline stages in all (a CSV: inferred).")
-@click.option("--microbatches", type=int, default=None, help="Micro-batches per step (a CSV: inferred).")
-@click.option("--ranks", type=int, default=None,
+@click.option("--stages", type=count("stages", 1, 4096), default=None, help="Pipeline stages in all (a CSV: inferred).")
+@click.option("--microbatches", type=count("micro-batches", 1, 1 << 16), default=None, help="Micro-batches per step (a CSV: inferred).")
+@click.option("--ranks", type=count("ranks", 1, 4096), default=None,
               help="Pipeline ranks [default: --stages for one-stage-per-rank schedules, else --stages / 2].")
-@click.option("--fwd-us", type=float, default=1000.0, show_default=True, help="Forward (F) time per stage.")
-@click.option("--bwd-us", type=float, default=2000.0, show_default=True, help="Full backward (B) time.")
-@click.option("--bwd-input-us", type=float, default=None, help="Backward for inputs (I) [default: half of B].")
-@click.option("--bwd-weight-us", type=float, default=None, help="Backward for weights (W) [default: half of B].")
-@click.option("--p2p-us", type=float, default=50.0, show_default=True, help="Time of one send/receive.")
-@click.option("--p2p-bytes", type=click.IntRange(0), default=0, show_default=True,
+@click.option("--fwd-us", type=microseconds(), default=1000.0, show_default=True, help="Forward (F) time per stage.")
+@click.option("--bwd-us", type=microseconds(), default=2000.0, show_default=True, help="Full backward (B) time.")
+@click.option("--bwd-input-us", type=microseconds(), default=None, help="Backward for inputs (I) [default: half of B].")
+@click.option("--bwd-weight-us", type=microseconds(), default=None, help="Backward for weights (W) [default: half of B].")
+@click.option("--p2p-us", type=microseconds(), default=50.0, show_default=True, help="Time of one send/receive.")
+@click.option("--p2p-bytes", type=ByteSize(), default=0, show_default=True,
               help="Size of one activation or gradient (matters with --eager-bytes).")
-@click.option("--eager-bytes", type=click.IntRange(0), default=0, show_default=True,
+@click.option("--eager-bytes", type=ByteSize(), default=0, show_default=True,
               help="Per-peer buffer for sends that complete before their receive; 0: every send is a rendezvous.")
 @click.option("--comm-model", type=click.Choice(["nccl", "coalesced", "ideal"]), default="nccl", show_default=True,
               help="nccl: a stream per peer pair, each op synchronized with compute when posted (torch's runtime "
@@ -234,7 +242,12 @@ def torch_schedule_command(schedule, csv_path, stages, microbatches, ranks, fwd_
     Exit code 1 when the action lists are invalid (each problem is reported) or deadlock, 2 on bad input.
     """
     from distdoctor.sim.plans.schedule_program import ScheduleTiming
-    from distdoctor.sim.schedule_report import dump_csv, findings_json, findings_text, load_schedule
+    from distdoctor.sim.schedule_report import (
+        dump_csv,
+        findings_json,
+        findings_text,
+        load_schedule,
+    )
 
     if list_only:
         from distdoctor.sim.plans.torch_schedule import schedule_classes
@@ -262,10 +275,10 @@ def torch_schedule_command(schedule, csv_path, stages, microbatches, ranks, fwd_
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--streams", type=click.Choice(["per-group", "shared"]), default="per-group", show_default=True,
               help="A communication stream per process group (and per p2p peer), or one for all.")
-@click.option("--eager-bytes", type=click.IntRange(0), default=None,
+@click.option("--eager-bytes", type=ByteSize(), default=None,
               help="Sends up to B bytes complete before their receive, larger ones wait for it [default: every "
                    "send buffered, as Gloo ran it].")
-@click.option("--scale-pp", type=click.IntRange(2), default=None,
+@click.option("--scale-pp", type=count("stages", 2, 4096), default=None,
               help="The recorded pipeline re-derived at K stages (its schedule, micro-batches and stage times).")
 @_output_options
 def from_trace_command(paths, streams, eager_bytes, scale_pp, fmt, emit_ir, chrome, png, emit_trace, trials,
@@ -275,9 +288,11 @@ def from_trace_command(paths, streams, eager_bytes, scale_pp, fmt, emit_ir, chro
 
     Exit code 1 when the replay deadlocks, 0 when it does not, 2 on bad input.
     """
+    from distdoctor.diagnose.command import check_trace_inputs
     from distdoctor.sim.plans.from_trace import load_recorded, replay_program
     from distdoctor.trace.loaders import gc_paused
 
+    check_trace_inputs(paths, True)
     source = "recorded run " + " ".join(paths)
     with gc_paused():  # the trace set stays alive: collection passes would rescan it while the program is built
         traces = load_recorded(list(paths))
