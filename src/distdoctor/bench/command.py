@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
 from distdoctor.bench.nccl_tests import format_table
 from distdoctor.bench.sweep import BENCH_OPS, BenchOptions, run_bench
-from distdoctor.cli import FORMAT_OPTION
+from distdoctor.cli import FORMAT_OPTION, write_document
 from distdoctor.collectives.base import DTYPES, REDOPS
 from distdoctor.errors import CheckFailed
 from distdoctor.options import InputFile, MiB, Number, count
@@ -91,7 +90,7 @@ def bench_command(minbytes, maxbytes, stepfactor, iters, warmup, check, op, dtyp
 
         write_cluster_html(html_file, bench=report)
     if fmt == "json":
-        sys.stdout.write(json.dumps(report) + "\n")
+        write_document(json.dumps(report))
     else:
         click.echo(format_table(report, opts))
     if not report["passed"]:

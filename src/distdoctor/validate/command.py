@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 
 import click
 
-from distdoctor.cli import FORMAT_OPTION
+from distdoctor.cli import FORMAT_OPTION, write_document
 from distdoctor.collectives import SPECS
 from distdoctor.collectives.base import DTYPES, REDOPS
 from distdoctor.errors import CheckFailed
@@ -64,7 +63,7 @@ def validate_command(sizes, ops, dtypes, redops, seed, no_subgroups, inject, str
 
         write_cluster_html(html_file, validate=report)
     if fmt == "json":
-        sys.stdout.write(json.dumps(report) + "\n")
+        write_document(json.dumps(report))
     else:
         print_validate(report)
     if not report["passed"]:
