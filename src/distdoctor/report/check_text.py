@@ -33,12 +33,20 @@ def verdict(report: dict) -> str:
         bw = f"all_reduce busbw {peak['busbw_gbps']:.2f} GB/s at {_size(peak['size_bytes'])}" if peak else "no bench"
         return (f"PASS: collectives correct on {_where(report)} ({n_pass} checks passed, {n_skip} skipped); "
                 f"{bw}")
-    reasons = []
-    for lr in report["lost"]:
-        reasons.append(f"rank {lr['rank']} lost ({lr['reason']}" + (f", in {lr['in_op']})" if lr["in_op"] else ")"))
-    for c in validate.get("culprits", []):
-        if not any(f"rank {c['rank']} lost" in r for r in reasons):
-            reasons.append(f"rank {c['rank']}: {'; '.join(c['why'][:2])}")
+    # Causes before consequences, as validate names them: the ranks validate blames (one that skipped a call, a
+    # wrong result, a rank lost on its own), then the ranks that only timed out waiting for them.
+    culprits = validate.get("culprits", [])
+    reasons = [f"rank {c['rank']}{' ' if c['why'][0].startswith('lost') else ': '}{'; '.join(c['why'][:2])}"
+               for c in culprits]
+    blamed = {c["rank"] for c in culprits}
+    victims = [lr for lr in report["lost"] if lr["rank"] not in blamed]
+    if culprits and victims:
+        ranks = ", ".join(str(lr["rank"]) for lr in victims)
+        reasons.append(f"then rank{'s' if len(victims) > 1 else ''} {ranks} timed out or failed waiting for "
+                       f"{'them' if len(culprits) > 1 else 'it'}")
+    else:
+        reasons += [f"rank {lr['rank']} lost ({lr['reason']}" + (f", in {lr['in_op']})" if lr["in_op"] else ")")
+                    for lr in victims]
     if n_fail and not reasons:
         reasons.append(f"{n_fail} of {len(validate['results'])} checks failed")
     for why in bench.get("failures", []):
