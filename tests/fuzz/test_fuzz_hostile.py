@@ -52,7 +52,7 @@ def hostile(tmp_path_factory) -> Path:
     (d / "zeros").write_bytes(bytes(1 << 20))
     (d / "ws_neg_rank_1.jsonl").write_text(SEED_TEXT.replace('"world_size": 4', '"world_size": -4', 1))
     (d / "seq_neg_rank_1.jsonl").write_text(SEED_TEXT.replace('"seq": 1,', '"seq": -5,', 1))
-    (d / "rank_big_rank_1.jsonl").write_text(SEED_TEXT.replace('"rank": 1,', '"rank": 9,', 1))
+    (d / "rank_neg.jsonl").write_text(SEED_TEXT.replace('"rank": 1,', '"rank": -3,', 1))
     (d / "seq_huge_rank_1.jsonl").write_text(SEED_TEXT.replace('"seq": 1,', f'"seq": {"9" * 30},', 1))
     pkl = copy.deepcopy(FR_OBJ)
     pkl["entries"][0]["collective_seq_id"] = 10**30
@@ -113,7 +113,7 @@ CASES = [
     # traces whose numbers are impossible, in each format
     (["diagnose", "{d}/ws_neg_rank_1.jsonl"], ["ws_neg_rank_1.jsonl", "world_size -4"]),
     (["diagnose", "{d}/seq_neg_rank_1.jsonl"], ["seq_neg_rank_1.jsonl", "seq -5"]),
-    (["diagnose", "{d}/rank_big_rank_1.jsonl"], ["rank_big_rank_1.jsonl", "rank 9"]),
+    (["diagnose", "{d}/rank_neg.jsonl"], ["rank_neg.jsonl", "rank -3"]),
     (["lint", "{d}/seq_huge_rank_1.jsonl"], ["seq_huge_rank_1.jsonl", "sequence number"]),
     (["lint", "{d}/fr_huge_rank_0"], ["fr_huge_rank_0", "sequence number"]),
     (["lint", "{d}/fr_huge_rank_0.json"], ["fr_huge_rank_0.json", "sequence number"]),

@@ -79,7 +79,7 @@ def bench_command(minbytes, maxbytes, stepfactor, iters, warmup, check, op, dtyp
 
         base = load_baseline(baseline)
     start_time = _now()
-    with progress_display(f"bench {op}") as on_event:
+    with progress_display(f"bench {op}", unit="steps") as on_event:
         report = run_bench(cfg, opts, on_event=on_event, baseline=base, tolerance_pct=tolerance_pct)
     if report is None:
         return

@@ -303,9 +303,8 @@ def trace_problem(trace: RankTrace) -> str | None:
     ws = trace.world_size
     if ws is not None and (isinstance(ws, bool) or not isinstance(ws, int) or not 1 <= ws <= MAX_WORLD):
         return f"header world_size {ws!r} is not a number of ranks (1 to {MAX_WORLD})"
-    if isinstance(trace.rank, bool) or not isinstance(trace.rank, int) or trace.rank < 0 \
-            or (ws is not None and trace.rank >= ws):
-        return f"header rank {trace.rank!r} is not a rank of a world of {ws if ws is not None else 'any'} ranks"
+    if isinstance(trace.rank, bool) or not isinstance(trace.rank, int) or not 0 <= trace.rank < MAX_WORLD:
+        return f"header rank {trace.rank!r} is not a rank (0 to {MAX_WORLD - 1})"
     for name in ("seq", "p2p_seq"):
         column = trace.column(name)
         values = list(filter(functools.partial(operator.is_not, None), column))  # at C speed: 10^7 entries
