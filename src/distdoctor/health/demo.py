@@ -109,6 +109,9 @@ def demo_command(steps, every, inject, inject_step, events_path, lr, fmt, **worl
     summary = result.results[min(result.results)]
     table = summary.pop("table")
     click.echo(json.dumps(summary) if fmt == "json" else table)
+    # Exit codes as every command's: 1 when what was watched went wrong (a NaN/inf, replicas apart).
+    if any(r["first_nonfinite"] or not r["replica_ok"] for r in summary["ranks"]):
+        sys.exit(1)
 
 
 def main() -> None:

@@ -173,7 +173,7 @@ def render_text(doc: dict) -> str:
 
     table = Table(title=f"data-parallel scaling ({doc.get('backend', '?')}, MLP {doc['model']['layers']}x"
                         f"{doc['model']['hidden']}, gradient {doc['model'].get('grad_bytes', 0) / 2**20:.1f} MiB)")
-    for col in ("ranks", "mode", "batch/rank", "samples/s", "step ms", "compute ms", "exposed all-reduce", "efficiency", ""):
+    for col in ("ranks", "mode", "batch/rank", "samples/s", "step ms", "compute ms", "exposed all-reduce", "efficiency", "source"):
         table.add_column(col, justify="right")
     for p in doc["measured"] + doc["projected"]:
         eff = "-" if p.get("efficiency") is None else f"{100 * p['efficiency']:.1f}%"
@@ -225,7 +225,7 @@ def write_png(doc: dict, path: str) -> None:
             for p in doc["measured"] + [q for q in doc["projected"] if q["world_size"] in (8, 64, 1024)]]
     tab.axis("off")
     if rows:
-        t = tab.table(cellText=rows, colLabels=["ranks", "mode", "samples/s", "exposed all-reduce", "efficiency", ""],
+        t = tab.table(cellText=rows, colLabels=["ranks", "mode", "samples/s", "exposed all-reduce", "efficiency", "source"],
                       loc="center")
         t.auto_set_font_size(False)
         t.set_fontsize(9)
