@@ -185,7 +185,9 @@ class JobWatch:
             self.say(f"warning: cannot write the dump request ({exc}); only the ranks that saw the hang dumped")
         signal_ranks(self.dump_dir, signal.SIGUSR1, ranks=set(todo))
         now = time.time()
-        self.episode = {"status": status, "detected_at": hang.get("detected_at") or now, "rank": rank,
+        # A confirmed hang is printed at the time it was confirmed (the episode began when it was suspected).
+        at = (hang.get("confirmed_at") if status == "confirmed" else None) or hang.get("detected_at") or now
+        self.episode = {"status": status, "detected_at": hang.get("detected_at") or now, "at": at, "rank": rank,
                         "deadline": now + FANOUT_WAIT_S, "printed": False}
 
     def _dumped_for(self, rank: int, status: str) -> bool:
@@ -203,8 +205,10 @@ class JobWatch:
         status = ep["status"]
         late = [r for r in registered_ranks(self.dump_dir) if not self._dumped_for(r, status)]
         self.shout("")
-        self.shout(f"distdoctor run: HANG {status.upper()} at {_clock(ep['detected_at'])}; every rank was asked "
-                   "to dump"
+        since = f" (suspected at {_clock(ep['detected_at'])})" if ep.get("at", ep["detected_at"]) != ep["detected_at"] \
+            else ""
+        self.shout(f"distdoctor run: HANG {status.upper()} at {_clock(ep.get('at', ep['detected_at']))}{since}; every "
+                   "rank was asked to dump"
                    + (f" ({_ranks(late)} did not within {FANOUT_WAIT_S:g} s)" if late else "")
                    + (". The job keeps running." if status == "suspected" or not self.kill_on_hang else "."))
         self.shout(self.report_text(problem=f"hang {status}"), nl=False)
