@@ -36,23 +36,26 @@ def verdict(report: dict) -> str:
     # Causes before consequences, as validate names them: the ranks validate blames (one that skipped a call, a
     # wrong result, a rank lost on its own), then the ranks that only timed out waiting for them.
     culprits = validate.get("culprits", [])
-    reasons = [f"rank {c['rank']}{' ' if c['why'][0].startswith('lost') else ': '}{'; '.join(c['why'][:2])}"
-               for c in culprits]
-    blamed = {c["rank"] for c in culprits}
-    victims = [lr for lr in report["lost"] if lr["rank"] not in blamed]
+    lost = {lr["rank"]: lr for lr in report["lost"]}
+    reasons = [_lost(lost[c["rank"]]) if c["rank"] in lost and c["why"][0].startswith("lost")
+               else f"rank {c['rank']}: {'; '.join(c['why'][:2])}" for c in culprits]
+    victims = [lr for r, lr in lost.items() if r not in {c["rank"] for c in culprits}]
     if culprits and victims:
         ranks = ", ".join(str(lr["rank"]) for lr in victims)
         reasons.append(f"then rank{'s' if len(victims) > 1 else ''} {ranks} timed out or failed waiting for "
                        f"{'them' if len(culprits) > 1 else 'it'}")
     else:
-        reasons += [f"rank {lr['rank']} lost ({lr['reason']}" + (f", in {lr['in_op']})" if lr["in_op"] else ")")
-                    for lr in victims]
+        reasons += [_lost(lr) for lr in victims]
     if n_fail and not reasons:
         reasons.append(f"{n_fail} of {len(validate['results'])} checks failed")
     for why in bench.get("failures", []):
         if not why.startswith("lost"):
             reasons.append(f"bench: {why}")
     return f"FAIL on {_where(report)}: " + "; ".join(reasons or ["see the validate and bench parts"])
+
+
+def _lost(lr: dict) -> str:
+    return f"rank {lr['rank']} lost ({lr['reason']}" + (f", in {lr['in_op']})" if lr["in_op"] else ")")
 
 
 def _size(n: int) -> str:
