@@ -50,6 +50,9 @@ def hostile(tmp_path_factory) -> Path:
     with open(d / "sparse", "wb") as f:
         f.truncate(2 << 30)
     (d / "zeros").write_bytes(bytes(1 << 20))
+    laughs = ['a: &a ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']  # a YAML alias bomb: 9^9 leaves if expanded
+    laughs += [f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]" for a, b in zip("abcdefg", "bcdefgh")]
+    (d / "bomb.yaml").write_text("\n".join(laughs) + "\nranks: {0: {s: *h}}\n")
     (d / "ws_neg_rank_1.jsonl").write_text(SEED_TEXT.replace('"world_size": 4', '"world_size": -4', 1))
     (d / "seq_neg_rank_1.jsonl").write_text(SEED_TEXT.replace('"seq": 1,', '"seq": -5,', 1))
     (d / "rank_neg.jsonl").write_text(SEED_TEXT.replace('"rank": 1,', '"rank": -3,', 1))
@@ -110,6 +113,12 @@ CASES = [
     (["bench", "--baseline", "{d}/fifo"], ["fifo", "FIFO"]),
     (["bench", "--baseline", "{d}/sparse"], ["sparse", "limit"]),
     (["bench", "--baseline", "{d}/loop"], ["loop", "symbolic link loop"]),
+    (["sim", "run", "/dev/zero"], ["/dev/zero", "character device"]),
+    (["sim", "run", "{d}/fifo"], ["fifo", "FIFO"]),
+    (["sim", "run", "{d}/loop"], ["loop", "symbolic link loop"]),
+    (["sim", "run", "{d}/sparse"], ["sparse", "limit"]),
+    (["sim", "run", "{d}/bomb.yaml"], ["bomb.yaml"]),
+    (["sim", "torch-schedule", "--csv", "/dev/zero"], ["/dev/zero", "character device"]),
     # traces whose numbers are impossible, in each format
     (["diagnose", "{d}/ws_neg_rank_1.jsonl"], ["ws_neg_rank_1.jsonl", "world_size -4"]),
     (["diagnose", "{d}/seq_neg_rank_1.jsonl"], ["seq_neg_rank_1.jsonl", "seq -5"]),

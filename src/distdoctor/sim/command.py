@@ -9,6 +9,7 @@ so a deadlocked plan still leaves its pictures and traces behind.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from importlib import resources
 from pathlib import Path
@@ -17,7 +18,16 @@ import click
 
 from distdoctor.cli import FORMAT_OPTION
 from distdoctor.errors import CheckFailed, InputError
-from distdoctor.options import SEED, ByteSize, Number, count, microseconds
+from distdoctor.options import (
+    SEED,
+    ByteSize,
+    InputFile,
+    MiB,
+    Number,
+    check_input_file,
+    count,
+    microseconds,
+)
 from distdoctor.sim.ir import Program, dump_program, load_program
 from distdoctor.sim.plans.fsdp import FsdpConfig, build_fsdp
 from distdoctor.sim.plans.p2p_calls import (
@@ -46,9 +56,13 @@ def _example_summary(path: Path) -> str:
     return ""
 
 
+MAX_PLAN = 256 * MiB  # a generated plan of thousands of ranks is megabytes; a plan file is read whole
+
+
 def resolve_plan(name: str) -> Path:
     p = Path(name)
-    if p.exists():
+    if os.path.lexists(p):  # a path, even a broken link or a FIFO: refused for what it is, before it is read
+        check_input_file(name, MAX_PLAN, "a plan")
         return p
     for cand in (examples_dir() / name, examples_dir() / f"{name}.yaml"):
         if cand.exists():
@@ -210,7 +224,7 @@ def fsdp_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, **
 
 @sim_group.command("torch-schedule")
 @click.argument("schedule", required=False)
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
+@click.option("--csv", "csv_path", type=InputFile(MAX_PLAN, "a schedule CSV"),
               help="A schedule in torch's CSV form (one row of actions per rank) instead of a class name.")
 @click.option("--stages", type=count("stages", 1, 4096), default=None, help="Pipeline stages in all (a CSV: inferred).")
 @click.option("--microbatches", type=count("micro-batches", 1, 1 << 16), default=None, help="Micro-batches per step (a CSV: inferred).")
