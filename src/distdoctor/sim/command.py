@@ -21,7 +21,6 @@ from distdoctor.errors import CheckFailed, InputError
 from distdoctor.options import (
     SEED,
     ByteSize,
-    InputFile,
     MiB,
     Number,
     check_input_file,
@@ -224,7 +223,7 @@ def fsdp_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, **
 
 @sim_group.command("torch-schedule")
 @click.argument("schedule", required=False)
-@click.option("--csv", "csv_path", type=InputFile(MAX_PLAN, "a schedule CSV"),
+@click.option("--csv", "csv_path", default=None,
               help="A schedule in torch's CSV form (one row of actions per rank) instead of a class name.")
 @click.option("--stages", type=count("stages", 1, 4096), default=None, help="Pipeline stages in all (a CSV: inferred).")
 @click.option("--microbatches", type=count("micro-batches", 1, 1 << 16), default=None, help="Micro-batches per step (a CSV: inferred).")
@@ -273,6 +272,8 @@ def torch_schedule_command(schedule, csv_path, stages, microbatches, ranks, fwd_
                     ("--bwd-weight-us", bwd_weight_us), ("--p2p-us", p2p_us)):
         if v is not None and v < 0:
             raise InputError(flag, f"must not be negative (got {v})")
+    if csv_path is not None and schedule is None:  # both given: load_schedule says that first
+        check_input_file(csv_path, MAX_PLAN, "a schedule CSV")
     timing = ScheduleTiming(fwd_us, bwd_us, bwd_input_us, bwd_weight_us, p2p_us, p2p_bytes, eager_bytes)
     loaded = load_schedule(schedule, csv_path, stages, microbatches, ranks, timing, comm_model, defer_recv)
     if emit_csv:
