@@ -26,12 +26,11 @@ from pathlib import Path
 
 import click
 import pytest
+from fuzz_inputs import FR_JSON_OBJ, FR_OBJ
+from test_fuzz_native import SEED_TEXT
 
 from distdoctor import cli
 from distdoctor.options import ByteSize, Number
-
-from fuzz_inputs import FR_JSON_OBJ, FR_OBJ
-from test_fuzz_native import SEED_TEXT
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 BOUND_S = 60  # a hang, or a read that never ends, is killed here (the figure to meet is < 10 s)

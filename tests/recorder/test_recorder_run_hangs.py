@@ -13,11 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from distdoctor.trace.model import loads
-
 from procs import run_in_session
 from recorder_helpers import free_port, kill_job_processes
+
+from distdoctor.trace.model import loads
 
 pytestmark = pytest.mark.slow
 

@@ -6,8 +6,8 @@ the recorder at start-up; it only comes alive in processes that create a process
 is set too, so Flight Recorder records from the first collective. The child stays in our process group (a
 terminal's Ctrl-C reaches it directly, so SIGINT is not forwarded twice, but a SIGINT from anywhere else, as
 `kill -INT` to run alone, is); SIGTERM, SIGHUP and SIGQUIT are forwarded; SIGUSR1 goes to every rank that
-registered its pid in the dump directory, which then dumps (never to the launcher, whose default SIGUSR1 action would kill it). The exit code is the command's (128+N when a
-signal N ended it).
+registered its pid in the dump directory, which then dumps (never to the launcher, whose default SIGUSR1 action
+would kill it). The exit code is the command's (128+N when a signal N ended it).
 
 While it runs, run_watch.JobWatch turns a rank's hang dump into a dump of every rank and a verdict. Verdicts
 (suspected / confirmed / resumed, and the report at the end) go to stdout; what `run` itself does (dumps
@@ -28,12 +28,8 @@ import click
 from distdoctor.errors import InputError
 from distdoctor.options import Number, count, seconds
 from distdoctor.recorder import layout
-from distdoctor.recorder.config import (
-    DEFAULT_BUFFER,
-    DEFAULT_HANG_TIMEOUT,
-    DEFAULT_SUSPECT_FACTOR,
-    DEFAULT_SUSPECT_FLOOR,
-)
+from distdoctor.recorder.config import (DEFAULT_BUFFER, DEFAULT_HANG_TIMEOUT, DEFAULT_SUSPECT_FACTOR,
+                                       DEFAULT_SUSPECT_FLOOR)
 from distdoctor.recorder.dumpfile import ensure_private_dir, write_atomic
 from distdoctor.recorder.run_watch import POLL_S, JobWatch, read_header, remove_leftovers, signal_ranks
 

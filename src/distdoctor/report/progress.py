@@ -54,8 +54,14 @@ def progress_display(title: str, unit: str = "checks"):
     if not sys.stderr.isatty():
         yield _Lines(title, unit)
         return
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     progress = Progress(TextColumn(title), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
                         TextColumn("{task.description}"), TimeElapsedColumn(), TextColumn("left"),

@@ -18,23 +18,10 @@ import click
 
 from distdoctor.cli import FORMAT_OPTION
 from distdoctor.errors import CheckFailed, InputError
-from distdoctor.options import (
-    SEED,
-    ByteSize,
-    MiB,
-    Number,
-    check_input_file,
-    count,
-    microseconds,
-)
+from distdoctor.options import SEED, ByteSize, MiB, Number, check_input_file, count, microseconds
 from distdoctor.sim.ir import Program, dump_program, load_program
 from distdoctor.sim.plans.fsdp import FsdpConfig, build_fsdp
-from distdoctor.sim.plans.p2p_calls import (
-    COMM_INIT,
-    P2P_ORDERS,
-    CallsConfig,
-    build_calls,
-)
+from distdoctor.sim.plans.p2p_calls import COMM_INIT, P2P_ORDERS, CallsConfig, build_calls
 from distdoctor.sim.plans.pipeline import SCHEDULES, PipelineConfig, build_pipeline
 from distdoctor.sim.result import simulate
 
@@ -255,12 +242,7 @@ def torch_schedule_command(schedule, csv_path, stages, microbatches, ranks, fwd_
     Exit code 1 when the action lists are invalid (each problem is reported) or deadlock, 2 on bad input.
     """
     from distdoctor.sim.plans.schedule_program import ScheduleTiming
-    from distdoctor.sim.schedule_report import (
-        dump_csv,
-        findings_json,
-        findings_text,
-        load_schedule,
-    )
+    from distdoctor.sim.schedule_report import dump_csv, findings_json, findings_text, load_schedule
 
     if list_only:
         from distdoctor.sim.plans.torch_schedule import schedule_classes

@@ -63,10 +63,10 @@ def _part(job, name: str):
 def run_check(cfg: WorldConfig, inject: tuple[str, ...] = (), on_event=None) -> dict | None:
     """Run the check; the report on the reporting rank, None on the others (under torchrun)."""
     from distdoctor.bench.sweep import summarize_bench
-    from distdoctor.validate.sweep import summarize_validate
-    from distdoctor.world import resolve_nproc
     from distdoctor.world.env import collect_env
     from distdoctor.world.faults import parse_faults
+    from distdoctor.validate.sweep import summarize_validate
+    from distdoctor.world import resolve_nproc
 
     start = time.time()
     vopts, bopts = quick_options(inject)

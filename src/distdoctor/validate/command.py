@@ -12,12 +12,7 @@ from distdoctor.collectives import SPECS
 from distdoctor.collectives.base import DTYPES, REDOPS
 from distdoctor.errors import CheckFailed
 from distdoctor.options import SEED, seconds
-from distdoctor.validate.sweep import (
-    DEFAULT_SIZES,
-    VALIDATE_OPS,
-    ValidateOptions,
-    run_validate,
-)
+from distdoctor.validate.sweep import DEFAULT_SIZES, VALIDATE_OPS, ValidateOptions, run_validate
 from distdoctor.world import config_from_options, world_options
 
 
