@@ -29,6 +29,7 @@ def test_clean_run_reports_nothing(run, tmp_path):
     for r in summary["ranks"]:
         assert r["replica_ok"] and r["first_nonfinite"] is None
         assert r["wait_ms"] is not None and 0 <= r["wait_ms"] <= r["step_ms"]
+        assert 0 < r["compute_ms"] <= r["step_ms"], r  # over the same steps: a part of each step
         assert r["peak_mib"] > 50
 
 
@@ -58,6 +59,7 @@ def test_drift_straggler_and_memory_on_three_ranks(run, tmp_path):
     assert not {e["kind"] for e in events} - {"replica_divergence", "straggler", "memory_imbalance"}
     by_rank = {r["rank"]: r for r in summary["ranks"]}
     assert by_rank[1]["compute_ms"] > by_rank[0]["compute_ms"] + 30
+    assert all(r["compute_ms"] <= r["step_ms"] for r in summary["ranks"]), summary["ranks"]
 
 
 def test_bad_injection_is_one_line(run):
