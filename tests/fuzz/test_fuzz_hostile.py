@@ -49,6 +49,10 @@ def hostile(tmp_path_factory) -> Path:
     with open(d / "sparse", "wb") as f:
         f.truncate(2 << 30)
     (d / "zeros").write_bytes(bytes(1 << 20))
+    (d / "mixed").mkdir()  # a real dump beside a 600 MB sparse file: the directory is refused naming the file
+    (d / "mixed" / "fr_pickle_rank_0").write_bytes(pickle.dumps(FR_OBJ))
+    with open(d / "mixed" / "core", "wb") as f:
+        f.truncate(600 << 20)
     laughs = ['a: &a ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']  # a YAML alias bomb: 9^9 leaves if expanded
     laughs += [f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]" for a, b in zip("abcdefg", "bcdefgh")]
     (d / "bomb.yaml").write_text("\n".join(laughs) + "\nranks: {0: {s: *h}}\n")
@@ -103,6 +107,8 @@ CASES = [
     (["diagnose", "{d}/sparse"], ["sparse", "NUL bytes", "sparse file"]),
     (["diagnose", "{d}/zeros"], ["zeros", "NUL bytes"]),
     (["diagnose", "{d}/nosuch"], ["nosuch", "no such file"]),
+    (["diagnose", "{d}/mixed"], ["mixed/core", "NUL bytes", "move it out"]),
+    (["lint", "{d}/mixed"], ["mixed/core", "NUL bytes"]),
     (["lint", "/dev/zero"], ["/dev/zero", "character device"]),
     (["lint", "{d}/fifo"], ["fifo", "FIFO"]),
     (["lint", "{d}/sparse"], ["sparse", "NUL bytes"]),

@@ -65,6 +65,7 @@ def summarize_skipped(skipped: list) -> str:
 
 
 MAX_TRACE_FILE = 1 << 30  # one rank's Flight Recorder dump or distdoctor trace is megabytes; 1 GiB is not one
+SNIFF_ABOVE = 64 << 20  # files in a directory larger than this have their head checked (a sparse file of NULs)
 
 
 def check_trace_inputs(paths, recursive: bool) -> None:
@@ -82,6 +83,8 @@ def check_trace_inputs(paths, recursive: bool) -> None:
         if size > MAX_TRACE_FILE:
             raise InputError(path, f"is {human_bytes(size)}, above the {human_bytes(MAX_TRACE_FILE)} limit for a "
                                    f"trace (move it out of the directory)")
+        if size > SNIFF_ABOVE:  # a large file is looked at before a reader spends its whole length on it
+            check_input_path(path, MAX_TRACE_FILE, "a trace (move it out of the directory)")
 
 
 def load_with_subdirs(paths, load, recursive: bool, prog: str):
