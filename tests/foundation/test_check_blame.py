@@ -21,3 +21,18 @@ def test_check_names_the_rank_that_skipped_a_call(fault):
     others = ", ".join(str(r) for r in range(4) if r != rank)
     assert f"then ranks {others} timed out or failed waiting for it" in verdict, verdict
     assert out.leftover == []
+
+
+def test_a_crashed_rank_is_never_taken_for_a_consequence():
+    """Beside a straggler validate blames, a rank that crashed on its own is still named lost with its cause; only
+    ranks that just timed out are consequences."""
+    from distdoctor.report.check_text import verdict
+
+    report = {"world_size": 4, "backend": "gloo", "device": "cpu", "iface": "lo", "passed": False,
+              "bench": {"rows": [], "failures": []},
+              "validate": {"results": [], "culprits": [{"rank": 0, "why": ["straggler: arrives 300 ms late"]}]},
+              "lost": [{"rank": 1, "reason": "exited with code 17", "in_op": "#1 all_reduce"},
+                       {"rank": 2, "reason": "timed out waiting for peers: RuntimeError: ...", "in_op": None}]}
+    assert verdict(report) == ("FAIL on 4 ranks, gloo on CPU, iface lo: rank 0: straggler: arrives 300 ms late; "
+                               "rank 1 lost (exited with code 17, in #1 all_reduce); then rank 2 timed out or failed "
+                               "waiting for them")

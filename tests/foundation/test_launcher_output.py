@@ -30,4 +30,4 @@ def test_the_json_report_under_srun_is_one_whole_document():
     outs = _tasks("json")
     assert outs[1:] == ["", "", ""], outs[1:]
     doc = json.loads(outs[0])  # one document, whole: json.loads fails on a cut one
-    assert doc["passed"] and doc["world_size"] == 4 and len(outs[0]) > 3 * 8192  # past a stdio buffer or more
+    assert doc["passed"] and doc["world_size"] == 4 and len(outs[0]) > 2 * 8192  # past two stdio buffers

@@ -39,13 +39,18 @@ def verdict(report: dict) -> str:
     lost = {lr["rank"]: lr for lr in report["lost"]}
     reasons = [_lost(lost[c["rank"]]) if c["rank"] in lost and c["why"][0].startswith("lost")
                else f"rank {c['rank']}: {'; '.join(c['why'][:2])}" for c in culprits]
-    victims = [lr for r, lr in lost.items() if r not in {c["rank"] for c in culprits}]
-    if culprits and victims:
+    from distdoctor.world.blame import is_vague
+
+    others = [lr for r, lr in lost.items() if r not in {c["rank"] for c in culprits}]
+    # Only a rank that just stopped answering (timed out, exited) is a consequence; one that crashed on its own
+    # is named as lost whatever else validate blames (a straggler beside it explains nothing).
+    victims = [lr for lr in others if is_vague(lr["reason"])] if culprits else []
+    causes = [lr for lr in others if lr not in victims]
+    reasons += [_lost(lr) for lr in causes]
+    if victims:
         ranks = ", ".join(str(lr["rank"]) for lr in victims)
         reasons.append(f"then rank{'s' if len(victims) > 1 else ''} {ranks} timed out or failed waiting for "
-                       f"{'them' if len(culprits) > 1 else 'it'}")
-    else:
-        reasons += [_lost(lr) for lr in victims]
+                       f"{'them' if len(culprits) + len(causes) > 1 else 'it'}")
     if n_fail and not reasons:
         reasons.append(f"{n_fail} of {len(validate['results'])} checks failed")
     for why in bench.get("failures", []):
