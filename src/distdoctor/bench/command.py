@@ -17,7 +17,7 @@ from distdoctor.validate.execute import parse_size
 from distdoctor.world import config_from_options, world_options
 
 MAX_ITERS = 1_000_000
-MAX_BASELINE = 64 * MiB  # a bench JSON or nccl-tests output is kilobytes; a bigger file is not one
+MAX_BASELINE = 16 * MiB  # a bench JSON or nccl-tests output is kilobytes; a bigger file is not one
 
 
 def _bytes(ctx, param, value):

@@ -42,7 +42,7 @@ def _example_summary(path: Path) -> str:
     return ""
 
 
-MAX_PLAN = 256 * MiB  # a generated plan of thousands of ranks is megabytes; a plan file is read whole
+MAX_PLAN = 64 * MiB  # a generated plan of thousands of ranks is megabytes; a plan file is read and parsed whole
 
 
 def resolve_plan(name: str) -> Path:
