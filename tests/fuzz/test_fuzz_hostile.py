@@ -159,6 +159,7 @@ CASES = [
     (["validate", "--timeout", "1e400"], ["--timeout", "finite"]),
     (["validate", "--sizes", "100G", "--nproc", "2"], ["--sizes", "available"]),
     (["validate", "--nproc", "5000"], ["--nproc", "up to"]),
+    (["validate", "--nproc", "4", "--sizes", ",".join(["1"] * 3000)], ["--sizes", "checks planned"]),
     (["validate", "--seed", "-1"], ["--seed", ">= 0"]),
     (["check", "--nproc", "5000"], ["--nproc", "up to"]),
     (["scaling", "--max-ranks", "100000"], ["--max-ranks", "up to"]),
@@ -176,7 +177,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("argv, needles", CASES, ids=[" ".join(a) for a, _ in CASES])
+@pytest.mark.parametrize("argv, needles", CASES, ids=[" ".join(a)[:60] for a, _ in CASES])
 def test_hostile_input_is_one_line(argv, needles, hostile, tmp_path):
     argv = [a.format(d=hostile) for a in argv]
     rc, err, rss = run_bounded(argv, tmp_path)
