@@ -28,6 +28,18 @@ from distdoctor.sim.result import simulate
 EXAMPLES_PACKAGE = "distdoctor.sim"
 PNG_ROWS = 48  # streams drawn in a timeline PNG (blocked ones first)
 MAX_TRIALS = 10_000  # jittered timing trials: each is a whole simulation
+# A generated plan is built whole in memory (~0.5 KB and ~20 us per op): its size is the product of counts that
+# are each capped, so the product is capped too, before anything is built (a generated op per rank, micro-batch
+# or unit and step is at most ~12: send, receive, compute, buffer and event ops).
+MAX_OPS = 4_000_000
+OPS_PER_UNIT = 12
+
+
+def check_plan_size(what: str, units: int) -> None:
+    if units * OPS_PER_UNIT > MAX_OPS:
+        n, cap = (f"{x:_}".replace("_", " ") for x in (units * OPS_PER_UNIT, MAX_OPS))
+        raise InputError(what, f"the plan would hold about {n} ops, above the {cap} a generated plan may hold: "
+                               "give smaller counts")
 MAX_STEPS = 10_000
 
 
@@ -172,6 +184,8 @@ def pipeline_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed
     """Pipeline x data x tensor parallel training steps (GPipe, 1F1B, interleaved)."""
     if chunks is None:
         chunks = 2 if kw["schedule"] == "interleaved" else 1
+    check_plan_size("--stages x --microbatches x --chunks x --dp x --tp x --steps",
+                    kw["stages"] * kw["microbatches"] * chunks * kw["dp"] * kw["tp"] * kw["steps"])
     cfg = PipelineConfig(chunks=chunks, streams=streams or 2, **kw)
     if p2p_order is not None:
         calls = CallsConfig(p2p_order, comm_init, eager_bytes)
@@ -204,6 +218,7 @@ def pipeline_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed
 @_output_options
 def fsdp_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, **kw) -> None:
     """FSDP/HSDP all-gathers on a shared or per-group unshard stream, with prefetch."""
+    check_plan_size("--ranks x --units x --steps", kw["ranks"] * kw["units"] * kw["steps"])
     prog = build_fsdp(FsdpConfig(**kw))
     _finish(prog, fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, header=_header(prog))
 
