@@ -150,6 +150,7 @@ CASES = [
     (["sim", "run", "c-groups-out-of-order", "--jitter", "nan"], ["--jitter", "finite"]),
     (["sim", "torch-schedule", "1F1B", "--p2p-us", "inf"], ["--p2p-us", "finite"]),
     (["sim", "torch-schedule", "Bogus"], ["Bogus", "unknown torch pipeline schedule"]),
+    (["sim", "torch-schedule", "GPipe", "--stages", "4096", "--microbatches", "65536"], ["--stages x", "ops"]),
     (["bench", "--min-busbw", "nan"], ["--min-busbw", "finite"]),
     (["bench", "--min-busbw", "-1"], ["--min-busbw", ">= 0"]),
     (["bench", "--tolerance", "nan"], ["--tolerance", "finite"]),

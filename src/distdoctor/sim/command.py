@@ -269,6 +269,8 @@ def torch_schedule_command(schedule, csv_path, stages, microbatches, ranks, fwd_
                     ("--bwd-weight-us", bwd_weight_us), ("--p2p-us", p2p_us)):
         if v is not None and v < 0:
             raise InputError(flag, f"must not be negative (got {v})")
+    if stages is not None and microbatches is not None:
+        check_plan_size("--stages x --microbatches", stages * microbatches)
     if csv_path is not None and schedule is None:  # both given: load_schedule says that first
         check_input_file(csv_path, MAX_PLAN, "a schedule CSV")
     timing = ScheduleTiming(fwd_us, bwd_us, bwd_input_us, bwd_weight_us, p2p_us, p2p_bytes, eager_bytes)
