@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "distdoctor"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
-TOP_LEVEL_MODULES = {"__init__.py", "__main__.py", "cli.py", "errors.py"}
+TOP_LEVEL_MODULES = {"__init__.py", "__main__.py", "cli.py", "errors.py", "options.py"}
 HELPER_PACKAGES = {"testing"}  # test helpers shipped with the package (network namespaces), not a stage
 MAX_LINES = 500
 # Over the limit today and outside the layout work (another change is rewriting the loaders); each entry says why
@@ -129,13 +129,13 @@ def test_every_package_is_a_stage_named_in_the_architecture_doc():
 
 
 def test_each_stage_imports_only_what_the_architecture_doc_allows():
-    """Every package may import `errors`; anything else a module imports at module level from another stage must be
+    """Every package may import `errors` and `options`; anything else a module imports at module level from another stage must be
     on its package's "May import" line in docs/architecture.md (lazy imports inside functions are free)."""
     allowed = {}
     for name, body in _sections().items():
         line = re.search(r"\*May import:\*(.*)", body)
         assert line, f"docs/architecture.md: the section of {name}/ has no *May import:* line"
-        allowed[name] = set(re.findall(r"`(\w+)`", line.group(1))) | {"errors"}
+        allowed[name] = set(re.findall(r"`(\w+)`", line.group(1))) | {"errors", "options"}
     stage = lambda module: module.split(".")[1] if module.count(".") else "distdoctor"  # noqa: E731
     offending = sorted(f"{a} -> {b}" for a, b in import_graph().edges()
                        if stage(a) != stage(b) and stage(a) in allowed and stage(b) not in allowed[stage(a)])

@@ -40,6 +40,14 @@ FORMAT_OPTION = click.option(
 )
 
 
+def write_document(text: str) -> None:
+    """Write a whole report (one JSON document) to stdout and flush it at once: under a launcher (mpirun, srun) a
+    rank may be stopped the moment another ends, and a document left in the buffer would come out cut at 8 KiB."""
+    out = sys.stdout
+    out.write(text if text.endswith("\n") else text + "\n")
+    out.flush()
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(SUBCOMMANDS)

@@ -202,7 +202,8 @@ def test_bad_baselines_are_refused_before_any_rank_starts(tmp_path):
     (tmp_path / "garbage.txt").write_text("hello\nworld\n")
     (tmp_path / "other.json").write_text(json.dumps({"a": 1}))
     (tmp_path / "cut.json").write_text(SLOW_JSON.read_text()[:200])
-    for path, why in ((tmp_path / "none.json", "cannot read"), (tmp_path / "garbage.txt", "no bandwidth row"),
+    for path, why in ((tmp_path / "none.json", "no such file or directory"),
+                      (tmp_path / "garbage.txt", "no bandwidth row"),
                       (tmp_path / "other.json", "neither a distdoctor bench report"),
                       (tmp_path / "cut.json", "corrupt or truncated JSON")):
         out = distdoctor("bench", "--nproc", "2", "--baseline", path, timeout=60)

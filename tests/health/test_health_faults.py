@@ -10,11 +10,12 @@ from distdoctor.health.events import read_events
 pytestmark = pytest.mark.slow
 
 
-def _demo(run, tmp_path, nproc, *args):
+def _demo(run, tmp_path, nproc, *args, rc=0):
+    """rc: 1 where the monitor must find a non-finite value or replicas apart (the demo's exit code says so)."""
     events = tmp_path / "events.jsonl"
     res = run([sys.executable, "-m", "distdoctor.health.demo", "--nproc", str(nproc), "--format", "json",
                "--events", str(events), *args], timeout=240)
-    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.returncode == rc, res.stderr[-3000:]
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     return summary, (read_events(events) if events.exists() else [])
 
@@ -28,11 +29,12 @@ def test_clean_run_reports_nothing(run, tmp_path):
     for r in summary["ranks"]:
         assert r["replica_ok"] and r["first_nonfinite"] is None
         assert r["wait_ms"] is not None and 0 <= r["wait_ms"] <= r["step_ms"]
+        assert 0 < r["compute_ms"] <= r["step_ms"], r  # over the same steps: a part of each step
         assert r["peak_mib"] > 50
 
 
 def test_nan_in_named_layer_on_one_rank(run, tmp_path):
-    summary, events = _demo(run, tmp_path, 2, "--steps", "10", "--every", "5", "--inject", "nan:1:fc2")
+    summary, events = _demo(run, tmp_path, 2, "--steps", "10", "--every", "5", "--inject", "nan:1:fc2", rc=1)
     nonfinite = [e for e in events if e["kind"] == "nonfinite"]
     assert len(nonfinite) == 1, events  # once per problem, though every later step is NaN too
     ev = nonfinite[0]
@@ -45,7 +47,8 @@ def test_nan_in_named_layer_on_one_rank(run, tmp_path):
 def test_drift_straggler_and_memory_on_three_ranks(run, tmp_path):
     # three faults on three different ranks at once: each check must blame its own rank only
     summary, events = _demo(run, tmp_path, 3, "--steps", "30", "--every", "5", "--inject-step", "4",
-                            "--inject", "drift:2:fc2.weight", "--inject", "slow:1:0.05", "--inject", "mem:0:600")
+                            "--inject", "drift:2:fc2.weight", "--inject", "slow:1:0.05", "--inject", "mem:0:600",
+                            rc=1)
     kinds = {e["kind"]: e for e in events}
     div = kinds["replica_divergence"]
     assert (div["ranks"], div["step"], div["subject"]) == ([2], 4, "fc2.weight")
@@ -56,6 +59,7 @@ def test_drift_straggler_and_memory_on_three_ranks(run, tmp_path):
     assert not {e["kind"] for e in events} - {"replica_divergence", "straggler", "memory_imbalance"}
     by_rank = {r["rank"]: r for r in summary["ranks"]}
     assert by_rank[1]["compute_ms"] > by_rank[0]["compute_ms"] + 30
+    assert all(r["compute_ms"] <= r["step_ms"] for r in summary["ranks"]), summary["ranks"]
 
 
 def test_bad_injection_is_one_line(run):

@@ -97,7 +97,7 @@ def test_run_torchrun_two_ranks(tmp_path, cli_env, wait_for):
 @pytest.mark.parametrize("args, needle", [
     ([], "command: nothing to run"),
     (["--", "no-such-command-xyz"], "no-such-command-xyz: command not found"),
-    (["--buffer", "0", "--", "true"], "--buffer: must be at least 1"),
+    (["--buffer", "0", "--", "true"], "--buffer: must be >= 1 calls"),
     (["--hang-timeout", "-1", "--", "true"], "--hang-timeout: must be >= 0"),
 ])
 def test_run_bad_input_is_one_line(args, needle, cli_env):

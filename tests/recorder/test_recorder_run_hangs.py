@@ -13,11 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from distdoctor.trace.model import loads
-
 from procs import run_in_session
 from recorder_helpers import free_port, kill_job_processes
+
+from distdoctor.trace.model import loads
 
 pytestmark = pytest.mark.slow
 
@@ -61,6 +60,11 @@ def test_sleeping_rank_suspected_then_confirmed_and_stopped(tmp_path, cli_env):
     hang = next(ln for ln in suspected.splitlines() if ln.startswith("hang: suspected"))
     assert "ranks 0, 2, 3 blocked" in hang and "rank 1 in no collective" in hang and "load_batch" in hang, hang
     assert "threshold 2 s = max(floor 2 s" in hang, hang
+    # each verdict line prints its own time: the confirmation ~5 s after the suspicion, which it also names
+    clock = lambda ln: sum(int(x) * m for x, m in zip(ln.split(" at ")[1][:8].split(":"), (3600, 60, 1)))  # noqa: E731
+    s_line, c_line = lines[at["distdoctor run: HANG SUSPECTED"]], lines[at["distdoctor run: HANG CONFIRMED"]]
+    assert f"(suspected at {s_line.split(' at ')[1][:8]})" in c_line, (s_line, c_line)
+    assert 3 <= (clock(c_line) - clock(s_line)) % 86400 <= 30, (s_line, c_line)
     # the last dumps (SIGTERM from --kill-on-hang) still carry the confirmed episode; nothing hidden is left
     traces = [loads((dumps / f"rank_{r}.jsonl").read_text()) for r in range(4)]
     assert all(t.hang and t.hang["status"] == "confirmed" for t in traces), [t.hang for t in traces]

@@ -139,7 +139,7 @@ def test_bad_input_is_one_line_exit_2(recorded, tmp_path, capsys):
     for f in partial.glob("rank_3.*"):
         f.unlink()
     cases["partial"] = (partial, "left no trace")
-    cases["scale-pp"] = (recorded["fixed_twins"], "'--scale-pp': 1 is not in the range")
+    cases["scale-pp"] = (recorded["fixed_twins"], "--scale-pp: must be >= 2 stages")
     for name, (path, why) in cases.items():
         args = ["sim", "from-trace", str(path)] + (["--scale-pp", "1"] if name == "scale-pp" else [])
         with pytest.raises(SystemExit) as exc:

@@ -4,17 +4,20 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
 from distdoctor.bench.nccl_tests import format_table
 from distdoctor.bench.sweep import BENCH_OPS, BenchOptions, run_bench
-from distdoctor.cli import FORMAT_OPTION
+from distdoctor.cli import FORMAT_OPTION, write_document
 from distdoctor.collectives.base import DTYPES, REDOPS
 from distdoctor.errors import CheckFailed
+from distdoctor.options import InputFile, MiB, Number, count
 from distdoctor.validate.execute import parse_size
 from distdoctor.world import config_from_options, world_options
+
+MAX_ITERS = 1_000_000
+MAX_BASELINE = 16 * MiB  # a bench JSON or nccl-tests output is kilobytes; a bigger file is not one
 
 
 def _bytes(ctx, param, value):
@@ -29,31 +32,32 @@ def _bytes(ctx, param, value):
               help="Smallest size in bytes (K/M/G suffixes).")
 @click.option("-e", "--maxbytes", default="16M", show_default=True, callback=_bytes,
               help="Largest size in bytes (K/M/G suffixes).")
-@click.option("-f", "--stepfactor", default=4, show_default=True, type=int, help="Multiply the size by this each step.")
-@click.option("-n", "--iters", default=20, show_default=True, type=int, help="Timed iterations per size.")
-@click.option("-w", "--warmup", default=5, show_default=True, type=int, help="Untimed warmup iterations per size.")
+@click.option("-f", "--stepfactor", default=4, show_default=True, type=count("x", 0, 1024),
+              help="Multiply the size by this each step.")
+@click.option("-n", "--iters", default=20, show_default=True, type=count("iterations", 0, MAX_ITERS), help="Timed iterations per size.")
+@click.option("-w", "--warmup", default=5, show_default=True, type=count("iterations", 0, MAX_ITERS), help="Untimed warmup iterations per size.")
 @click.option("-c", "--check", default=1, show_default=True, type=click.IntRange(0, 1),
               help="1: count elements off the exact reference (#wrong); 0: skip.")
 @click.option("--op", default="all_reduce", show_default=True, help=f"Collective: {', '.join(BENCH_OPS)}.")
 @click.option("-d", "--dtype", default="float32", show_default=True, help=f"Data type: {', '.join(DTYPES)}.")
 @click.option("-o", "--redop", default="sum", show_default=True, help=f"Reduction: {', '.join(REDOPS)}.")
-@click.option("-r", "--root", default=0, show_default=True, type=int, help="Root rank of rooted collectives.")
-@click.option("--min-busbw", default=None, type=float,
+@click.option("-r", "--root", default=0, show_default=True, type=count("rank", 0, 1 << 20), help="Root rank of rooted collectives.")
+@click.option("--min-busbw", default=None, type=Number("GB/s", 0, 1e9),
               help="Fail when the average bus bandwidth (GB/s) is below this (like NCCL_TESTS_MIN_BW).")
 @click.option("--links", is_flag=True,
               help="After the sweep, time point-to-point transfers between every pair of hosts (one rank each) "
                    "and name a slow host.")
 @click.option("--link-bytes", default="4M", show_default=True, callback=_bytes,
               help="Message size of the --links transfers (K/M/G suffixes; whole float32 elements, up to 4G).")
-@click.option("--link-iters", default=10, show_default=True, type=int,
+@click.option("--link-iters", default=10, show_default=True, type=count("transfers", 0, MAX_ITERS),
               help="Timed transfers per direction of each --links pair (fewer where they would take over 2 s).")
 @click.option("-I", "--per-iter", type=click.IntRange(0, 1), is_flag=False, flag_value=1, default=0,
               help="1 (or -I alone): time every iteration and add i_min/i_max/i_p99/i_cv% per size, as nccl-tests -I.")
 @click.option("-J", "--json-file", "json_file", default=None, type=click.Path(dir_okay=False),
               help="Also write nccl-tests' -J JSON document to FILE (its tools/analyze_perf_json.py reads it).")
-@click.option("--baseline", default=None, type=click.Path(dir_okay=False),
+@click.option("--baseline", default=None, type=InputFile(MAX_BASELINE, "a bench baseline"),
               help="Compare with an earlier run: distdoctor's bench JSON, or nccl-tests' -J JSON or text output.")
-@click.option("--tolerance", "tolerance_pct", default=10.0, show_default=True, type=click.FloatRange(0, 100),
+@click.option("--tolerance", "tolerance_pct", default=10.0, show_default=True, type=Number("percent", 0, 100),
               help="With --baseline: fail the sizes whose busbw is more than PCT percent below the baseline's.")
 @click.option("--html", "html_file", default=None, type=click.Path(dir_okay=False),
               help="Also write a self-contained HTML report to FILE (busbw vs size, links, per-rank time).")
@@ -75,7 +79,7 @@ def bench_command(minbytes, maxbytes, stepfactor, iters, warmup, check, op, dtyp
 
         base = load_baseline(baseline)
     start_time = _now()
-    with progress_display(f"bench {op}") as on_event:
+    with progress_display(f"bench {op}", unit="steps") as on_event:
         report = run_bench(cfg, opts, on_event=on_event, baseline=base, tolerance_pct=tolerance_pct)
     if report is None:
         return
@@ -86,7 +90,7 @@ def bench_command(minbytes, maxbytes, stepfactor, iters, warmup, check, op, dtyp
 
         write_cluster_html(html_file, bench=report)
     if fmt == "json":
-        sys.stdout.write(json.dumps(report) + "\n")
+        write_document(json.dumps(report))
     else:
         click.echo(format_table(report, opts))
     if not report["passed"]:

@@ -142,6 +142,12 @@ def format_table(report: dict, opts) -> str:
                 line += "".join("  " + (float_str(it[k], 7) if k in it else "%7s" % "N/A")
                                 for k in ("min_us", "max_us", "p99_us", "cv_pct"))
         lines.append(line)
+    missing = [name for inplace, name in ((False, "out-of-place"), (True, "in-place"))
+               if any(pair.get(inplace) is None for _, pair, _, _ in table_rows(report))]
+    if missing:  # say why the columns are empty: not a failure, no call exists to time
+        lines.append(f"# N/A: torch.distributed has no {' or '.join(missing)} form of {opts.op} (its "
+                     f"{'result overwrites the input' if missing == ['out-of-place'] else 'call takes other buffers'}"
+                     f"), so there is nothing to time in those columns")
     wrong_total = sum(r["wrong"] or 0 for r in report["rows"])
     lines.append(f"# Out of bounds values : {wrong_total} {'OK' if not wrong_total else 'FAILED'}")
     lines.append(f"# Avg bus bandwidth    : {report['avg_busbw_gbps']:g} ")

@@ -8,6 +8,7 @@ import os
 import click
 
 from distdoctor.errors import CheckFailed, InputError
+from distdoctor.options import count
 
 
 def merged_note(traces: list) -> str:
@@ -63,6 +64,59 @@ def summarize_skipped(skipped: list) -> str:
     return "; ".join(parts)
 
 
+MAX_TRACE_FILE = 1 << 30  # one rank's Flight Recorder dump or distdoctor trace is megabytes; 1 GiB is not one
+SNIFF_ABOVE = 64 << 20  # files in a directory larger than this have their head checked (a sparse file of NULs)
+
+
+def check_trace_inputs(paths, recursive: bool) -> None:
+    """Refuse, with the reason and before any loader reads a byte, a PATH that is no file or directory (a FIFO, a
+    device, a link loop, a sparse or zeroed file) and any file to be read that is larger than a trace can be."""
+    from distdoctor.options import check_input_path, human_bytes
+    from distdoctor.trace.loaders import expand_paths
+
+    dirs = [p for p in paths if check_input_path(p, MAX_TRACE_FILE, "a trace")]
+    for path in expand_paths(dirs, recursive)[0]:
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            continue
+        if size > MAX_TRACE_FILE:
+            raise InputError(path, f"is {human_bytes(size)}, above the {human_bytes(MAX_TRACE_FILE)} limit for a "
+                                   f"trace (move it out of the directory)")
+        if size > SNIFF_ABOVE:  # a large file is looked at before a reader spends its whole length on it
+            check_input_path(path, MAX_TRACE_FILE, "a trace (move it out of the directory)")
+
+
+def load_with_subdirs(paths, load, recursive: bool, prog: str):
+    """load(recursive) -> TraceSet; returns (the set, whether it was read recursively). A directory whose own files
+    hold no trace but whose subdirectories hold the ranks' files (logs/rank_0/..., as many launchers write them)
+    is read whole, and stderr says so. Every file is checked (check_trace_inputs) before it is read."""
+    from distdoctor.trace.loaders import SUBDIR_NOT_READ
+
+    check_trace_inputs(paths, recursive)
+    ts = checked(load(recursive))
+    if recursive or ts.ranks or not any(e.reason == SUBDIR_NOT_READ for e in ts.errors):
+        return ts, recursive
+    check_trace_inputs(paths, True)
+    deeper = checked(load(True))
+    if not deeper.ranks:
+        return ts, False
+    click.echo(f"{prog}: note: no trace among the files of {' '.join(paths)} itself: read its subdirectories "
+               f"({len(deeper.ranks)} rank trace(s) there)", err=True)
+    return deeper, True
+
+
+def checked(ts):
+    """The set, or InputError naming the first trace whose numbers are impossible (trace.model.trace_problem)."""
+    from distdoctor.trace.model import trace_problem
+
+    for trace in ts.ranks.values():
+        problem = trace_problem(trace)
+        if problem:
+            raise InputError(trace.path or f"rank {trace.rank}", problem)
+    return ts
+
+
 def _collector_paused(command):
     """The whole command without the cyclic garbage collector: loading, analysis and rendering make few cycles,
     and each collection rescans everything loaded (3 s of a 16 384-rank diagnosis, all of it serial)."""
@@ -83,7 +137,7 @@ def _collector_paused(command):
               help="Also write diagnose.txt, diagnose.json, diagnose.html and diagnose.trace.json into DIR.")
 @click.option("--chrome-trace", "chrome_trace", type=click.Path(dir_okay=False), default=None,
               help="Write a Perfetto/Chrome trace of the collectives per rank to FILE.")
-@click.option("--world-size", type=click.IntRange(min=1), default=None,
+@click.option("--world-size", type=count("ranks", 1, 1 << 20), default=None,
               help="The job's world size, when the dumps cannot tell (e.g. the last ranks left no dump).")
 @click.option("--recursive", "-r", is_flag=True,
               help="Also read the files in the subdirectories of a directory PATH (default: its own files only).")
@@ -119,8 +173,11 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
     except ValueError as exc:  # the message names the flag
         flag, _, why = str(exc).partition(": ")
         raise InputError(flag, why) from None
-    with using_format(log_format):
-        ts = load_traces(list(paths), world_size=world_size, recursive=recursive, stream="auto")
+    def load(deep: bool, stream="auto"):
+        with using_format(log_format):
+            return load_traces(list(paths), world_size=world_size, recursive=deep, stream=stream)
+
+    ts, recursive = load_with_subdirs(paths, load, recursive, "distdoctor diagnose")
     if not ts.ranks:
         real = [e for e in ts.errors if not skip_kind(e, paths)]
         reasons = "; ".join(str(e) for e in real[:5])
@@ -135,8 +192,7 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
         report = analyze(ts)
         if ts.streamed and (not report.findings or any(f.kind == "straggler" for f in report.findings)):
             # stragglers compare the times of every entry all ranks hold: only the whole set has them
-            with using_format(log_format):
-                ts = load_traces(list(paths), world_size=world_size, recursive=recursive)
+            ts = load(recursive, stream=False)
             report = analyze(ts)
     except Exception as exc:  # a trace shape the analysis does not handle: say so in one line, not a traceback
         raise InputError(" ".join(paths), f"analysis failed on these traces ({type(exc).__name__}: {exc}); "

@@ -21,6 +21,7 @@ import torch.nn as nn
 from distdoctor.errors import InputError
 from distdoctor.health.inject import Injector, parse_injection
 from distdoctor.health.monitor import HealthMonitor
+from distdoctor.options import Number, count
 from distdoctor.world import config_from_options, resolve_nproc, run_job, world_options
 
 
@@ -76,15 +77,15 @@ def run_demo(ctx, steps: int = 30, every: int = 5, inject: tuple[str, ...] = (),
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @world_options
-@click.option("--steps", type=click.IntRange(min=1), default=30, show_default=True, help="Training steps.")
-@click.option("--every", type=click.IntRange(min=1), default=5, show_default=True,
+@click.option("--steps", type=count("steps", 1, 100_000), default=30, show_default=True, help="Training steps.")
+@click.option("--every", type=count("steps", 1, 100_000), default=5, show_default=True,
               help="Cross-rank check every N steps.")
 @click.option("--inject", multiple=True, help="KIND:RANK[:ARG]: drift, nan, slow, mem (repeatable; see "
               "distdoctor.health.inject).")
-@click.option("--inject-step", type=click.IntRange(min=0), default=3, show_default=True,
+@click.option("--inject-step", type=count("steps", 0, 100_000), default=3, show_default=True,
               help="Step at which the injected faults start.")
 @click.option("--events", "events_path", default=None, help="JSON-lines events file (written by rank 0).")
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=0.05, show_default=True,
+@click.option("--lr", type=Number("(learning rate)", 0, 1e6, low_open=True), default=0.05, show_default=True,
               help="SGD learning rate (> 0).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: the monitor's summary as one JSON document on stdout.")
@@ -108,6 +109,9 @@ def demo_command(steps, every, inject, inject_step, events_path, lr, fmt, **worl
     summary = result.results[min(result.results)]
     table = summary.pop("table")
     click.echo(json.dumps(summary) if fmt == "json" else table)
+    # Exit codes as every command's: 1 when what was watched went wrong (a NaN/inf, replicas apart).
+    if any(r["first_nonfinite"] or not r["replica_ok"] for r in summary["ranks"]):
+        sys.exit(1)
 
 
 def main() -> None:

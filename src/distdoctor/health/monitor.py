@@ -321,10 +321,11 @@ class HealthMonitor:
         s = self.last_stragglers or {"median_s": {}, "score": {}, "flagged": []}
         ranks = []
         for r, v in sorted(self.views.items()):
-            comp = list(self._compute.get(r, []))
-            # DDP publishes a step's collective wait one step late, so the newest step has none yet. Take both
-            # medians over the same steps: each wait is at most its step, and so is the median wait.
+            # DDP publishes a step's collective wait one step late, so the newest step has none yet. Take the
+            # medians of step, wait and compute (step - wait) over the same steps: each wait and each compute is
+            # at most its step, and so are their medians (the straggler window's longer history is not mixed in).
             timed = [(st, w) for st, w in zip(v.step_s, v.wait_s) if math.isfinite(w)] if v.comm_measured else []
+            comp = [max(0.0, st - w) for st, w in timed] if timed else list(v.step_s)
             ranks.append({
                 "rank": r, "step": v.step,
                 "step_ms": _median_ms([st for st, _ in timed] if timed else v.step_s),

@@ -30,6 +30,7 @@ import torch
 import torch.nn as nn
 
 from distdoctor.errors import CheckFailed, InputError
+from distdoctor.options import SEED, Number, count
 from distdoctor.world import config_from_options, resolve_nproc, run_job, world_options
 from distdoctor.world.faults import PARITY_KINDS, parse_fault
 
@@ -208,18 +209,18 @@ def render_text(doc: dict) -> str:
 
 @click.command("parity")
 @world_options
-@click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Training steps K.")
-@click.option("--batch", type=click.IntRange(min=1), default=None,
+@click.option("--steps", type=count("steps", 1, 100_000), default=5, show_default=True, help="Training steps K.")
+@click.option("--batch", type=count("samples", 1, 1 << 20), default=None,
               help="Global batch B per step (default 8 x nproc x accum); must split evenly.")
-@click.option("--accum", type=click.IntRange(min=2), default=2, show_default=True,
+@click.option("--accum", type=count("micro-batches", 2, 1 << 16), default=2, show_default=True,
               help="Micro-batches per step in the gradient-accumulation and no_sync runs.")
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=SEED, default=0, show_default=True,
               help="Seed of the model's initial weights and of the training batches.")
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=0.1, show_default=True,
+@click.option("--lr", type=Number("(learning rate)", 0, 1e6, low_open=True), default=0.1, show_default=True,
               help="SGD learning rate of every run (> 0).")
-@click.option("--rtol", type=click.FloatRange(min=0), default=1e-10, show_default=True,
+@click.option("--rtol", type=Number("(relative)", 0, 1e6), default=1e-10, show_default=True,
               help="Relative tolerance of the parameter comparison with the one-process run (>= 0).")
-@click.option("--atol", type=click.FloatRange(min=0), default=1e-12, show_default=True,
+@click.option("--atol", type=Number("(absolute)", 0, 1e30), default=1e-12, show_default=True,
               help="Absolute tolerance of the parameter comparison with the one-process run (>= 0).")
 @click.option("--inject", default=None, metavar="drift:RANK[:PARAM]",
               help="Move one element of PARAM (default: the first weight) on RANK after step 1, which must fail. "

@@ -29,7 +29,9 @@ import torch.nn as nn
 
 from distdoctor.errors import CheckFailed, InputError
 from distdoctor.health.projection import fit_alpha_beta, project
+from distdoctor.options import count
 from distdoctor.world import WorldConfig, world_options
+from distdoctor.world.config import MAX_NPROC
 
 PROJECT_TO = [2**k for k in range(1, 11)]  # 2 ... 1024
 
@@ -171,7 +173,7 @@ def render_text(doc: dict) -> str:
 
     table = Table(title=f"data-parallel scaling ({doc.get('backend', '?')}, MLP {doc['model']['layers']}x"
                         f"{doc['model']['hidden']}, gradient {doc['model'].get('grad_bytes', 0) / 2**20:.1f} MiB)")
-    for col in ("ranks", "mode", "batch/rank", "samples/s", "step ms", "compute ms", "exposed all-reduce", "efficiency", ""):
+    for col in ("ranks", "mode", "batch/rank", "samples/s", "step ms", "compute ms", "exposed all-reduce", "efficiency", "source"):
         table.add_column(col, justify="right")
     for p in doc["measured"] + doc["projected"]:
         eff = "-" if p.get("efficiency") is None else f"{100 * p['efficiency']:.1f}%"
@@ -223,7 +225,7 @@ def write_png(doc: dict, path: str) -> None:
             for p in doc["measured"] + [q for q in doc["projected"] if q["world_size"] in (8, 64, 1024)]]
     tab.axis("off")
     if rows:
-        t = tab.table(cellText=rows, colLabels=["ranks", "mode", "samples/s", "exposed all-reduce", "efficiency", ""],
+        t = tab.table(cellText=rows, colLabels=["ranks", "mode", "samples/s", "exposed all-reduce", "efficiency", "source"],
                       loc="center")
         t.auto_set_font_size(False)
         t.set_fontsize(9)
@@ -235,17 +237,17 @@ def write_png(doc: dict, path: str) -> None:
 
 @click.command("scaling")
 @world_options
-@click.option("--max-ranks", type=click.IntRange(min=1), default=None,
+@click.option("--max-ranks", type=count("ranks", 1, MAX_NPROC), default=None,
               help="Largest world measured (default: the GPUs if >= 2, else the CPU cores).")
-@click.option("--batch", type=click.IntRange(min=1), default=32, show_default=True, help="Weak scaling: samples per rank.")
-@click.option("--global-batch", type=click.IntRange(min=1), default=64, show_default=True,
+@click.option("--batch", type=count("samples", 1, 1 << 20), default=32, show_default=True, help="Weak scaling: samples per rank.")
+@click.option("--global-batch", type=count("samples", 1, 1 << 20), default=64, show_default=True,
               help="Strong scaling: samples per step over all ranks.")
-@click.option("--layers", type=click.IntRange(min=1), default=4, show_default=True,
+@click.option("--layers", type=count("layers", 1, 1024), default=4, show_default=True,
               help="Linear layers of the measured model (more: more gradient to all-reduce).")
-@click.option("--hidden", type=click.IntRange(min=1), default=1024, show_default=True,
+@click.option("--hidden", type=count("features", 1, 1 << 16), default=1024, show_default=True,
               help="Width of each layer (hidden x hidden weights).")
-@click.option("--steps", type=click.IntRange(min=1), default=10, show_default=True, help="Timed steps per measurement.")
-@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
+@click.option("--steps", type=count("steps", 1, 100_000), default=10, show_default=True, help="Timed steps per measurement.")
+@click.option("--warmup", type=count("steps", 0, 100_000), default=3, show_default=True,
               help="Untimed steps before each measurement.")
 @click.option("--png", "png", default=None, type=click.Path(dir_okay=False), help="Write the plot and table here.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from distdoctor.errors import CheckFailed, InputError
+from distdoctor.options import count
 
 
 def render_text(report) -> str:
@@ -33,7 +34,7 @@ def render_text(report) -> str:
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="json: one JSON document on stdout and nothing else there.")
-@click.option("--world-size", type=click.IntRange(min=1), default=None,
+@click.option("--world-size", type=count("ranks", 1, 1 << 20), default=None,
               help="The job's world size, when the dumps cannot tell.")
 @click.option("--recursive", "-r", is_flag=True,
               help="Also read the files in the subdirectories of a directory PATH (default: its own files only).")
@@ -44,11 +45,12 @@ def lint_command(paths: tuple[str, ...], fmt: str, world_size: int | None, recur
 
     PATH is a trace file or a directory of them. Exit 0 clean, 1 hazards, 2 bad input.
     """
-    from distdoctor.diagnose.command import skip_kind
+    from distdoctor.diagnose.command import load_with_subdirs, skip_kind
     from distdoctor.lint.analyze import lint
     from distdoctor.trace.loaders import gc_paused, load_traces
 
-    ts = load_traces(list(paths), world_size=world_size, recursive=recursive)
+    ts, _ = load_with_subdirs(paths, lambda deep: load_traces(list(paths), world_size=world_size, recursive=deep),
+                              recursive, "distdoctor lint")
     if not ts.ranks:
         real = [e for e in ts.errors if not skip_kind(e, paths)]
         reasons = "; ".join(str(e) for e in real[:3]) or "no trace files found"

@@ -4,10 +4,10 @@ No code change: the command runs with DISTDOCTOR_TRACE=1 and a directory holding
 on PYTHONPATH, so every Python process it starts (torchrun's agent, each worker, `python train.py`) enables
 the recorder at start-up; it only comes alive in processes that create a process group. TORCH_FR_BUFFER_SIZE
 is set too, so Flight Recorder records from the first collective. The child stays in our process group (a
-terminal's Ctrl-C reaches it directly, so SIGINT is not forwarded twice); SIGTERM, SIGHUP and SIGQUIT are
-forwarded; SIGUSR1 goes to every rank that registered its pid in the dump directory, which then dumps (never
-to the launcher, whose default SIGUSR1 action would kill it). The exit code is the command's (128+N when a
-signal N ended it).
+terminal's Ctrl-C reaches it directly, so SIGINT is not forwarded twice, but a SIGINT from anywhere else, as
+`kill -INT` to run alone, is); SIGTERM, SIGHUP and SIGQUIT are forwarded; SIGUSR1 goes to every rank that
+registered its pid in the dump directory, which then dumps (never to the launcher, whose default SIGUSR1 action
+would kill it). The exit code is the command's (128+N when a signal N ended it).
 
 While it runs, run_watch.JobWatch turns a rank's hang dump into a dump of every rank and a verdict. Verdicts
 (suspected / confirmed / resumed, and the report at the end) go to stdout; what `run` itself does (dumps
@@ -26,15 +26,17 @@ import time
 import click
 
 from distdoctor.errors import InputError
+from distdoctor.options import Number, count, seconds
 from distdoctor.recorder import layout
 from distdoctor.recorder.config import (DEFAULT_BUFFER, DEFAULT_HANG_TIMEOUT, DEFAULT_SUSPECT_FACTOR,
                                        DEFAULT_SUSPECT_FLOOR)
 from distdoctor.recorder.dumpfile import ensure_private_dir, write_atomic
-from distdoctor.recorder.run_watch import POLL_S, JobWatch, read_header, signal_ranks
+from distdoctor.recorder.run_watch import POLL_S, JobWatch, read_header, remove_leftovers, signal_ranks
 
 HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hook")
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+MAX_BUFFER = 1_000_000  # calls kept per rank: beyond this the ring (and torch's own) no longer fits a host
 
 
 def _say(message: str) -> None:
@@ -93,6 +95,19 @@ def prepare_dump_dir(dump_dir: str) -> bool:
     return created
 
 
+def _terminal_interrupt() -> bool:
+    """Whether a SIGINT most likely came from the terminal's Ctrl-C: then it reached the whole foreground process
+    group, the child included, and is not sent twice. `kill -INT` to run alone (in the background, without a
+    terminal, from a script) reaches only run, which forwards it."""
+    for stream in (0, 1, 2):
+        try:
+            if os.isatty(stream):
+                return os.tcgetpgrp(stream) == os.getpgrp()
+        except OSError:
+            continue
+    return False
+
+
 def _preload_analyzer() -> None:
     """Import the analyzer in the background while the job starts: a verdict later is a second sooner."""
     try:
@@ -103,22 +118,24 @@ def _preload_analyzer() -> None:
         pass
 
 
-@click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+# run's own options end at `--` or at the command's first word (no interspersed options): an unknown option
+# before them is run's error (`--bogus: no such option`), never taken for the command to run.
+@click.command("run", context_settings={"allow_interspersed_args": False})
 @click.option("--dump-dir", type=click.Path(file_okay=False), default=None,
               help="Where each rank writes rank_<r>.jsonl (and rank_<r>.fr.pkl). "
                    "Default: ./distdoctor-dumps/<UTC time>.")
-@click.option("--hang-timeout", type=float, default=DEFAULT_HANG_TIMEOUT, show_default=True,
+@click.option("--hang-timeout", type=seconds(), default=DEFAULT_HANG_TIMEOUT, show_default=True,
               help="A hang is confirmed when no collective progressed for this many seconds (0: no hang "
                    "detection at all).")
-@click.option("--suspect-floor", type=float, default=DEFAULT_SUSPECT_FLOOR, show_default=True,
+@click.option("--suspect-floor", type=seconds(), default=DEFAULT_SUSPECT_FLOOR, show_default=True,
               help="A hang is suspected (every rank dumps, the verdict is printed, the job keeps running) when a "
                    "collective is in flight longer than max(this, --suspect-factor x the longest recent "
                    "collective wait). 0: only confirmed hangs.")
-@click.option("--suspect-factor", type=float, default=DEFAULT_SUSPECT_FACTOR, show_default=True,
+@click.option("--suspect-factor", type=Number("x", 0, 1e6), default=DEFAULT_SUSPECT_FACTOR, show_default=True,
               help="See --suspect-floor.")
 @click.option("--kill-on-hang", is_flag=True,
               help="Stop the job (SIGTERM, then SIGKILL after 30 s) once a hang is confirmed.")
-@click.option("--buffer", type=int, default=DEFAULT_BUFFER, show_default=True,
+@click.option("--buffer", type=count("calls", 1, MAX_BUFFER), default=DEFAULT_BUFFER, show_default=True,
               help="Calls kept per rank (ring buffer); also Flight Recorder's TORCH_FR_BUFFER_SIZE.")
 @click.option("--no-stacks", is_flag=True, help="Leave the Python stacks of all threads out of dumps.")
 @click.option("--dump-on-exit", is_flag=True, help="Also dump at a clean exit (for straggler analysis).")
@@ -151,6 +168,7 @@ def run_command(dump_dir, hang_timeout, suspect_floor, suspect_factor, kill_on_h
         _say(f"warning: {dump_dir} already holds dumps; new ones replace them rank by rank "
              "(use a fresh --dump-dir to keep runs apart)")
     created = prepare_dump_dir(dump_dir)
+    remove_leftovers(dump_dir)  # an earlier run here that was SIGKILLed left its ranks' pid files and request
 
     env = child_env(dump_dir, hang_timeout, buffer, not no_stacks, dump_on_exit, suspect_floor, suspect_factor)
     env["DISTDOCTOR_DUMP_LAYOUT"] = dump_layout
@@ -167,7 +185,7 @@ def run_command(dump_dir, hang_timeout, suspect_floor, suspect_factor, kill_on_h
         if signum == signal.SIGUSR1:
             pids = signal_ranks(dump_dir)
             _say(f"SIGUSR1 sent to {len(pids)} rank(s)" if pids else "no rank has a process group yet")
-        elif signum != signal.SIGINT:  # the terminal already sent SIGINT to the child, our process group
+        elif signum != signal.SIGINT or not _terminal_interrupt():
             try:
                 child.send_signal(signum)
             except ProcessLookupError:

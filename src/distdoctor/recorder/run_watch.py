@@ -185,7 +185,9 @@ class JobWatch:
             self.say(f"warning: cannot write the dump request ({exc}); only the ranks that saw the hang dumped")
         signal_ranks(self.dump_dir, signal.SIGUSR1, ranks=set(todo))
         now = time.time()
-        self.episode = {"status": status, "detected_at": hang.get("detected_at") or now, "rank": rank,
+        # A confirmed hang is printed at the time it was confirmed (the episode began when it was suspected).
+        at = (hang.get("confirmed_at") if status == "confirmed" else None) or hang.get("detected_at") or now
+        self.episode = {"status": status, "detected_at": hang.get("detected_at") or now, "at": at, "rank": rank,
                         "deadline": now + FANOUT_WAIT_S, "printed": False}
 
     def _dumped_for(self, rank: int, status: str) -> bool:
@@ -203,8 +205,10 @@ class JobWatch:
         status = ep["status"]
         late = [r for r in registered_ranks(self.dump_dir) if not self._dumped_for(r, status)]
         self.shout("")
-        self.shout(f"distdoctor run: HANG {status.upper()} at {_clock(ep['detected_at'])}; every rank was asked "
-                   "to dump"
+        since = f" (suspected at {_clock(ep['detected_at'])})" if ep.get("at", ep["detected_at"]) != ep["detected_at"] \
+            else ""
+        self.shout(f"distdoctor run: HANG {status.upper()} at {_clock(ep.get('at', ep['detected_at']))}{since}; every "
+                   "rank was asked to dump"
                    + (f" ({_ranks(late)} did not within {FANOUT_WAIT_S:g} s)" if late else "")
                    + (". The job keeps running." if status == "suspected" or not self.kill_on_hang else "."))
         self.shout(self.report_text(problem=f"hang {status}"), nl=False)
@@ -291,21 +295,8 @@ class JobWatch:
             self.shout("distdoctor run: the job ended with exit code 0.")
 
     def clean_up(self, created_dir: bool) -> None:
-        """Remove what ranks left behind here: pid files (of ranks killed before they could), the request, and
-        temporary files of writers that died; the directory itself when empty and made by us."""
-        host = socket.gethostname()
-        for path in layout.find(self.dump_dir, ".rank_*.pid"):
-            registered = registered_ranks_in([path])
-            if any(where == host and not alive(pid) for pid, where in registered.values()):
-                _unlink(path)
-        _unlink(os.path.join(self.dump_dir, REQUEST_FILE))
-        for path in layout.find(self.dump_dir, ".*.tmp-*"):
-            try:
-                pid = int(path.rsplit(".tmp-", 1)[1].split("-")[0])
-            except (ValueError, IndexError):
-                continue
-            if not alive(pid):
-                _unlink(path)
+        """Remove what ranks left behind here (remove_leftovers); the directory itself when empty and made by us."""
+        remove_leftovers(self.dump_dir)
         if created_dir:
             try:
                 for sub in layout.host_dirs(self.dump_dir):
@@ -347,6 +338,25 @@ def _kill(pid: int, signum: int) -> None:
         os.kill(pid, signum)
     except OSError:
         pass
+
+
+def remove_leftovers(dump_dir: str) -> None:
+    """Remove pid files of ranks on this host that are gone (killed before they could), the dump request, and
+    temporary files of writers that died. At the end of a run, and at the start of the next one in the same
+    directory: a `distdoctor run` killed with SIGKILL could not remove them itself."""
+    host = socket.gethostname()
+    for path in layout.find(dump_dir, ".rank_*.pid"):
+        registered = registered_ranks_in([path])
+        if any(where == host and not alive(pid) for pid, where in registered.values()):
+            _unlink(path)
+    _unlink(os.path.join(dump_dir, REQUEST_FILE))
+    for path in layout.find(dump_dir, ".*.tmp-*"):
+        try:
+            pid = int(path.rsplit(".tmp-", 1)[1].split("-")[0])
+        except (ValueError, IndexError):
+            continue
+        if not alive(pid):
+            _unlink(path)
 
 
 def _unlink(path: str) -> None:

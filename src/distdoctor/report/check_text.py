@@ -33,18 +33,34 @@ def verdict(report: dict) -> str:
         bw = f"all_reduce busbw {peak['busbw_gbps']:.2f} GB/s at {_size(peak['size_bytes'])}" if peak else "no bench"
         return (f"PASS: collectives correct on {_where(report)} ({n_pass} checks passed, {n_skip} skipped); "
                 f"{bw}")
-    reasons = []
-    for lr in report["lost"]:
-        reasons.append(f"rank {lr['rank']} lost ({lr['reason']}" + (f", in {lr['in_op']})" if lr["in_op"] else ")"))
-    for c in validate.get("culprits", []):
-        if not any(f"rank {c['rank']} lost" in r for r in reasons):
-            reasons.append(f"rank {c['rank']}: {'; '.join(c['why'][:2])}")
+    # Causes before consequences, as validate names them: the ranks validate blames (one that skipped a call, a
+    # wrong result, a rank lost on its own), then the ranks that only timed out waiting for them.
+    culprits = validate.get("culprits", [])
+    lost = {lr["rank"]: lr for lr in report["lost"]}
+    reasons = [_lost(lost[c["rank"]]) if c["rank"] in lost and c["why"][0].startswith("lost")
+               else f"rank {c['rank']}: {'; '.join(c['why'][:2])}" for c in culprits]
+    from distdoctor.world.blame import is_vague
+
+    others = [lr for r, lr in lost.items() if r not in {c["rank"] for c in culprits}]
+    # Only a rank that just stopped answering (timed out, exited) is a consequence; one that crashed on its own
+    # is named as lost whatever else validate blames (a straggler beside it explains nothing).
+    victims = [lr for lr in others if is_vague(lr["reason"])] if culprits else []
+    causes = [lr for lr in others if lr not in victims]
+    reasons += [_lost(lr) for lr in causes]
+    if victims:
+        ranks = ", ".join(str(lr["rank"]) for lr in victims)
+        reasons.append(f"then rank{'s' if len(victims) > 1 else ''} {ranks} timed out or failed waiting for "
+                       f"{'them' if len(culprits) + len(causes) > 1 else 'it'}")
     if n_fail and not reasons:
         reasons.append(f"{n_fail} of {len(validate['results'])} checks failed")
     for why in bench.get("failures", []):
         if not why.startswith("lost"):
             reasons.append(f"bench: {why}")
     return f"FAIL on {_where(report)}: " + "; ".join(reasons or ["see the validate and bench parts"])
+
+
+def _lost(lr: dict) -> str:
+    return f"rank {lr['rank']} lost ({lr['reason']}" + (f", in {lr['in_op']})" if lr["in_op"] else ")")
 
 
 def _size(n: int) -> str:

@@ -294,7 +294,7 @@ def _per_rank(validate, bench) -> str:
         threshold_ms = validate["straggler_threshold_s"] * 1e3
         charts.append(_bars(values, "validate: median lateness at the barrier before each call (ms); threshold "
                                     f"{validate['straggler_threshold_s'] * 1e3:g} ms",
-                            "{:.1f}", threshold_ms, threshold_ms, {}))
+                            "{:.3g}", threshold_ms, threshold_ms, {}))
     if not charts:
         return ""
     return "<h2>Per-rank timing</h2>" + "".join(charts)
@@ -303,14 +303,21 @@ def _per_rank(validate, bench) -> str:
 def _bars(values: dict[int, float], caption: str, fmt: str, mark: float, red_above: float, hosts: dict) -> str:
     """One bar per rank, a dashed line at `mark`; bars above `red_above` are red."""
     ranks = sorted(values)
-    top = max(max(values.values()), mark) * 1.15 or 1.0
+    largest = max(abs(v) for v in values.values())
+    # Values far below the mark (a passing run's lateness: microseconds under a 100 ms threshold) are drawn on
+    # their own scale, with the scale's top written on the axis, instead of as bars too flat to see.
+    zoom = 0 < largest < mark / 10
+    top = (largest if zoom else max(max(values.values()), mark)) * 1.15 or 1.0
     bar_w = max(6, min(40, 640 // max(len(ranks), 1)))
     width, height, base = 60 + bar_w * len(ranks) + 20, 200, 170
     out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' role='img' "
            f"aria-label='{esc(caption)}'>"]
-    my = base - mark / top * 150
-    out.append(f"<line x1='56' x2='{width - 10}' y1='{my:.1f}' y2='{my:.1f}' stroke='#999' stroke-dasharray='4 3'/>"
-               f"<text x='52' y='{my + 4:.1f}' font-size='10' text-anchor='end'>{esc(fmt.format(mark))}</text>")
+    my, label = (base - largest / top * 150, largest) if zoom else (base - mark / top * 150, mark)
+    out.append(f"<line x1='56' x2='{width - 10}' y1='{my:.1f}' y2='{my:.1f}' stroke='#999' "
+               f"stroke-dasharray='{'1 3' if zoom else '4 3'}'/>"
+               f"<text x='52' y='{my + 4:.1f}' font-size='10' text-anchor='end'>{esc(fmt.format(label))}</text>")
+    if zoom:
+        caption += f" (all far below {fmt.format(mark)}: drawn to the largest, {fmt.format(largest)})"
     for i, r in enumerate(ranks):
         h = values[r] / top * 150
         # A rank early at the barrier has a negative lateness: a short bar below the axis (SVG heights are >= 0).

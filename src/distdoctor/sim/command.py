@@ -9,6 +9,7 @@ so a deadlocked plan still leaves its pictures and traces behind.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from importlib import resources
 from pathlib import Path
@@ -17,6 +18,7 @@ import click
 
 from distdoctor.cli import FORMAT_OPTION
 from distdoctor.errors import CheckFailed, InputError
+from distdoctor.options import SEED, ByteSize, MiB, Number, check_input_file, count, microseconds
 from distdoctor.sim.ir import Program, dump_program, load_program
 from distdoctor.sim.plans.fsdp import FsdpConfig, build_fsdp
 from distdoctor.sim.plans.p2p_calls import COMM_INIT, P2P_ORDERS, CallsConfig, build_calls
@@ -25,6 +27,20 @@ from distdoctor.sim.result import simulate
 
 EXAMPLES_PACKAGE = "distdoctor.sim"
 PNG_ROWS = 48  # streams drawn in a timeline PNG (blocked ones first)
+MAX_TRIALS = 10_000  # jittered timing trials: each is a whole simulation
+# A generated plan is built whole in memory (~0.5 KB and ~20 us per op): its size is the product of counts that
+# are each capped, so the product is capped too, before anything is built (a generated op per rank, micro-batch
+# or unit and step is at most ~12: send, receive, compute, buffer and event ops).
+MAX_OPS = 4_000_000
+OPS_PER_UNIT = 12
+
+
+def check_plan_size(what: str, units: int) -> None:
+    if units * OPS_PER_UNIT > MAX_OPS:
+        n, cap = (f"{x:_}".replace("_", " ") for x in (units * OPS_PER_UNIT, MAX_OPS))
+        raise InputError(what, f"the plan would hold about {n} ops, above the {cap} a generated plan may hold: "
+                               "give smaller counts")
+MAX_STEPS = 10_000
 
 
 def examples_dir() -> Path:
@@ -38,9 +54,13 @@ def _example_summary(path: Path) -> str:
     return ""
 
 
+MAX_PLAN = 64 * MiB  # a generated plan of thousands of ranks is megabytes; a plan file is read and parsed whole
+
+
 def resolve_plan(name: str) -> Path:
     p = Path(name)
-    if p.exists():
+    if os.path.lexists(p):  # a path, even a broken link or a FIFO: refused for what it is, before it is read
+        check_input_file(name, MAX_PLAN, "a plan")
         return p
     for cand in (examples_dir() / name, examples_dir() / f"{name}.yaml"):
         if cand.exists():
@@ -49,10 +69,10 @@ def resolve_plan(name: str) -> Path:
 
 
 def _output_options(f):
-    f = click.option("--seed", type=int, default=0, show_default=True, help="Seed of the first timing trial.")(f)
-    f = click.option("--jitter", type=click.FloatRange(0, 1), default=0.2, show_default=True,
+    f = click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the first timing trial.")(f)
+    f = click.option("--jitter", type=Number("fraction", 0, 1), default=0.2, show_default=True,
                      help="Compute-time jitter of the timing trials (0.2: each op x U[0.8, 1.2]).")(f)
-    f = click.option("--trials", type=click.IntRange(0), default=0, show_default=True,
+    f = click.option("--trials", type=count("trials", 0, MAX_TRIALS), default=0, show_default=True,
                      help="Also try N jittered timings when the nominal one runs: can it deadlock?")(f)
     f = click.option("--emit-trace", "emit_trace", type=click.Path(file_okay=False),
                      help="Write rank_<r>.jsonl per rank (distdoctor trace format) as the run ends.")(f)
@@ -130,31 +150,31 @@ def run_command(plan: str, fmt: str, emit_ir, chrome, png, emit_trace, trials, j
 
 
 @sim_group.command("pipeline")
-@click.option("--stages", type=int, default=4, show_default=True, help="Pipeline stages P.")
-@click.option("--microbatches", type=int, default=8, show_default=True, help="Micro-batches M per step.")
+@click.option("--stages", type=count("stages", 1, 4096), default=4, show_default=True, help="Pipeline stages P.")
+@click.option("--microbatches", type=count("micro-batches", 1, 1 << 16), default=8, show_default=True, help="Micro-batches M per step.")
 @click.option("--schedule", type=click.Choice(SCHEDULES), default="1f1b", show_default=True,
               help="Pipeline schedule: all forwards then all backwards, one-forward-one-backward, or interleaved.")
-@click.option("--chunks", type=int, default=None, help="Model chunks per rank V (interleaved; default 2).")
-@click.option("--dp", type=int, default=1, show_default=True, help="Data-parallel degree D.")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree T.")
-@click.option("--fwd-us", type=float, default=1000.0, show_default=True, help="Forward time per micro-batch.")
-@click.option("--bwd-us", type=float, default=2000.0, show_default=True, help="Backward time per micro-batch.")
-@click.option("--act-buffer", type=int, default=None,
+@click.option("--chunks", type=count("chunks", 1, 64), default=None, help="Model chunks per rank V (interleaved; default 2).")
+@click.option("--dp", type=count("ranks", 1, 1 << 16), default=1, show_default=True, help="Data-parallel degree D.")
+@click.option("--tp", type=count("ranks", 1, 1 << 16), default=1, show_default=True, help="Tensor-parallel degree T.")
+@click.option("--fwd-us", type=microseconds(), default=1000.0, show_default=True, help="Forward time per micro-batch.")
+@click.option("--bwd-us", type=microseconds(), default=2000.0, show_default=True, help="Backward time per micro-batch.")
+@click.option("--act-buffer", type=count("slots", 0, 1 << 16), default=None,
               help="Activation slots per stage [default: what the schedule needs].")
 @click.option("--streams", type=click.IntRange(1, 2), default=None,
               help="Forward and backward on separate streams (2, the default) or one (1).")
-@click.option("--steps", type=int, default=1, show_default=True, help="Training steps (iterations).")
-@click.option("--act-bytes", type=int, default=8 << 20, show_default=True, help="Activation/gradient p2p bytes.")
-@click.option("--grad-bytes", type=int, default=256 << 20, show_default=True, help="DP gradient all-reduce bytes.")
+@click.option("--steps", type=count("steps", 1, MAX_STEPS), default=1, show_default=True, help="Training steps (iterations).")
+@click.option("--act-bytes", type=ByteSize(), default=8 << 20, show_default=True, help="Activation/gradient p2p bytes.")
+@click.option("--grad-bytes", type=ByteSize(), default=256 << 20, show_default=True, help="DP gradient all-reduce bytes.")
 @click.option("--grad-recv-stream", type=click.Choice(["bwd", "fwd"]), default="bwd", show_default=True,
               help="Stream of the op that receives the backward's input gradient (--streams 2).")
 @click.option("--zero-comm", is_flag=True, help="All communication takes no time (analytic checks).")
-@click.option("--alpha-us", type=float, default=5.0, show_default=True, help="Per-message latency.")
-@click.option("--gbps", type=float, default=100.0, show_default=True, help="Bus bandwidth, GB/s.")
+@click.option("--alpha-us", type=microseconds(), default=5.0, show_default=True, help="Per-message latency.")
+@click.option("--gbps", type=Number("GB/s", 0, 1e9, low_open=True), default=100.0, show_default=True, help="Bus bandwidth, GB/s.")
 @click.option("--p2p-order", type=click.Choice(P2P_ORDERS), default=None,
               help="Run the host's compute and p2p calls on one stream (Megatron-LM's call order), each call's "
                    "ops in this order (see docs/sim.md).")
-@click.option("--eager-bytes", type=click.IntRange(0), default=0, show_default=True,
+@click.option("--eager-bytes", type=ByteSize(), default=0, show_default=True,
               help="Per-channel buffer: sends that fit complete before their receive; 0: every send waits for it.")
 @click.option("--comm-init", type=click.Choice(COMM_INIT), default=None,
               help="With --p2p-order: create the communicators in the plan (eager, lazy, neighbors).")
@@ -164,6 +184,8 @@ def pipeline_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed
     """Pipeline x data x tensor parallel training steps (GPipe, 1F1B, interleaved)."""
     if chunks is None:
         chunks = 2 if kw["schedule"] == "interleaved" else 1
+    check_plan_size("--stages x --microbatches x --chunks x --dp x --tp x --steps",
+                    kw["stages"] * kw["microbatches"] * chunks * kw["dp"] * kw["tp"] * kw["steps"])
     cfg = PipelineConfig(chunks=chunks, streams=streams or 2, **kw)
     if p2p_order is not None:
         calls = CallsConfig(p2p_order, comm_init, eager_bytes)
@@ -179,43 +201,44 @@ def pipeline_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed
 
 
 @sim_group.command("fsdp")
-@click.option("--ranks", type=int, default=8, show_default=True, help="Ranks in the world.")
-@click.option("--shard-group", type=int, default=4, show_default=True, help="Ranks per shard group (HSDP).")
-@click.option("--units", type=int, default=8, show_default=True, help="FSDP units (wrapped modules).")
+@click.option("--ranks", type=count("ranks", 1, 1 << 16), default=8, show_default=True, help="Ranks in the world.")
+@click.option("--shard-group", type=count("ranks", 1, 1 << 16), default=4, show_default=True, help="Ranks per shard group (HSDP).")
+@click.option("--units", type=count("units", 1, 1 << 16), default=8, show_default=True, help="FSDP units (wrapped modules).")
 @click.option("--unshard-streams", type=click.Choice(["shared", "per-group"]), default="shared", show_default=True,
               help="One unshard (all-gather) stream for every group, or one per process group.")
-@click.option("--prefetch", type=int, default=1, show_default=True, help="All-gathers issued ahead of compute.")
-@click.option("--compute-us", type=float, default=100.0, show_default=True, help="Forward time per unit.")
-@click.option("--ag-us-global", type=float, default=300.0, show_default=True, help="All-gather over all ranks.")
-@click.option("--ag-us-local", type=float, default=50.0, show_default=True, help="All-gather in a shard group.")
-@click.option("--local-every", type=int, default=2, show_default=True,
+@click.option("--prefetch", type=count("all-gathers", 0, 1 << 16), default=1, show_default=True, help="All-gathers issued ahead of compute.")
+@click.option("--compute-us", type=microseconds(), default=100.0, show_default=True, help="Forward time per unit.")
+@click.option("--ag-us-global", type=microseconds(), default=300.0, show_default=True, help="All-gather over all ranks.")
+@click.option("--ag-us-local", type=microseconds(), default=50.0, show_default=True, help="All-gather in a shard group.")
+@click.option("--local-every", type=count("units", 1, 1 << 16), default=2, show_default=True,
               help="Every k-th unit is sharded in the shard group, the rest over all ranks.")
 @click.option("--backward/--no-backward", default=True, show_default=True,
               help="Also simulate the backward pass (re-gathers and reduce-scatters).")
-@click.option("--steps", type=int, default=1, show_default=True, help="Training steps (iterations).")
+@click.option("--steps", type=count("steps", 1, MAX_STEPS), default=1, show_default=True, help="Training steps (iterations).")
 @_output_options
 def fsdp_command(fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, **kw) -> None:
     """FSDP/HSDP all-gathers on a shared or per-group unshard stream, with prefetch."""
+    check_plan_size("--ranks x --units x --steps", kw["ranks"] * kw["units"] * kw["steps"])
     prog = build_fsdp(FsdpConfig(**kw))
     _finish(prog, fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, header=_header(prog))
 
 
 @sim_group.command("torch-schedule")
 @click.argument("schedule", required=False)
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
+@click.option("--csv", "csv_path", default=None,
               help="A schedule in torch's CSV form (one row of actions per rank) instead of a class name.")
-@click.option("--stages", type=int, default=None, help="Pipeline stages in all (a CSV: inferred).")
-@click.option("--microbatches", type=int, default=None, help="Micro-batches per step (a CSV: inferred).")
-@click.option("--ranks", type=int, default=None,
+@click.option("--stages", type=count("stages", 1, 4096), default=None, help="Pipeline stages in all (a CSV: inferred).")
+@click.option("--microbatches", type=count("micro-batches", 1, 1 << 16), default=None, help="Micro-batches per step (a CSV: inferred).")
+@click.option("--ranks", type=count("ranks", 1, 4096), default=None,
               help="Pipeline ranks [default: --stages for one-stage-per-rank schedules, else --stages / 2].")
-@click.option("--fwd-us", type=float, default=1000.0, show_default=True, help="Forward (F) time per stage.")
-@click.option("--bwd-us", type=float, default=2000.0, show_default=True, help="Full backward (B) time.")
-@click.option("--bwd-input-us", type=float, default=None, help="Backward for inputs (I) [default: half of B].")
-@click.option("--bwd-weight-us", type=float, default=None, help="Backward for weights (W) [default: half of B].")
-@click.option("--p2p-us", type=float, default=50.0, show_default=True, help="Time of one send/receive.")
-@click.option("--p2p-bytes", type=click.IntRange(0), default=0, show_default=True,
+@click.option("--fwd-us", type=microseconds(), default=1000.0, show_default=True, help="Forward (F) time per stage.")
+@click.option("--bwd-us", type=microseconds(), default=2000.0, show_default=True, help="Full backward (B) time.")
+@click.option("--bwd-input-us", type=microseconds(), default=None, help="Backward for inputs (I) [default: half of B].")
+@click.option("--bwd-weight-us", type=microseconds(), default=None, help="Backward for weights (W) [default: half of B].")
+@click.option("--p2p-us", type=microseconds(), default=50.0, show_default=True, help="Time of one send/receive.")
+@click.option("--p2p-bytes", type=ByteSize(), default=0, show_default=True,
               help="Size of one activation or gradient (matters with --eager-bytes).")
-@click.option("--eager-bytes", type=click.IntRange(0), default=0, show_default=True,
+@click.option("--eager-bytes", type=ByteSize(), default=0, show_default=True,
               help="Per-peer buffer for sends that complete before their receive; 0: every send is a rendezvous.")
 @click.option("--comm-model", type=click.Choice(["nccl", "coalesced", "ideal"]), default="nccl", show_default=True,
               help="nccl: a stream per peer pair, each op synchronized with compute when posted (torch's runtime "
@@ -246,6 +269,10 @@ def torch_schedule_command(schedule, csv_path, stages, microbatches, ranks, fwd_
                     ("--bwd-weight-us", bwd_weight_us), ("--p2p-us", p2p_us)):
         if v is not None and v < 0:
             raise InputError(flag, f"must not be negative (got {v})")
+    if stages is not None and microbatches is not None:
+        check_plan_size("--stages x --microbatches", stages * microbatches)
+    if csv_path is not None and schedule is None:  # both given: load_schedule says that first
+        check_input_file(csv_path, MAX_PLAN, "a schedule CSV")
     timing = ScheduleTiming(fwd_us, bwd_us, bwd_input_us, bwd_weight_us, p2p_us, p2p_bytes, eager_bytes)
     loaded = load_schedule(schedule, csv_path, stages, microbatches, ranks, timing, comm_model, defer_recv)
     if emit_csv:
@@ -262,10 +289,10 @@ def torch_schedule_command(schedule, csv_path, stages, microbatches, ranks, fwd_
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--streams", type=click.Choice(["per-group", "shared"]), default="per-group", show_default=True,
               help="A communication stream per process group (and per p2p peer), or one for all.")
-@click.option("--eager-bytes", type=click.IntRange(0), default=None,
+@click.option("--eager-bytes", type=ByteSize(), default=None,
               help="Sends up to B bytes complete before their receive, larger ones wait for it [default: every "
                    "send buffered, as Gloo ran it].")
-@click.option("--scale-pp", type=click.IntRange(2), default=None,
+@click.option("--scale-pp", type=count("stages", 2, 4096), default=None,
               help="The recorded pipeline re-derived at K stages (its schedule, micro-batches and stage times).")
 @_output_options
 def from_trace_command(paths, streams, eager_bytes, scale_pp, fmt, emit_ir, chrome, png, emit_trace, trials,
@@ -275,9 +302,11 @@ def from_trace_command(paths, streams, eager_bytes, scale_pp, fmt, emit_ir, chro
 
     Exit code 1 when the replay deadlocks, 0 when it does not, 2 on bad input.
     """
+    from distdoctor.diagnose.command import check_trace_inputs
     from distdoctor.sim.plans.from_trace import load_recorded, replay_program
     from distdoctor.trace.loaders import gc_paused
 
+    check_trace_inputs(paths, True)
     source = "recorded run " + " ".join(paths)
     with gc_paused():  # the trace set stays alive: collection passes would rescan it while the program is built
         traces = load_recorded(list(paths))

@@ -63,8 +63,9 @@ def load_schedule(name: str | None, csv_path: str | None, stages: int | None, mi
     if (name is None) == (csv_path is None):
         raise InputError("torch-schedule", "give a schedule name (e.g. Interleaved1F1B) or --csv FILE, not both")
     if name is not None:
-        from distdoctor.sim.plans.torch_schedule import schedule_actions
+        from distdoctor.sim.plans.torch_schedule import resolve, schedule_actions
 
+        resolve(name)  # an unknown name is the first thing wrong, before the sizes it would need
         if stages is None or microbatches is None:
             raise InputError(name, "--stages and --microbatches are needed to build a torch schedule")
         ts = schedule_actions(name, stages, microbatches, ranks, defer_recv)

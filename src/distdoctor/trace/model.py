@@ -22,7 +22,9 @@ are the one implementation of it.
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 from collections.abc import Sequence, Sized
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Literal
@@ -291,6 +293,36 @@ class TraceSet:
     stream_note: str = ""  # why a streaming load fell back to the whole set
 
 
+MAX_COUNTER = (1 << 63) - 1  # sequence numbers and world sizes are int64 in torch: anything larger is damage
+MAX_WORLD = 1 << 24
+
+
+def trace_problem(trace: RankTrace) -> str | None:
+    """What makes a loaded trace impossible (a header's world size or rank, a sequence number out of range),
+    in one line, or None. Every reader's result goes through it before an analysis trusts the numbers."""
+    ws = trace.world_size
+    if ws is not None and (isinstance(ws, bool) or not isinstance(ws, int) or not 1 <= ws <= MAX_WORLD):
+        return f"header world_size {ws!r} is not a number of ranks (1 to {MAX_WORLD})"
+    if isinstance(trace.rank, bool) or not isinstance(trace.rank, int) or not 0 <= trace.rank < MAX_WORLD:
+        return f"header rank {trace.rank!r} is not a rank (0 to {MAX_WORLD - 1})"
+    for name in ("seq", "p2p_seq"):
+        column = trace.column(name)
+        values = list(filter(functools.partial(operator.is_not, None), column))  # at C speed: 10^7 entries
+        try:
+            fine = not values or (0 <= min(values) and max(values) <= MAX_COUNTER)
+        except TypeError:
+            fine = False
+        if fine:
+            continue
+        i, value = next(((i, v) for i, v in enumerate(column) if v is not None and (
+            isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_COUNTER)), (None, None))
+        if i is None:
+            continue
+        shown = value if not isinstance(value, int) or abs(value) < 10**20 else f"{str(value)[:12]}..."
+        return f"entry {i}: {name} {shown!r} is not a sequence number (0 to 2^63-1)"
+    return None
+
+
 # ---- native format -------------------------------------------------------------------------------------------
 
 def _frames_from(raw: list) -> list[Frame]:
@@ -373,4 +405,7 @@ def loads(text: str, path: str = "") -> RankTrace:
         # Any wrong type or missing field in an untrusted file is the file's fault: one line, no traceback.
         why = str(exc).replace("\n", "\\n")  # one line, whatever a damaged field name holds
         raise ValueError(f"malformed distdoctor trace ({type(exc).__name__}: {why})") from None
+    problem = trace_problem(trace)
+    if problem:
+        raise ValueError(f"malformed distdoctor trace ({problem})")
     return trace

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import time
 
 import click
 
-from distdoctor.cli import FORMAT_OPTION
+from distdoctor.cli import FORMAT_OPTION, write_document
 from distdoctor.errors import CheckFailed
 from distdoctor.report.check_text import format_check, verdict
 from distdoctor.world import WorldConfig, config_from_options, run_job, world_options
@@ -127,7 +126,7 @@ def check_command(fmt: str, inject: tuple[str, ...], html_file: str | None, **wo
 
         write_cluster_html(html_file, check=report)
     if fmt == "json":
-        sys.stdout.write(json.dumps(report, indent=2, default=str) + "\n")
+        write_document(json.dumps(report, indent=2, default=str))
     else:
         click.echo(format_check(report))
     if not report["passed"]:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 
 import click
 
-from distdoctor.cli import FORMAT_OPTION
+from distdoctor.cli import FORMAT_OPTION, write_document
 from distdoctor.collectives import SPECS
 from distdoctor.collectives.base import DTYPES, REDOPS
 from distdoctor.errors import CheckFailed
+from distdoctor.options import SEED, seconds
 from distdoctor.validate.sweep import DEFAULT_SIZES, VALIDATE_OPS, ValidateOptions, run_validate
 from distdoctor.world import config_from_options, world_options
 
@@ -29,11 +29,11 @@ def _split(value: str | None) -> tuple[str, ...] | None:
 @click.option("--ops", default=None, help=f"Comma-separated collectives (default all: {', '.join(SPECS)}).")
 @click.option("--dtypes", default=None, help=f"Comma-separated dtypes (default: {', '.join(DTYPES)}).")
 @click.option("--redops", default=None, help=f"Reduction ops to check (default: {', '.join(REDOPS)}).")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the deterministic inputs.")
+@click.option("--seed", default=0, show_default=True, type=SEED, help="Seed of the deterministic inputs.")
 @click.option("--no-subgroups", is_flag=True, help="Only the world group (skip the 2-D mesh subgroups).")
 @click.option("--inject", multiple=True, metavar="KIND:RANK[:ARG]",
               help="Plant a fault: corrupt:R[:N], delay:R:SECONDS, crash:R[:N], skip:R[:N]. Repeatable.")
-@click.option("--straggler-threshold", "straggler_s", default=0.1, show_default=True, type=float,
+@click.option("--straggler-threshold", "straggler_s", default=0.1, show_default=True, type=seconds(low_open=True),
               help="Seconds of median lateness at which a rank is reported as a straggler.")
 @click.option("--html", "html_file", default=None, type=click.Path(dir_okay=False),
               help="Also write a self-contained HTML report to FILE (verdict, failed checks, per-rank lateness).")
@@ -58,7 +58,7 @@ def validate_command(sizes, ops, dtypes, redops, seed, no_subgroups, inject, str
 
         write_cluster_html(html_file, validate=report)
     if fmt == "json":
-        sys.stdout.write(json.dumps(report) + "\n")
+        write_document(json.dumps(report))
     else:
         print_validate(report)
     if not report["passed"]:

@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import time
 from dataclasses import dataclass
 
+from distdoctor import options
 from distdoctor.collectives import get_spec
 from distdoctor.collectives.base import GroupView, Variant, itemsize, tolerance
 from distdoctor.errors import InputError
 from distdoctor.world.failures import is_comm_failure, is_unsupported
 from distdoctor.world.faults import CRASH_EXIT_CODE, Fault
-
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([KMG]?)(i?B)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 @dataclass(frozen=True)
@@ -36,13 +33,7 @@ class Size:
 
 def parse_size(text: str, what: str = "--sizes", force_bytes: bool = False) -> Size:
     """'1023' (elements), '1M' (2^20 elements), '1MiB'/'1MB'/'4096B' (bytes). force_bytes: plain = bytes."""
-    if text.strip().startswith("-"):
-        raise InputError(what, f"size {text.strip()!r} is negative")
-    m = _SIZE_RE.match(text)
-    if not m:
-        raise InputError(what, f"size {text.strip()!r} is not a number with an optional K/M/G or B/KiB/MiB suffix")
-    value = int(m.group(1)) * _UNITS[m.group(2).upper()]
-    return Size(value, force_bytes or bool(m.group(3)))
+    return Size(*options.parse_size(text, what, force_bytes))
 
 
 def parse_sizes(text: str) -> list[Size]:
@@ -157,9 +148,10 @@ LOCKSTEP_EVERY = 8
 
 def run_cases(ctx, cases: list[Case], seed: int, faults: list[dict]) -> dict:
     """Run `cases` on this rank; each result goes out through ctx.emit (it survives a later crash)."""
+    import warnings
+
     import torch
     import torch.distributed as dist
-    import warnings
 
     # torch 2.13 deprecates the *_into_tensor/_tensor names validate checks on purpose.
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")

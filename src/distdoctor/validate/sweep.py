@@ -275,6 +275,32 @@ def _stragglers(cases, done, n: int, threshold: float) -> tuple[list[dict], dict
 
 
 # ---------------------------------------------------------------------------------------------- run
+MAX_CHECKS = 100_000  # the default plan is ~2 300 checks on 4 ranks (a few minutes); 100 000 is hours
+
+
+def check_memory(opts: ValidateOptions, n: int) -> None:
+    """Refuse, as bench does, sizes whose buffers cannot fit in this host's memory, before any rank starts: the
+    largest call's input, output and float64 reference (bench.sweep.rank_bytes) x the ranks on this host."""
+    from distdoctor.bench.sweep import available_memory, rank_bytes
+    from distdoctor.collectives.base import itemsize
+    from distdoctor.world.launchers import detect
+
+    avail = available_memory()
+    if avail is None:
+        return
+    launch = detect()
+    local = (launch.local_world_size or launch.world_size) if launch else n
+    sizes = parse_sizes(opts.sizes)
+    largest = {dt: max(sizes, key=lambda s, dt=dt: s.count(dt)) for dt in opts.dtypes}  # the peak is the largest
+    need, size, op, dtype = max(
+        (rank_bytes(op, get_spec(op).size_bytes(largest[dt].count(dt), itemsize(dt), n), dt, n, True), largest[dt],
+         op, dt) for op in opts.ops if get_spec(op).has_data for dt in opts.dtypes)
+    if need * local > avail:
+        raise InputError("--sizes", f"{size} of {op} {dtype} needs about {need / 2**30:.1f} GiB per rank x {local} "
+                                    f"ranks on this host = {need * local / 2**30:.1f} GiB, but {avail / 2**30:.1f} "
+                                    f"GiB is available (MemAvailable): give smaller --sizes")
+
+
 def run_validate(cfg: WorldConfig, opts: ValidateOptions, on_event=None) -> dict | None:
     """Run validate on the world `cfg` describes. Returns the report on the reporting rank, None elsewhere."""
     opts.check()
@@ -283,6 +309,13 @@ def run_validate(cfg: WorldConfig, opts: ValidateOptions, on_event=None) -> dict
         if world_size < 2:
             raise InputError("--nproc", "validate needs a world of at least 2 ranks")
         parse_faults(opts.inject, world_size=world_size)  # an injected rank outside the world: one line
+        sizes = parse_sizes(opts.sizes)
+        one = plan_cases(list(opts.ops), list(opts.dtypes), sizes[:1], list(opts.redops), opts.subgroups, world_size)
+        planned = sum(len(sizes) if c.size is not None else 1 for c in one)  # without building every case
+        if planned > MAX_CHECKS:
+            raise InputError("--sizes", f"{planned} checks planned on {world_size} ranks (--ops x --dtypes x --redops x "
+                                        f"--sizes x groups), above the {MAX_CHECKS} one run makes: give fewer")
+        check_memory(opts, world_size)
     job = run_job("distdoctor.validate.sweep:validate_worker", opts.worker_args(), cfg, on_event=on_event)
     if not job.is_reporter:
         return None

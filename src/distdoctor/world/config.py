@@ -15,8 +15,11 @@ from dataclasses import dataclass
 import click
 
 from distdoctor.errors import InputError
+from distdoctor.options import PORT, Number, seconds
 
 BACKENDS = ("nccl", "gloo")
+# A standalone world is local processes, each a Python with torch (~300 MB): more than this is a typo.
+MAX_NPROC = 256
 
 
 @dataclass(frozen=True)
@@ -169,9 +172,9 @@ def _port_free(addr: str, port: int) -> bool:
 def world_options(f):
     """Click options for the world: --nproc, --timeout, --backend, --master-addr, --master-port, --iface."""
     options = [
-        click.option("--nproc", type=int, default=None,
+        click.option("--nproc", type=Number("ranks", None, MAX_NPROC, integer=True), default=None,
                      help="Standalone: number of local worker processes (default: #GPUs if >= 2, else 4)."),
-        click.option("--timeout", type=float, default=60.0, show_default=True,
+        click.option("--timeout", type=seconds(), default=60.0, show_default=True,
                      help="Seconds every collective may take before the rank is declared lost."),
         click.option("--backend", type=click.Choice(BACKENDS), default=None,
                      help="Default: nccl with one GPU per rank when there are enough GPUs, else gloo on CPU."),
@@ -179,7 +182,7 @@ def world_options(f):
                      help="Rendezvous address. Standalone: an address of this host (default 127.0.0.1: loopback "
                           "unless you ask otherwise). Under srun/mpirun: rank 0's host (default: one node: none "
                           "needed; several: MASTER_ADDR, else the first host of the SLURM node list)."),
-        click.option("--master-port", type=int, default=None,
+        click.option("--master-port", type=PORT, default=None,
                      help="Rendezvous port. Standalone default: a free one. Under srun/mpirun: MASTER_PORT, else "
                           "one derived from the job id."),
         click.option("--iface", default=None,
