@@ -1,0 +1,167 @@
+"""Root causes from where each rank's CPU and GPU stand per group (NCCL's frontiers, trace/model.py).
+
+Under NCCL a collective call returns once the CPU has enqueued it; the group's stream on the GPU runs it later,
+in the group's order, and it completes when every member's stream has reached it: members of a group complete a
+collective together. So, on a group whose members' frontiers count the same collectives (not a p2p-only group,
+whose counts differ between members by design):
+
+- gpu_stopped: a rank completed less than a peer on a group they share, although its CPU enqueued beyond what it
+  completed. Its peers completed collectives it was part of: its GPU stopped completing (or reporting) work. With
+  collective timing on, the same holds of the started frontier (a peer's stream started a collective this rank's
+  stream has enqueued and not started).
+- cpu_stopped: a rank's GPU has done everything its CPU gave it on every group, and on a group its peers
+  enqueued further and completed exactly as far as it enqueued: they wait for its next collective, which its CPU
+  never enqueued (the CPU stopped or went elsewhere: a hang in Python, a data loader, a lock).
+
+The ranks of each class are one finding (every faulty rank named), with the group where they lag most, the
+collective there, and the frontiers as evidence. The frontiers' completions also tell the matcher which
+collectives a member completed although an active-only dump no longer lists them (apply_frontiers).
+
+What the frontiers cannot tell: a snapshot with collective timing off, where every member has enqueued a
+collective none has completed, shows a GPU in flight exactly as it shows GPUs stalled together; and a rank whose
+CPU is slower than its peers' GPUs looks, caught at that moment, like one that stopped.
+"""
+
+from __future__ import annotations
+
+from distdoctor.diagnose.findings import Finding, fmt_group, fmt_ranks
+from distdoctor.diagnose.match import GroupView
+from distdoctor.trace.frontier import Frontier, frontiers, is_async
+from distdoctor.trace.model import TraceSet
+
+
+def is_async_set(ts: TraceSet) -> bool:
+    """Every loaded rank's backend runs collectives asynchronously (NCCL, XCCL)."""
+    return bool(ts.ranks) and all(is_async(t) for t in ts.ranks.values())
+
+
+def group_frontiers(ts: TraceSet) -> dict[str, dict[int, Frontier]]:
+    """group -> rank -> frontier, for the groups whose members' frontiers count the same collectives and come
+    from the dumps' own record (pg_status): an entry's state is a mark the watchdog sets when it looks, which
+    the other analyses already read (state_mismatch)."""
+    out: dict[str, dict[int, Frontier]] = {}
+    for r, t in ts.ranks.items():
+        for g, f in frontiers(t).items():
+            out.setdefault(g, {})[r] = f
+    return {g: fs for g, fs in out.items()
+            if len(fs) > 1 and all(f.space == "collective" and f.source == "pg_status" for f in fs.values())}
+
+
+def apply_frontiers(views: dict[str, GroupView], by_group: dict[str, dict[int, Frontier]]) -> None:
+    """What each member completed, as its frontier says, into the matcher's views (an active-only dump lists no
+    completed collective)."""
+    for g, fs in by_group.items():
+        view = views.get(g)
+        if view is None:
+            continue
+        for r, f in fs.items():
+            if f.completed is not None and f.completed > view.last_completed.get(r, -1):
+                view.last_completed[r] = f.completed
+        view._lowest = None  # the cache of least_completed_by_others
+
+
+def _gpu_lags(fs: dict[int, Frontier]) -> dict[int, int]:
+    """rank -> how many collectives it lags the member that completed (or started) most."""
+    out: dict[int, int] = {}
+    for attr in ("completed", "started"):
+        known = {r: getattr(f, attr) for r, f in fs.items() if getattr(f, attr) is not None}
+        if len(known) < 2:
+            continue
+        top = max(known.values())
+        for r, v in known.items():
+            if v < top and fs[r].enqueued is not None and fs[r].enqueued > v:
+                out[r] = max(out.get(r, 0), top - v)
+    return out
+
+
+def _caught_up(fs_of_rank: list[Frontier]) -> bool:
+    return all(f.enqueued is not None and f.completed is not None and f.enqueued == f.completed for f in fs_of_rank)
+
+
+def _cpu_behind(fs: dict[int, Frontier], idle: set[int]) -> dict[int, int]:
+    """rank -> how many collectives its peers enqueued beyond it, for idle ranks the group waits for."""
+    enq = {r: f.enqueued for r, f in fs.items() if f.enqueued is not None}
+    done = [f.completed for f in fs.values() if f.completed is not None]
+    if len(enq) < 2 or not done:
+        return {}
+    top, gpu = max(enq.values()), max(done)
+    return {r: top - e for r, e in enq.items() if r in idle and e < top and e == gpu}
+
+
+def findings(ts: TraceSet, views: dict[str, GroupView],
+             by_group: dict[str, dict[int, Frontier]] | None = None) -> list[Finding]:
+    """gpu_stopped then cpu_stopped findings (see the module's docstring)."""
+    by_group = group_frontiers(ts) if by_group is None else by_group
+    per_rank: dict[int, list[Frontier]] = {}
+    for fs in by_group.values():
+        for r, f in fs.items():
+            per_rank.setdefault(r, []).append(f)
+    idle = {r for r, fl in per_rank.items() if _caught_up(fl)}
+    gpu = {g: lag for g, fs in by_group.items() if (lag := _gpu_lags(fs))}
+    cpu = {g: lag for g, fs in by_group.items() if (lag := _cpu_behind(fs, idle))}
+    out = []
+    if gpu:
+        out.append(_finding("gpu_stopped", gpu, ts, views, by_group))
+    cpu_ranks = {r for lag in cpu.values() for r in lag} - {r for lag in gpu.values() for r in lag}
+    if cpu_ranks:
+        cpu = {g: {r: n for r, n in lag.items() if r in cpu_ranks} for g, lag in cpu.items()}
+        out.append(_finding("cpu_stopped", {g: lag for g, lag in cpu.items() if lag}, ts, views, by_group))
+    return out
+
+
+def _finding(kind: str, lags: dict[str, dict[int, int]], ts: TraceSet, views: dict[str, GroupView],
+             by_group: dict[str, dict[int, Frontier]]) -> Finding:
+    ranks = sorted({r for lag in lags.values() for r in lag})
+    # The group where most of the ranks lag together, then by most collectives behind.
+    g = max(sorted(lags), key=lambda name: (len(lags[name]), sum(lags[name].values())))
+    fs = by_group[g]
+    desc = views[g].desc if g in views else ""
+    first = min(lags[g])
+    seq = (fs[first].completed if kind == "gpu_stopped" else fs[first].enqueued)
+    seq = None if seq is None else seq + 1
+    op = _op_at(ts, g, seq, [first] + [r for r in fs if r != first])
+    evidence = {"frontiers": {name: {str(r): _fjson(f) for r, f in sorted(by_group[name].items())}
+                              for name in sorted(lags, key=lambda n: (-len(lags[n]), n))},
+                "lag": {name: {str(r): n for r, n in sorted(lag.items())} for name, lag in sorted(lags.items())},
+                "group_desc": desc}
+    where = fmt_group(g, desc)
+    theirs = "its" if len(ranks) == 1 else "their"
+    if kind == "gpu_stopped":
+        peers = [r for r in fs if r not in lags[g]]
+        top = max(f.completed for f in fs.values() if f.completed is not None)
+        detail = (f"{fmt_ranks(ranks)}: {theirs} GPU stopped completing work. On {where}, "
+                  + ", ".join(f"rank {r} completed up to #{fs[r].completed} and enqueued up to #{fs[r].enqueued}"
+                              for r in sorted(lags[g]))
+                  + f", while {fmt_ranks(peers) if peers else 'its peers'} completed up to #{top}: the CPU ran ahead, "
+                  f"the GPU did not follow ({op or 'the collective'} #{seq} is the first it did not complete).")
+    else:
+        peers = [r for r in fs if r not in lags[g]]
+        top = max(f.enqueued for f in fs.values() if f.enqueued is not None)
+        detail = (f"{fmt_ranks(ranks)}: {theirs} CPU stopped issuing work (or went elsewhere). On {where}, "
+                  + ", ".join(f"rank {r} enqueued up to #{fs[r].enqueued} and its GPU completed all of it"
+                              for r in sorted(lags[g]))
+                  + f", while {fmt_ranks(peers)} enqueued up to #{top} and wait in #{seq}"
+                  + (f" ({op})" if op else "") + f", which {theirs} CPU never enqueued.")
+    if len(lags) > 1:
+        detail += " Also behind on " + ", ".join(
+            f"{fmt_group(n, views[n].desc if n in views else '')} ({fmt_ranks(sorted(lags[n]))})"
+            for n in sorted(lags, key=int if all(x.isdigit() for x in lags) else str) if n != g) + "."
+    return Finding(kind, ranks, group=g, groups=sorted(lags), seq=seq, op=op, detail=detail, evidence=evidence)
+
+
+def _op_at(ts: TraceSet, group: str, seq: int | None, ranks: list[int]) -> str | None:
+    """The collective #seq on `group` as the first of `ranks` that lists it names it."""
+    if seq is None:
+        return None
+    for r in ranks:
+        t = ts.ranks.get(r)
+        if t is None:
+            continue
+        for i, (g, s) in enumerate(zip(t.column("group"), t.column("seq"))):
+            if g == group and s == seq:
+                return t.entries[i].op
+    return None
+
+
+def _fjson(f: Frontier) -> dict:
+    return {"enqueued": f.enqueued, "started": f.started, "completed": f.completed, "source": f.source}
