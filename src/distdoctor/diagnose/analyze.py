@@ -91,7 +91,10 @@ def analyze(ts: TraceSet) -> Report:
     if conditional:  # calls only some ranks make: the others wait for those ranks, no order was swapped
         waits = [w for w in waits if not any(w is c for c in conditional)]
         cycles = _cycles(waits, nccl)
+    busy: set[int] = set()
     if nccl:  # a call every member reached is running on the GPU: a rank is blocked where it waits for another
+        busy = nccl_frontier.busy_ranks(ts)  # ... that is not merely behind, its GPU still running
+        waits = [w for w in waits if not nccl_frontier.not_yet_issued(w, views, busy)]
         waiting_in = {id(w.entry) for w in waits}
         pending = {r: [e for e in es if id(e) in waiting_in] for r, es in pending.items()}
     crashes = crashed_ranks(ts)
@@ -135,7 +138,8 @@ def analyze(ts: TraceSet) -> Report:
         elif d.kind == "missing_ranks":
             # Absent ranks waiting for others are where the wave of waiting reached, not where it began; a rank
             # in a call that waits for nobody (alone on its group, or shown in a call its peers completed) is not.
-            idle = [r for r in d.ranks if r not in waiting and r not in on_cycle and not after_parting(r)]
+            idle = [r for r in d.ranks if r not in waiting and r not in on_cycle and not after_parting(r)
+                    and r not in busy]  # NCCL: a CPU behind whose GPU still runs will get there
             # A rank that died of a communication failure (a peer closed its connection) before it issued the call
             # is an echo of the lost peers, not an absent rank of its own: the explainer names it (as crashed if
             # nothing else explains it).

@@ -60,6 +60,22 @@ def apply_frontiers(views: dict[str, GroupView], by_group: dict[str, dict[int, F
         view._lowest = None  # the cache of least_completed_by_others
 
 
+def busy_ranks(ts: TraceSet) -> set[int]:
+    """Ranks whose GPU still has work their CPU enqueued (on some group): a CPU that has not yet enqueued what its
+    peers did is then waiting at a sync point for its own GPU, which runs - it is behind, not stopped."""
+    return {r for r, t in ts.ranks.items() if not _caught_up(frontiers(t).values())}
+
+
+def not_yet_issued(w, views: dict[str, GroupView], busy: set[int]) -> bool:
+    """A wait only for busy ranks that have not issued the call yet: they will, once their GPU catches up."""
+    if not w.waits_for or not set(w.waits_for) <= busy:
+        return False
+    if w.entry.is_p2p:
+        return w.p2p is not None and w.p2p[0] >= w.p2p[1]
+    view = views.get(w.entry.group)
+    return view is not None and all(view.by_rank.get(m, {}).get(w.entry.seq) is None for m in w.waits_for)
+
+
 def _gpu_lags(fs: dict[int, Frontier]) -> dict[int, int]:
     """rank -> how many collectives it lags the member that completed (or started) most."""
     out: dict[int, int] = {}
@@ -74,8 +90,9 @@ def _gpu_lags(fs: dict[int, Frontier]) -> dict[int, int]:
     return out
 
 
-def _caught_up(fs_of_rank: list[Frontier]) -> bool:
-    return all(f.enqueued is not None and f.completed is not None and f.enqueued == f.completed for f in fs_of_rank)
+def _caught_up(fs_of_rank) -> bool:
+    """The rank's GPU did all its CPU enqueued, on every group (p2p ones included)."""
+    return all(f.enqueued == f.completed for f in fs_of_rank)
 
 
 def _cpu_behind(fs: dict[int, Frontier], idle: set[int]) -> dict[int, int]:
@@ -92,11 +109,7 @@ def findings(ts: TraceSet, views: dict[str, GroupView],
              by_group: dict[str, dict[int, Frontier]] | None = None) -> list[Finding]:
     """gpu_stopped then cpu_stopped findings (see the module's docstring)."""
     by_group = group_frontiers(ts) if by_group is None else by_group
-    per_rank: dict[int, list[Frontier]] = {}
-    for fs in by_group.values():
-        for r, f in fs.items():
-            per_rank.setdefault(r, []).append(f)
-    idle = {r for r, fl in per_rank.items() if _caught_up(fl)}
+    idle = {r for r, t in ts.ranks.items() if _caught_up(frontiers(t).values())}
     gpu = {g: lag for g, fs in by_group.items() if (lag := _gpu_lags(fs))}
     cpu = {g: lag for g, fs in by_group.items() if (lag := _cpu_behind(fs, idle))}
     out = []

@@ -1,0 +1,303 @@
+"""Flight Recorder dump sets of an NCCL job, simulated with NCCL's semantics, with planted faults.
+
+A Megatron-like mesh (TP x PP x DP, EP splitting DP) runs steps: per micro-batch a TP all_gather, two EP
+all_to_alls, a TP reduce_scatter and the pipeline's send/recv on its PP group; per step a DP all_reduce, then a
+sync point. Each rank's CPU enqueues in that order and runs ahead to the sync point (where it waits for its GPU);
+the GPU runs one stream per group in order; a collective completes when every member's stream has it at its head
+with the same arguments, a send/recv when both halves are at their streams' heads. The dump is what PyTorch's
+watchdog writes (version 2.9/2.10 keys, `pg_status` per local pg_id, timing off: entries stay `scheduled`),
+active-only or a ring of the last entries, as pickles or JSON, under any file prefix.
+
+Faults (each names its faulty ranks): gpu_stall (the rank's GPU stops completing work as the real dumps show it:
+its peers complete what it enqueued, its completion frontier freezes, its CPU blocks at the next sync point),
+cpu_stall (its CPU stops enqueueing; its dump is empty, or missing), extra / skip (one collective more or fewer
+on one rank), size (mismatched sizes), p2p_order (two pipeline neighbours both send first). `healthy`: caught
+mid-flight, every CPU at its sync point, no fault.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import pickle
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_CLOCK = itertools.count()
+FAULTS = ("gpu_stall", "cpu_stall", "extra", "skip", "size", "p2p_order", "healthy")
+DESC = {"tp": "TENSOR_MODEL_PARALLEL_GROUP", "pp": "PIPELINE_MODEL_PARALLEL_GROUP",
+        "dp": "DATA_PARALLEL_GROUP", "ep": "EXPERT_MODEL_PARALLEL_GROUP"}
+
+
+@dataclass
+class Op:
+    group: str
+    kind: str  # all_gather, all_to_all, reduce_scatter, all_reduce, send, recv, sync
+    size: int = 4096
+    peer: int | None = None  # global rank, p2p
+    seq: int = 0  # per group: collective seq, or the rank's p2p seq on the group
+    state: int = 0  # 0 queued, 1 completed
+    done_at: int = -1  # how many ops the rank had completed before this one
+    created: int = 0  # enqueue order across the world (time_created_ns)
+
+
+@dataclass
+class Rank:
+    ops: list[Op] = field(default_factory=list)  # program in CPU order
+    cpu: int = 0  # next op to enqueue
+    heads: dict[str, int] = field(default_factory=dict)  # group -> index into `queued[group]`
+    queued: dict[str, list[Op]] = field(default_factory=dict)
+    cpu_stopped: bool = False
+    reports_from: int | None = None  # gpu_stall: completions after this op count are never reported
+    done_ops: int = 0
+
+
+def mesh(tp: int, pp: int, dp: int, ep: int) -> tuple[int, dict[str, list[int]], dict[str, str]]:
+    """world size, group name -> members, group name -> kind; names numbered in creation order, as torch does."""
+    world = tp * pp * dp
+    groups: dict[str, list[int]] = {"0": list(range(world))}
+    kinds = {"0": "world"}
+    rank = lambda t, p, d: t + tp * (d + dp * p)  # noqa: E731 (tp fastest, then dp, then pp: Megatron's order)
+    sets = {"tp": [[rank(t, p, d) for t in range(tp)] for p in range(pp) for d in range(dp)],
+            "dp": [[rank(t, p, d) for d in range(dp)] for p in range(pp) for t in range(tp)],
+            "pp": [[rank(t, p, d) for p in range(pp)] for d in range(dp) for t in range(tp)],
+            "ep": [[rank(t, p, d) for d in range(b, b + ep)] for p in range(pp) for t in range(tp)
+                   for b in range(0, dp, ep)]}
+    for kind in ("tp", "dp", "pp", "ep"):
+        for members in sets[kind]:
+            name = str(len(groups))
+            groups[name], kinds[name] = members, kind
+    return world, groups, kinds
+
+
+def _program(r: int, groups: dict[str, list[int]], kinds: dict[str, str], steps: int, micro: int) -> list[Op]:
+    mine = {kinds[g]: g for g, m in groups.items() if r in m and kinds[g] != "world"}
+    pp = groups[mine["pp"]]
+    stage = pp.index(r)
+    prev, nxt = (pp[stage - 1] if stage else None), (pp[stage + 1] if stage + 1 < len(pp) else None)
+    ops: list[Op] = []
+    for _ in range(steps):
+        for _m in range(micro):
+            if prev is not None:
+                ops.append(Op(mine["pp"], "recv", peer=prev))
+            ops += [Op(mine["tp"], "all_gather"), Op(mine["ep"], "all_to_all"), Op(mine["ep"], "all_to_all", 2048),
+                    Op(mine["tp"], "reduce_scatter")]
+            if nxt is not None:
+                ops.append(Op(mine["pp"], "send", peer=nxt))
+        ops += [Op(mine["dp"], "all_reduce", 1 << 20), Op("", "sync")]
+    return ops
+
+
+@dataclass
+class Plan:
+    tp: int = 2
+    pp: int = 2
+    dp: int = 2
+    ep: int = 2
+    steps: int = 3
+    micro: int = 2
+    fault: str = "healthy"
+    faulty: list[int] = field(default_factory=list)
+    at: float = 0.5  # when the fault strikes, as a fraction of the run
+    active_only: bool = True
+    missing_dump: bool = False  # cpu_stall: the stuck rank writes no dump at all
+
+
+def random_plan(rng: random.Random, max_world: int = 64) -> Plan:
+    while True:
+        tp, pp, dp = rng.choice([1, 2, 4]), rng.choice([2, 4]), rng.choice([2, 4, 8])
+        if 8 <= tp * pp * dp <= max_world:
+            break
+    fault = rng.choice(FAULTS)
+    plan = Plan(tp, pp, dp, rng.choice([e for e in (1, 2, 4) if dp % e == 0]), rng.randint(2, 4), rng.randint(1, 3),
+                fault, at=rng.uniform(0.2, 0.8), active_only=rng.random() < 0.7, missing_dump=rng.random() < 0.5)
+    world = tp * pp * dp
+    if fault == "p2p_order":
+        d, t = rng.randrange(dp), rng.randrange(tp)
+        p = rng.randrange(pp - 1)
+        plan.faulty = [t + tp * (d + dp * p), t + tp * (d + dp * (p + 1))]
+    elif fault != "healthy":
+        plan.faulty = sorted(rng.sample(range(world), 2 if fault in ("gpu_stall", "cpu_stall") and rng.random() < 0.5
+                                        else 1))
+    return plan
+
+
+def _plant(plan: Plan, progs: dict[int, list[Op]], groups: dict[str, list[int]]) -> None:
+    """Change the faulty ranks' programs (argument faults) at the fault's place."""
+    for r in plan.faulty:
+        ops = progs[r]
+        # sizes must agree except all_to_all's (uneven splits are legal), so a size fault avoids it
+        colls = [i for i, o in enumerate(ops) if o.kind not in ("send", "recv", "sync")
+                 and not (plan.fault == "size" and o.kind == "all_to_all")]
+        i = colls[int(plan.at * (len(colls) - 1))]
+        if plan.fault == "extra":
+            ops.insert(i, Op(ops[i].group, "all_reduce", 8))
+        elif plan.fault == "skip":
+            del ops[i]
+        elif plan.fault == "size":
+            ops[i].size += 1
+    if plan.fault == "p2p_order":
+        a, b = plan.faulty
+        pp = next(g for g, m in groups.items() if a in m and b in m and len(m) == plan.pp)
+        for x, y in ((a, b), (b, a)):
+            ops = progs[x]
+            at = [i for i, o in enumerate(ops) if o.kind == "sync"][int(plan.at * (plan.steps - 1))]
+            ops[at:at] = [Op(pp, "send", 64, y), Op(pp, "recv", 64, y)]
+
+
+def run(plan: Plan, seed: int = 0) -> tuple[dict[int, Rank], dict[str, list[int]], dict[str, str]]:
+    rng = random.Random(seed)
+    world, groups, kinds = mesh(plan.tp, plan.pp, plan.dp, plan.ep)
+    progs = {r: _program(r, groups, kinds, plan.steps, plan.micro) for r in range(world)}
+    _plant(plan, progs, groups)
+    ranks = {r: Rank(ops) for r, ops in progs.items()}
+    total = sum(len(o) for o in progs.values())
+    stop_at = int(plan.at * total * 0.5)
+    struck = False
+    for _round in range(100000):
+        for r, st in ranks.items():
+            _cpu_phase(r, st)
+        done = sum(st.done_ops for st in ranks.values())
+        if plan.fault == "healthy" and done >= stop_at and rng.random() < 0.5:
+            break  # caught mid-flight: every CPU at its sync point
+        if not struck and plan.fault in ("gpu_stall", "cpu_stall") and done >= stop_at:
+            struck = True
+            for r in plan.faulty:
+                if plan.fault == "cpu_stall":
+                    ranks[r].cpu_stopped = True
+                else:
+                    ranks[r].reports_from = ranks[r].done_ops
+        if not _gpu_phase(ranks, groups, rng) and all(_cpu_blocked(st) for st in ranks.values()):
+            break  # nothing moves: the watchdog's timeout dumps what is there
+    return ranks, groups, kinds
+
+
+def _cpu_blocked(st: Rank) -> bool:
+    return st.cpu_stopped or st.cpu >= len(st.ops) or st.ops[st.cpu].kind == "sync"
+
+
+def _cpu_phase(r: int, st: Rank) -> None:
+    """Enqueue up to the next sync point (passing it once everything enqueued is complete)."""
+    while not st.cpu_stopped and st.cpu < len(st.ops):
+        op = st.ops[st.cpu]
+        if op.kind == "sync":
+            busy = any(o.state == 0 for q in st.queued.values() for o in q)
+            if busy or (st.reports_from is not None):
+                return  # the GPU has not finished (or a stalled GPU never says it has)
+            st.cpu += 1
+            continue
+        q = st.queued.setdefault(op.group, [])
+        op.seq = 1 + sum(1 for o in q if (o.kind in ("send", "recv")) == (op.kind in ("send", "recv")))
+        q.append(op)
+        st.cpu += 1
+        op.created = _CLOCK.__next__()
+
+
+def _head(st: Rank, g: str) -> Op | None:
+    q = st.queued.get(g, [])
+    i = st.heads.get(g, 0)
+    return q[i] if i < len(q) else None
+
+
+def _gpu_phase(ranks: dict[int, Rank], groups: dict[str, list[int]], rng: random.Random) -> bool:
+    """Complete what can complete (a random part of it: streams run at their own pace); whether anything did."""
+    ready = []
+    for g, members in groups.items():
+        heads = {r: _head(ranks[r], g) for r in members}
+        for r, op in heads.items():
+            if op is None:
+                continue
+            if op.kind in ("send", "recv"):
+                other = heads.get(op.peer)
+                want = "recv" if op.kind == "send" else "send"
+                if other is not None and other.kind == want and other.peer == r and other.size == op.size and r < op.peer:
+                    ready.append([(r, g), (op.peer, g)])
+            elif r == members[0] and all(h is not None and h.kind == op.kind and
+                                         (h.size == op.size or op.kind == "all_to_all") for h in heads.values()):
+                ready.append([(m, g) for m in members])
+    moved = False
+    for pairs in ready:
+        if rng.random() < 0.6:
+            for r, g in pairs:
+                st = ranks[r]
+                op = _head(st, g)
+                op.state, op.done_at = 1, st.done_ops
+                st.heads[g] = st.heads.get(g, 0) + 1
+                st.done_ops += 1
+            moved = True
+    return moved
+
+
+# ---- the dumps -------------------------------------------------------------------------------------------------
+
+def _reported(st: Rank, op: Op) -> bool:
+    return op.state == 1 and (st.reports_from is None or op.done_at < st.reports_from)
+
+
+def _sizes(op: Op, n: int) -> tuple[list, list]:
+    shape = [op.size, 1024]
+    if op.kind == "all_gather":
+        return [shape], [[op.size * n, 1024]]
+    if op.kind == "reduce_scatter":
+        return [[op.size * n, 1024]], [shape]
+    return [shape], [shape]
+
+
+def dump_of(r: int, st: Rank, groups: dict[str, list[int]], kinds: dict[str, str], plan: Plan,
+            version: str = "2.9", ring: int = 2000) -> dict:
+    """Rank r's Flight Recorder dump, as PyTorch's watchdog writes it (pickle form; see to_json)."""
+    mine = [g for g in groups if r in groups[g]]  # creation order: the rank's local pg_ids
+    pg_id = {g: i for i, g in enumerate(mine)}
+    config = {g: {"name": g, "desc": DESC.get(kinds[g], "default_pg"), "ranks": str(groups[g])} for g in mine}
+    status, entries = {}, []
+    enqueued = [o for g in mine for o in st.queued.get(g, [])]
+    for g in mine:
+        q = st.queued.get(g, [])
+        done = [o.seq for o in q if _reported(st, o)]
+        status[str(pg_id[g])] = {"last_enqueued_collective": q[-1].seq if q else -1, "last_started_collective": -1,
+                                 "last_completed_collective": max(done) if done else -1}
+    keep = [o for o in sorted(enqueued, key=lambda o: o.created) if not (plan.active_only and _reported(st, o))]
+    for o in keep[-ring:]:
+        members = groups[o.group]
+        p2p = o.kind in ("send", "recv")
+        name = f"nccl:{o.kind}"
+        if p2p:
+            me, peer = members.index(r), members.index(o.peer)
+            name += f" {me}->{peer}" if o.kind == "send" else f" {me}<-{peer}"
+        ins, outs = _sizes(o, len(members))
+        done = _reported(st, o)
+        entries.append({"record_id": o.created, "pg_id": pg_id[o.group], "process_group": (o.group, config[o.group]["desc"]),
+                        "thread_name": "pt_autograd_0", "thread_id": "1", "collective_seq_id": 0 if p2p else o.seq,
+                        "p2p_seq_id": o.seq if p2p else 0, "op_id": o.seq, "profiling_name": name,
+                        "time_created_ns": 1_700_000_000_000_000_000 + o.created * 1000, "input_sizes": ins,
+                        "input_dtypes": ["BFloat16"], "output_sizes": outs, "output_dtypes": ["BFloat16"],
+                        "state": "completed" if done else "scheduled", "time_discovered_started_ns": None,
+                        "time_discovered_completed_ns": None, "retired": done, "timeout_ms": 600000, "is_p2p": p2p})
+    return {"version": version, "pg_config": config, "nccl_version": "2.27.3", "pg_status": status, "entries": entries}
+
+
+def to_json(dump: dict) -> dict:
+    """What _dump_fr_trace_json writes of the same dump: pg_status values as strings, unknown times 0."""
+    out = dict(dump)
+    out["pg_status"] = {k: {f: str(v) for f, v in st.items()} for k, st in dump["pg_status"].items()}
+    out["entries"] = [{**e, "process_group": list(e["process_group"]), "time_discovered_started_ns": 0,
+                       "time_discovered_completed_ns": 0} for e in dump["entries"]]
+    return out
+
+
+def write_set(out: str | Path, plan: Plan, seed: int = 0, form: str = "pickle", prefix: str = "_dump_") -> list[int]:
+    """Simulate `plan` and write one dump per rank under `out` (`prefix`<rank>); the faulty ranks."""
+    ranks, groups, kinds = run(plan, seed)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for r, st in ranks.items():
+        if plan.fault == "cpu_stall" and plan.missing_dump and r in plan.faulty:
+            continue  # so stuck it wrote nothing
+        dump = dump_of(r, st, groups, kinds, plan, "2.10" if seed % 2 else "2.9")
+        path = out / f"{prefix}{r}"
+        if form == "json":
+            path.write_text(json.dumps(to_json(dump)))
+        else:
+            path.write_bytes(pickle.dumps(dump))
+    return list(plan.faulty)
