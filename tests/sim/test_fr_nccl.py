@@ -7,13 +7,11 @@ from pathlib import Path
 import pytest
 
 from distdoctor.diagnose import analyze
-from distdoctor.sim.fr_nccl import random_plan, write_set
+from distdoctor.sim.fr_nccl import judge, random_plan, write_set
 from distdoctor.trace.loaders import load_traces
 from distdoctor.trace.loaders.safe_pickle import safe_unpickle
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real-nccl" / "gpu_error_1st"
-# Classes the analysis gets right on every generated set; the others are scored in docs/diagnose.md.
-PROVEN = ("cpu_stall", "p2p_order")
 
 
 def _types(obj) -> str:
@@ -34,22 +32,35 @@ def test_generated_dump_has_the_real_dumps_keys_and_types(tmp_path):
     assert {k: _types(v) for k, v in e_sim.items()} == {k: _types(v) for k, v in e_real.items()}
 
 
-def _plans(n: int, classes: tuple[str, ...]):
-    seed = 0
-    while n:
-        rng = random.Random(seed)
-        plan = random_plan(rng)
+# Known limit (docs/diagnose.md): a GPU that stopped right after finishing its collectives shows it only on its
+# pipeline's send/recv, whose completed halves an active-only dump drops; full dumps of the same runs are right.
+P2P_ONLY_STALL = {39: "rank 5", 86: "rank 26"}
+
+
+def _plans(n: int):
+    for seed in range(n):
+        plan = random_plan(random.Random(seed))
         plan.active_only = True
-        if plan.fault in classes:
-            yield seed, plan
-            n -= 1
-        seed += 1
+        marks = [pytest.mark.xfail(strict=True, reason=f"{P2P_ONLY_STALL[seed]}'s stop shows only on p2p")] \
+            if seed in P2P_ONLY_STALL else []
+        yield pytest.param(seed, plan, id=f"{seed}-{plan.fault}", marks=marks)
 
 
-@pytest.mark.parametrize("seed,plan", list(_plans(100, PROVEN)), ids=lambda x: str(x) if isinstance(x, int) else "")
+@pytest.mark.parametrize("seed", [39, 86, 166, 170])
+def test_a_gpu_stop_seen_only_on_p2p_is_found_in_full_dumps(seed, tmp_path):
+    plan = random_plan(random.Random(seed))
+    plan.active_only = False
+    faulty = write_set(tmp_path, plan, seed)
+    findings = analyze(load_traces([str(tmp_path)])).findings
+    assert not judge(findings, faulty), [f.to_json() for f in findings[:3]]
+    assert findings[0].kind == "gpu_stopped"
+
+
+@pytest.mark.parametrize("seed,plan", list(_plans(120)))
 def test_first_finding_names_only_faulty_ranks_and_every_faulty_rank_is_named(seed, plan, tmp_path):
+    """Healthy sets caught mid-flight: no finding. Faulty ones: the first finding names only faulty ranks (or says
+    it cannot tell which of its ranks, a faulty one among them), and every faulty rank is named."""
     faulty = write_set(tmp_path, plan, seed, "json" if seed % 3 == 0 else "pickle")
     findings = analyze(load_traces([str(tmp_path)], world_size=plan.tp * plan.pp * plan.dp)).findings
-    assert findings, plan
-    assert set(findings[0].ranks) <= set(faulty), (plan, [f.to_json() for f in findings[:3]])
-    assert set(faulty) <= {r for f in findings for r in f.ranks}, (plan, [f.to_json() for f in findings[:3]])
+    why = judge(findings, faulty)
+    assert not why, (why, plan, [f.to_json() for f in findings[:3]])

@@ -94,7 +94,8 @@ def analyze(ts: TraceSet) -> Report:
     busy: set[int] = set()
     if nccl:  # a call every member reached is running on the GPU: a rank is blocked where it waits for another
         busy = nccl_frontier.busy_ranks(ts)  # ... that is not merely behind, its GPU still running
-        waits = [w for w in waits if not nccl_frontier.not_yet_issued(w, views, busy)]
+        looped = {r for c in cycles for r in c.ranks}
+        waits = [w for w in waits if w.rank in looped or not nccl_frontier.not_yet_issued(w, views, busy)]
         waiting_in = {id(w.entry) for w in waits}
         pending = {r: [e for e in es if id(e) in waiting_in] for r, es in pending.items()}
     crashes = crashed_ranks(ts)
@@ -373,4 +374,7 @@ def _from_divergence(d: Divergence, views: dict[str, GroupView]) -> Finding:
         verb = {"type": "issued a different collective", "size": "passed different sizes",
                 "dtype": "passed a different dtype", "root": "named a different root"}[what]
         detail = f"at {d.op} #{d.seq} on {group} {fmt_ranks(d.ranks)} {verb} than the other members: {d.detail}."
+        if d.evidence.get("undecided"):
+            detail = (f"at {d.op} #{d.seq} on {group} one of {fmt_ranks(d.ranks)} {verb} than the others: as many "
+                      f"members passed each, so the traces cannot tell which ({d.detail}).")
     return Finding(d.kind, d.ranks, group=d.group, seq=d.seq, op=d.op, t=d.t, detail=detail, evidence=d.evidence)

@@ -9,6 +9,9 @@ whose counts differ between members by design):
   completed. Its peers completed collectives it was part of: its GPU stopped completing (or reporting) work. With
   collective timing on, the same holds of the started frontier (a peer's stream started a collective this rank's
   stream has enqueued and not started).
+  On a p2p group the same shows pair by pair: the rank's send (recv) is not completed while its peer completed
+  the matching recv (send) - pairs match in posting order, so only where the dumps list the completed calls
+  (full dumps; an active-only dump drops them and says nothing here).
 - cpu_stopped: a rank's GPU has done everything its CPU gave it on every group, and on a group its peers
   enqueued further and completed exactly as far as it enqueued: they wait for its next collective, which its CPU
   never enqueued (the CPU stopped or went elsewhere: a hang in Python, a data loader, a lock).
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 from distdoctor.diagnose.findings import Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView
+from distdoctor.diagnose.waitfor import p2p_index
 from distdoctor.trace.frontier import Frontier, frontiers, is_async
 from distdoctor.trace.model import TraceSet
 
@@ -60,6 +64,20 @@ def apply_frontiers(views: dict[str, GroupView], by_group: dict[str, dict[int, F
         view._lowest = None  # the cache of least_completed_by_others
 
 
+def _p2p_lags(ts: TraceSet) -> dict[str, dict[int, int]]:
+    """group -> rank -> how many of its sends/recvs are not completed although the peer completed the other half."""
+    idx = p2p_index(ts)
+    out: dict[str, dict[int, int]] = {}
+    for (g, sender, receiver, kind), mine in idx.items():
+        theirs = idx.get((g, sender, receiver, "recv" if kind == "send" else "send"), [])
+        rank = sender if kind == "send" else receiver
+        for e, other in zip(mine, theirs):
+            if e.state != "completed" and other.state == "completed":
+                lag = out.setdefault(g, {})
+                lag[rank] = lag.get(rank, 0) + 1
+    return out
+
+
 def busy_ranks(ts: TraceSet) -> set[int]:
     """Ranks whose GPU still has work their CPU enqueued (on some group): a CPU that has not yet enqueued what its
     peers did is then waiting at a sync point for its own GPU, which runs - it is behind, not stopped."""
@@ -67,11 +85,13 @@ def busy_ranks(ts: TraceSet) -> set[int]:
 
 
 def not_yet_issued(w, views: dict[str, GroupView], busy: set[int]) -> bool:
-    """A wait only for busy ranks that have not issued the call yet: they will, once their GPU catches up."""
+    """A wait only for busy ranks that will get there once their GPU catches up: a collective they have not
+    issued yet, or a send/recv (an active-only dump has dropped the completed ones, so which of a pair's calls
+    match cannot be counted; a p2p cycle within one group is kept by the caller)."""
     if not w.waits_for or not set(w.waits_for) <= busy:
         return False
     if w.entry.is_p2p:
-        return w.p2p is not None and w.p2p[0] >= w.p2p[1]
+        return True
     view = views.get(w.entry.group)
     return view is not None and all(view.by_rank.get(m, {}).get(w.entry.seq) is None for m in w.waits_for)
 
@@ -111,6 +131,8 @@ def findings(ts: TraceSet, views: dict[str, GroupView],
     by_group = group_frontiers(ts) if by_group is None else by_group
     idle = {r for r, t in ts.ranks.items() if _caught_up(frontiers(t).values())}
     gpu = {g: lag for g, fs in by_group.items() if (lag := _gpu_lags(fs))}
+    for g, lag in _p2p_lags(ts).items():
+        gpu.setdefault(g, {}).update({r: n for r, n in lag.items() if r not in gpu[g]})
     cpu = {g: lag for g, fs in by_group.items() if (lag := _cpu_behind(fs, idle))}
     out = []
     if gpu:
@@ -125,8 +147,11 @@ def findings(ts: TraceSet, views: dict[str, GroupView],
 def _finding(kind: str, lags: dict[str, dict[int, int]], ts: TraceSet, views: dict[str, GroupView],
              by_group: dict[str, dict[int, Frontier]]) -> Finding:
     ranks = sorted({r for lag in lags.values() for r in lag})
-    # The group where most of the ranks lag together, then by most collectives behind.
-    g = max(sorted(lags), key=lambda name: (len(lags[name]), sum(lags[name].values())))
+    # The group where most of the ranks lag together, then by most collectives behind; a p2p group (pairs of
+    # calls, not frontiers, show it) only when no collective group does.
+    coll = {name: lag for name, lag in lags.items() if name in by_group} or lags
+    g = max(sorted(coll), key=lambda name: (len(coll[name]), sum(coll[name].values())))
+    by_group = {**by_group, **{n: _frontiers_on(ts, n) for n in lags if n not in by_group}}
     fs = by_group[g]
     desc = views[g].desc if g in views else ""
     first = min(lags[g])
@@ -139,7 +164,11 @@ def _finding(kind: str, lags: dict[str, dict[int, int]], ts: TraceSet, views: di
                 "group_desc": desc}
     where = fmt_group(g, desc)
     theirs = "its" if len(ranks) == 1 else "their"
-    if kind == "gpu_stopped":
+    if kind == "gpu_stopped" and g not in coll_groups(by_group, lags):
+        detail = (f"{fmt_ranks(ranks)}: {theirs} GPU stopped completing work. On {where}, "
+                  + ", ".join(f"rank {r} has {n} send/recv not completed whose other half its peer completed"
+                              for r, n in sorted(lags[g].items())) + " (pairs match in posting order).")
+    elif kind == "gpu_stopped":
         peers = [r for r in fs if r not in lags[g]]
         top = max(f.completed for f in fs.values() if f.completed is not None)
         detail = (f"{fmt_ranks(ranks)}: {theirs} GPU stopped completing work. On {where}, "
@@ -160,6 +189,15 @@ def _finding(kind: str, lags: dict[str, dict[int, int]], ts: TraceSet, views: di
             f"{fmt_group(n, views[n].desc if n in views else '')} ({fmt_ranks(sorted(lags[n]))})"
             for n in sorted(lags, key=int if all(x.isdigit() for x in lags) else str) if n != g) + "."
     return Finding(kind, ranks, group=g, groups=sorted(lags), seq=seq, op=op, detail=detail, evidence=evidence)
+
+
+def coll_groups(by_group: dict, lags: dict) -> set[str]:
+    """The lagging groups whose frontiers count collectives (the others are p2p groups)."""
+    return {n for n in lags if by_group.get(n) and all(f.space == "collective" for f in by_group[n].values())}
+
+
+def _frontiers_on(ts: TraceSet, group: str) -> dict[int, Frontier]:
+    return {r: f for r, t in ts.ranks.items() for g, f in frontiers(t).items() if g == group}
 
 
 def _op_at(ts: TraceSet, group: str, seq: int | None, ranks: list[int]) -> str | None:

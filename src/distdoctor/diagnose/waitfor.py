@@ -56,7 +56,7 @@ class Wait:
 def pending_entries(ts: TraceSet, views: dict[str, GroupView],
                     p2p: dict | None = None) -> dict[int, list[Entry]]:
     """rank -> oldest incomplete entry per stream (in issue order)."""
-    p2p = _p2p_index(ts) if p2p is None else p2p
+    p2p = p2p_index(ts) if p2p is None else p2p
     out: dict[int, list[Entry]] = {}
     for rank, trace in ts.ranks.items():
         seen_streams: set = set()
@@ -113,7 +113,7 @@ def p2p_entries(trace: RankTrace) -> list[Entry]:
     return [trace.entries[i] for i in summarize(trace).p2p]
 
 
-def _p2p_index(ts: TraceSet) -> dict[tuple[str, int, int, str], list[Entry]]:
+def p2p_index(ts: TraceSet) -> dict[tuple[str, int, int, str], list[Entry]]:
     """(group, sender, receiver, 'send'|'recv') -> entries in issue order, as seen by the posting rank."""
     idx: dict[tuple[str, int, int, str], list[Entry]] = {}
     for rank, trace in ts.ranks.items():
@@ -126,7 +126,7 @@ def _p2p_index(ts: TraceSet) -> dict[tuple[str, int, int, str], list[Entry]]:
 
 
 def build_waits(ts: TraceSet, views: dict[str, GroupView]) -> tuple[list[Wait], dict[int, list[Entry]]]:
-    p2p = _p2p_index(ts)
+    p2p = p2p_index(ts)
     pending = pending_entries(ts, views, p2p)
     first_pending = {r: {gpu_stream(ts.ranks[r], e): e.index for e in es} for r, es in pending.items()}
     waits: list[Wait] = []

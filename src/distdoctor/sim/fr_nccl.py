@@ -72,7 +72,8 @@ def mesh(tp: int, pp: int, dp: int, ep: int) -> tuple[int, dict[str, list[int]],
 
 
 def _program(r: int, groups: dict[str, list[int]], kinds: dict[str, str], steps: int, micro: int) -> list[Op]:
-    mine = {kinds[g]: g for g, m in groups.items() if r in m and kinds[g] != "world"}
+    # Megatron makes no call on a group of one (TP=1, EP=1): its mappings return the tensor as it is.
+    mine = {kinds[g]: g for g, m in groups.items() if r in m and kinds[g] != "world" and len(m) > 1}
     pp = groups[mine["pp"]]
     stage = pp.index(r)
     prev, nxt = (pp[stage - 1] if stage else None), (pp[stage + 1] if stage + 1 < len(pp) else None)
@@ -81,11 +82,11 @@ def _program(r: int, groups: dict[str, list[int]], kinds: dict[str, str], steps:
         for _m in range(micro):
             if prev is not None:
                 ops.append(Op(mine["pp"], "recv", peer=prev))
-            ops += [Op(mine["tp"], "all_gather"), Op(mine["ep"], "all_to_all"), Op(mine["ep"], "all_to_all", 2048),
-                    Op(mine["tp"], "reduce_scatter")]
+            ops += [Op(mine[k], kind, size) for k, kind, size in (("tp", "all_gather", 4096), ("ep", "all_to_all", 4096),
+                    ("ep", "all_to_all", 2048), ("tp", "reduce_scatter", 4096)) if k in mine]
             if nxt is not None:
                 ops.append(Op(mine["pp"], "send", peer=nxt))
-        ops += [Op(mine["dp"], "all_reduce", 1 << 20), Op("", "sync")]
+        ops += [Op(mine["dp"], "all_reduce", 1 << 20), Op("", "sync")]  # DP >= 2 in every plan
     return ops
 
 
@@ -201,7 +202,7 @@ def _head(st: Rank, g: str) -> Op | None:
 
 
 def _gpu_phase(ranks: dict[int, Rank], groups: dict[str, list[int]], rng: random.Random) -> bool:
-    """Complete what can complete (a random part of it: streams run at their own pace); whether anything did."""
+    """Complete what can complete (a random part of it: streams run at their own pace); whether anything could."""
     ready = []
     for g, members in groups.items():
         heads = {r: _head(ranks[r], g) for r in members}
@@ -216,7 +217,6 @@ def _gpu_phase(ranks: dict[int, Rank], groups: dict[str, list[int]], rng: random
             elif r == members[0] and all(h is not None and h.kind == op.kind and
                                          (h.size == op.size or op.kind == "all_to_all") for h in heads.values()):
                 ready.append([(m, g) for m in members])
-    moved = False
     for pairs in ready:
         if rng.random() < 0.6:
             for r, g in pairs:
@@ -225,8 +225,7 @@ def _gpu_phase(ranks: dict[int, Rank], groups: dict[str, list[int]], rng: random
                 op.state, op.done_at = 1, st.done_ops
                 st.heads[g] = st.heads.get(g, 0) + 1
                 st.done_ops += 1
-            moved = True
-    return moved
+    return bool(ready)
 
 
 # ---- the dumps -------------------------------------------------------------------------------------------------
@@ -301,3 +300,21 @@ def write_set(out: str | Path, plan: Plan, seed: int = 0, form: str = "pickle", 
         else:
             path.write_bytes(pickle.dumps(dump))
     return list(plan.faulty)
+
+
+def judge(findings: list, faulty: list[int]) -> str:
+    """Why diagnose's findings on a generated set are wrong ("" when right): a healthy set has none; otherwise the
+    first finding names only faulty ranks (or, when it says the evidence cannot tell which of its ranks is wrong,
+    names a faulty one among them), and every faulty rank is named by some finding."""
+    if not faulty:
+        return f"healthy set, yet {findings[0].kind} on ranks {findings[0].ranks}" if findings else ""
+    if not findings:
+        return "no finding"
+    first = set(findings[0].ranks)
+    if findings[0].evidence.get("undecided"):
+        if not first & set(faulty):
+            return f"first finding ({findings[0].kind}, one of {sorted(first)}) names no faulty rank"
+    elif not first <= set(faulty):
+        return f"first finding ({findings[0].kind}) names innocent ranks {sorted(first - set(faulty))}"
+    missed = set(faulty) - {r for f in findings for r in f.ranks}
+    return f"faulty ranks {sorted(missed)} not named" if missed else ""

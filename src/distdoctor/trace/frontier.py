@@ -26,8 +26,8 @@ def read_status(raw: object, lib_version: object) -> tuple[dict | None, str | No
 
 def read_pg_status(raw: object) -> dict[str, tuple[int | None, int | None, int | None]] | None:
     """A dump's `pg_status` {pg_id: {last_enqueued_collective, last_started_collective, last_completed_collective}}
-    (ints in pickles, strings in JSON; -1 or absent: unknown) as RankTrace.pg_status; None when unreadable (the
-    frontiers then come from the entries)."""
+    (ints in pickles, strings in JSON; -1: none yet, and for `started` timing off; absent: unknown) as
+    RankTrace.pg_status; None when unreadable (the frontiers then come from the entries)."""
     if not isinstance(raw, dict):
         return None
     out = {}
@@ -38,7 +38,9 @@ def read_pg_status(raw: object) -> dict[str, tuple[int | None, int | None, int |
             values = tuple(None if st.get(k) in (None, "") else int(st[k]) for k in _STATUS_KEYS)
         except (TypeError, ValueError, OverflowError):
             return None
-        out[str(pg_id)] = tuple(None if v is None or v < 0 else v for v in values)
+        enq, started, done = values  # -1: none enqueued / completed yet, or (started) timing off
+        out[str(pg_id)] = (None if enq is None else max(enq, 0), None if started is None or started < 0 else started,
+                           None if done is None else max(done, 0))
     return out
 
 
