@@ -82,9 +82,10 @@ class Report:
 def analyze(ts: TraceSet) -> Report:
     views = build_views(ts)
     nccl = nccl_frontier.is_async_set(ts)
-    by_group = nccl_frontier.group_frontiers(ts) if nccl else {}
-    nccl_frontier.apply_frontiers(views, by_group)
-    waits, pending = build_waits(ts, views)
+    standing = nccl_frontier.standing(ts) if nccl else None
+    if standing is not None:
+        nccl_frontier.apply_frontiers(views, standing)
+    waits, pending = build_waits(ts, views, standing.p2p if standing else None)
     waits += hang_status.header_waits(ts, views, pending)  # calls only the recorder's watchdog saw
     cycles = _cycles(waits, nccl)
     conditional = conditional_waits(waits, cycles, views, ts) if cycles else []
@@ -92,15 +93,19 @@ def analyze(ts: TraceSet) -> Report:
         waits = [w for w in waits if not any(w is c for c in conditional)]
         cycles = _cycles(waits, nccl)
     busy: set[int] = set()
+    in_flight: dict[int, list[Entry]] = {}
+    behind: list[Wait] = []  # NCCL: waits for ranks whose GPU still runs earlier work (they will get there)
     if nccl:  # a call every member reached is running on the GPU: a rank is blocked where it waits for another
-        busy = nccl_frontier.busy_ranks(ts)  # ... that is not merely behind, its GPU still running
+        busy = nccl_frontier.busy_ranks(standing)  # ... that is not merely behind, its GPU still running
         looped = {r for c in cycles for r in c.ranks}
-        waits = [w for w in waits if w.rank in looped or not nccl_frontier.not_yet_issued(w, views, busy)]
+        behind = [w for w in waits if w.rank not in looped and nccl_frontier.not_yet_issued(w, views, busy)]
+        waits = [w for w in waits if not any(w is b for b in behind)]
         waiting_in = {id(w.entry) for w in waits}
+        in_flight = {r: [e for e in es if id(e) not in waiting_in] for r, es in pending.items()}
         pending = {r: [e for e in es if id(e) in waiting_in] for r, es in pending.items()}
     crashes = crashed_ranks(ts)
     explainer = Explainer(ts, views, waits, pending, crashes, {w.rank for w in conditional})
-    findings: list[Finding] = nccl_frontier.findings(ts, views, by_group) if nccl else []
+    findings: list[Finding] = nccl_frontier.findings(ts, views, standing) if standing else []
     frontier_findings = list(findings)
     consequences: list[dict] = []
 
@@ -191,8 +196,10 @@ def analyze(ts: TraceSet) -> Report:
     findings, explained_by = explainer.explain_all(findings)
     consequences = consequences_of(explainer, findings, explained_by, consequences)
     annotate(findings, ts, views, pending)
-    progress = {r: rank_progress(t, pending.get(r, [])) for r, t in ts.ranks.items()}
-    states = rank_states(ts, explainer, findings, explained_by, on_cycle)
+    progress = {r: rank_progress(t, pending.get(r, []) + in_flight.get(r, [])) for r, t in ts.ranks.items()}
+    if standing is not None:
+        nccl_frontier.add_progress(progress, standing)
+    states = rank_states(ts, explainer, findings, explained_by, on_cycle, in_flight, behind)
     for r, p in progress.items():
         p.update(states[r])
     missing = {"missing": True, "state": "no_trace"}  # one object for every absent rank: a corrupt rank number can

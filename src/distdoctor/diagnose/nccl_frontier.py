@@ -27,6 +27,8 @@ CPU is slower than its peers' GPUs looks, caught at that moment, like one that s
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from distdoctor.diagnose.findings import Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.waitfor import p2p_index
@@ -39,22 +41,38 @@ def is_async_set(ts: TraceSet) -> bool:
     return bool(ts.ranks) and all(is_async(t) for t in ts.ranks.values())
 
 
-def group_frontiers(ts: TraceSet) -> dict[str, dict[int, Frontier]]:
+@dataclass
+class Standing:
+    """Where every rank stands, read once: per rank its frontiers; per group the comparable ones (see
+    group_frontiers); the sends and receives indexed for pairing (waitfor.p2p_index)."""
+    by_rank: dict[int, dict[str, Frontier]]
+    by_group: dict[str, dict[int, Frontier]]
+    p2p: dict
+
+
+def standing(ts: TraceSet) -> Standing:
+    """Only the dumps' own record counts (pg_status): a dump without it says nothing of where its GPU stands."""
+    by_rank = {r: frontiers(t) for r, t in ts.ranks.items() if t.pg_status}
+    return Standing(by_rank, group_frontiers(by_rank), p2p_index(ts))
+
+
+def group_frontiers(by_rank: dict[int, dict[str, Frontier]]) -> dict[str, dict[int, Frontier]]:
     """group -> rank -> frontier, for the groups whose members' frontiers count the same collectives and come
     from the dumps' own record (pg_status): an entry's state is a mark the watchdog sets when it looks, which
     the other analyses already read (state_mismatch)."""
     out: dict[str, dict[int, Frontier]] = {}
-    for r, t in ts.ranks.items():
-        for g, f in frontiers(t).items():
+    for r, fs in by_rank.items():
+        for g, f in fs.items():
             out.setdefault(g, {})[r] = f
-    return {g: fs for g, fs in out.items()
-            if len(fs) > 1 and all(f.space == "collective" and f.source == "pg_status" for f in fs.values())}
+    return {g: fs for g, fs in out.items() if len(fs) > 1 and all(f.source == "pg_status" for f in fs.values())
+            and all(f.space in ("collective", "unknown") for f in fs.values())
+            and any(f.space == "collective" for f in fs.values())}
 
 
-def apply_frontiers(views: dict[str, GroupView], by_group: dict[str, dict[int, Frontier]]) -> None:
+def apply_frontiers(views: dict[str, GroupView], st: Standing) -> None:
     """What each member completed, as its frontier says, into the matcher's views (an active-only dump lists no
     completed collective)."""
-    for g, fs in by_group.items():
+    for g, fs in st.by_group.items():
         view = views.get(g)
         if view is None:
             continue
@@ -64,9 +82,8 @@ def apply_frontiers(views: dict[str, GroupView], by_group: dict[str, dict[int, F
         view._lowest = None  # the cache of least_completed_by_others
 
 
-def _p2p_lags(ts: TraceSet) -> dict[str, dict[int, int]]:
+def _p2p_lags(idx: dict) -> dict[str, dict[int, int]]:
     """group -> rank -> how many of its sends/recvs are not completed although the peer completed the other half."""
-    idx = p2p_index(ts)
     out: dict[str, dict[int, int]] = {}
     for (g, sender, receiver, kind), mine in idx.items():
         theirs = idx.get((g, sender, receiver, "recv" if kind == "send" else "send"), [])
@@ -78,10 +95,10 @@ def _p2p_lags(ts: TraceSet) -> dict[str, dict[int, int]]:
     return out
 
 
-def busy_ranks(ts: TraceSet) -> set[int]:
+def busy_ranks(st: Standing) -> set[int]:
     """Ranks whose GPU still has work their CPU enqueued (on some group): a CPU that has not yet enqueued what its
     peers did is then waiting at a sync point for its own GPU, which runs - it is behind, not stopped."""
-    return {r for r, t in ts.ranks.items() if not _caught_up(frontiers(t).values())}
+    return {r for r, fs in st.by_rank.items() if not _caught_up(fs.values())}
 
 
 def not_yet_issued(w, views: dict[str, GroupView], busy: set[int]) -> bool:
@@ -125,33 +142,32 @@ def _cpu_behind(fs: dict[int, Frontier], idle: set[int]) -> dict[int, int]:
     return {r: top - e for r, e in enq.items() if r in idle and e < top and e == gpu}
 
 
-def findings(ts: TraceSet, views: dict[str, GroupView],
-             by_group: dict[str, dict[int, Frontier]] | None = None) -> list[Finding]:
+def findings(ts: TraceSet, views: dict[str, GroupView], st: Standing) -> list[Finding]:
     """gpu_stopped then cpu_stopped findings (see the module's docstring)."""
-    by_group = group_frontiers(ts) if by_group is None else by_group
-    idle = {r for r, t in ts.ranks.items() if _caught_up(frontiers(t).values())}
+    by_group = st.by_group
+    idle = {r for r, fs in st.by_rank.items() if _caught_up(fs.values())}
     gpu = {g: lag for g, fs in by_group.items() if (lag := _gpu_lags(fs))}
-    for g, lag in _p2p_lags(ts).items():
+    for g, lag in _p2p_lags(st.p2p).items():
         gpu.setdefault(g, {}).update({r: n for r, n in lag.items() if r not in gpu[g]})
     cpu = {g: lag for g, fs in by_group.items() if (lag := _cpu_behind(fs, idle))}
     out = []
     if gpu:
-        out.append(_finding("gpu_stopped", gpu, ts, views, by_group))
+        out.append(_finding("gpu_stopped", gpu, ts, views, st))
     cpu_ranks = {r for lag in cpu.values() for r in lag} - {r for lag in gpu.values() for r in lag}
     if cpu_ranks:
         cpu = {g: {r: n for r, n in lag.items() if r in cpu_ranks} for g, lag in cpu.items()}
-        out.append(_finding("cpu_stopped", {g: lag for g, lag in cpu.items() if lag}, ts, views, by_group))
+        out.append(_finding("cpu_stopped", {g: lag for g, lag in cpu.items() if lag}, ts, views, st))
     return out
 
 
 def _finding(kind: str, lags: dict[str, dict[int, int]], ts: TraceSet, views: dict[str, GroupView],
-             by_group: dict[str, dict[int, Frontier]]) -> Finding:
+             st: Standing) -> Finding:
     ranks = sorted({r for lag in lags.values() for r in lag})
     # The group where most of the ranks lag together, then by most collectives behind; a p2p group (pairs of
     # calls, not frontiers, show it) only when no collective group does.
-    coll = {name: lag for name, lag in lags.items() if name in by_group} or lags
+    coll = {name: lag for name, lag in lags.items() if name in st.by_group} or lags
     g = max(sorted(coll), key=lambda name: (len(coll[name]), sum(coll[name].values())))
-    by_group = {**by_group, **{n: _frontiers_on(ts, n) for n in lags if n not in by_group}}
+    by_group = {**st.by_group, **{n: _frontiers_on(st, n) for n in lags if n not in st.by_group}}
     fs = by_group[g]
     desc = views[g].desc if g in views else ""
     first = min(lags[g])
@@ -164,7 +180,7 @@ def _finding(kind: str, lags: dict[str, dict[int, int]], ts: TraceSet, views: di
                 "group_desc": desc}
     where = fmt_group(g, desc)
     theirs = "its" if len(ranks) == 1 else "their"
-    if kind == "gpu_stopped" and g not in coll_groups(by_group, lags):
+    if kind == "gpu_stopped" and g not in st.by_group:  # a p2p group: pairs of calls show it
         detail = (f"{fmt_ranks(ranks)}: {theirs} GPU stopped completing work. On {where}, "
                   + ", ".join(f"rank {r} has {n} send/recv not completed whose other half its peer completed"
                               for r, n in sorted(lags[g].items())) + " (pairs match in posting order).")
@@ -191,13 +207,8 @@ def _finding(kind: str, lags: dict[str, dict[int, int]], ts: TraceSet, views: di
     return Finding(kind, ranks, group=g, groups=sorted(lags), seq=seq, op=op, detail=detail, evidence=evidence)
 
 
-def coll_groups(by_group: dict, lags: dict) -> set[str]:
-    """The lagging groups whose frontiers count collectives (the others are p2p groups)."""
-    return {n for n in lags if by_group.get(n) and all(f.space == "collective" for f in by_group[n].values())}
-
-
-def _frontiers_on(ts: TraceSet, group: str) -> dict[int, Frontier]:
-    return {r: f for r, t in ts.ranks.items() for g, f in frontiers(t).items() if g == group}
+def _frontiers_on(st: Standing, group: str) -> dict[int, Frontier]:
+    return {r: fs[group] for r, fs in st.by_rank.items() if group in fs}
 
 
 def _op_at(ts: TraceSet, group: str, seq: int | None, ranks: list[int]) -> str | None:
@@ -216,3 +227,16 @@ def _op_at(ts: TraceSet, group: str, seq: int | None, ranks: list[int]) -> str |
 
 def _fjson(f: Frontier) -> dict:
     return {"enqueued": f.enqueued, "started": f.started, "completed": f.completed, "source": f.source}
+
+
+def add_progress(progress: dict[int, dict], st: Standing) -> None:
+    """Each rank's frontiers in its progress record (`frontiers`), and what they say it completed per group where
+    an active-only dump lists nothing completed (`completed`)."""
+    for r, fs in st.by_rank.items():
+        p = progress.get(r)
+        if p is None:
+            continue
+        p["frontiers"] = {g: _fjson(f) for g, f in sorted(fs.items())}
+        for g, f in fs.items():
+            if g in st.by_group and f.completed and f.completed > p["completed"].get(g, 0):
+                p["completed"][g] = f.completed

@@ -125,8 +125,10 @@ def p2p_index(ts: TraceSet) -> dict[tuple[str, int, int, str], list[Entry]]:
     return idx
 
 
-def build_waits(ts: TraceSet, views: dict[str, GroupView]) -> tuple[list[Wait], dict[int, list[Entry]]]:
-    p2p = p2p_index(ts)
+def build_waits(ts: TraceSet, views: dict[str, GroupView],
+                p2p: dict | None = None) -> tuple[list[Wait], dict[int, list[Entry]]]:
+    """The waits and each rank's pending entries; `p2p`: p2p_index(ts) when the caller has it."""
+    p2p = p2p_index(ts) if p2p is None else p2p
     pending = pending_entries(ts, views, p2p)
     first_pending = {r: {gpu_stream(ts.ranks[r], e): e.index for e in es} for r, es in pending.items()}
     waits: list[Wait] = []

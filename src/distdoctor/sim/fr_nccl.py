@@ -115,13 +115,50 @@ def random_plan(rng: random.Random, max_world: int = 64) -> Plan:
                 fault, at=rng.uniform(0.2, 0.8), active_only=rng.random() < 0.7, missing_dump=rng.random() < 0.5)
     world = tp * pp * dp
     if fault == "p2p_order":
-        d, t = rng.randrange(dp), rng.randrange(tp)
-        p = rng.randrange(pp - 1)
-        plan.faulty = [t + tp * (d + dp * p), t + tp * (d + dp * (p + 1))]
+        plan.faulty = _neighbours(plan, rng)
     elif fault != "healthy":
         plan.faulty = sorted(rng.sample(range(world), 2 if fault in ("gpu_stall", "cpu_stall") and rng.random() < 0.5
                                         else 1))
     return plan
+
+
+def plan_from(options: dict, faulty: str, seed: int) -> Plan:
+    """The plan `distdoctor sim nccl` asks for; InputError (one line) for what cannot be."""
+    from distdoctor.errors import InputError
+
+    tp, pp, dp, ep = (options[k] for k in ("tp", "pp", "dp", "ep"))
+    if dp % ep:
+        raise InputError("--ep", f"{ep} does not divide --dp {dp}")
+    world = tp * pp * dp
+    if world > 16384:
+        raise InputError("--tp x --pp x --dp", f"{world} ranks (16384 at most)")
+    plan = Plan(tp, pp, dp, ep, options["steps"], options["micro"], options["fault"], at=options["at"],
+                active_only=not options["full"], missing_dump=options["missing_dump"])
+    if plan.fault == "healthy":
+        return plan
+    try:
+        plan.faulty = sorted({int(x) for x in faulty.split(",") if x.strip()})
+    except ValueError:
+        raise InputError("--faulty", f"{faulty!r} is not a comma-separated list of ranks") from None
+    if not plan.faulty:
+        drawn = random_plan(random.Random(seed), world)
+        plan.faulty = _neighbours(plan, random.Random(seed)) if plan.fault == "p2p_order" else \
+            sorted(random.Random(seed).sample(range(world), min(len(drawn.faulty) or 1, world)))
+    bad = [r for r in plan.faulty if not 0 <= r < world]
+    if bad:
+        raise InputError("--faulty", f"rank {bad[0]} is not in a world of {world}")
+    if plan.fault == "p2p_order" and (len(plan.faulty) != 2 or not _pp_neighbours(plan, *plan.faulty)):
+        raise InputError("--faulty", "p2p_order needs two ranks that are neighbouring pipeline stages")
+    return plan
+
+
+def _neighbours(plan: Plan, rng: random.Random) -> list[int]:
+    d, t, p = rng.randrange(plan.dp), rng.randrange(plan.tp), rng.randrange(plan.pp - 1)
+    return [t + plan.tp * (d + plan.dp * p), t + plan.tp * (d + plan.dp * (p + 1))]
+
+
+def _pp_neighbours(plan: Plan, a: int, b: int) -> bool:
+    return abs(a - b) == plan.tp * plan.dp
 
 
 def _plant(plan: Plan, progs: dict[int, list[Op]], groups: dict[str, list[int]]) -> None:
@@ -285,8 +322,17 @@ def to_json(dump: dict) -> dict:
     return out
 
 
-def write_set(out: str | Path, plan: Plan, seed: int = 0, form: str = "pickle", prefix: str = "_dump_") -> list[int]:
-    """Simulate `plan` and write one dump per rank under `out` (`prefix`<rank>); the faulty ranks."""
+@dataclass
+class Truth:
+    """What was planted: the faulty ranks, and those among them whose fault the dumps cannot show (`hidden`: a
+    GPU that stopped reporting only send/recv completions its peers' halves prove, in active-only dumps, which drop
+    the completed halves)."""
+    faulty: list[int]
+    hidden: list[int] = field(default_factory=list)
+
+
+def write_set(out: str | Path, plan: Plan, seed: int = 0, form: str = "pickle", prefix: str = "_dump_") -> Truth:
+    """Simulate `plan` and write one dump per rank under `out` (`prefix`<rank>)."""
     ranks, groups, kinds = run(plan, seed)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -299,22 +345,31 @@ def write_set(out: str | Path, plan: Plan, seed: int = 0, form: str = "pickle", 
             path.write_text(json.dumps(to_json(dump)))
         else:
             path.write_bytes(pickle.dumps(dump))
-    return list(plan.faulty)
+    return Truth(list(plan.faulty), [r for r in plan.faulty if plan.active_only and _p2p_only(ranks[r])])
 
 
-def judge(findings: list, faulty: list[int]) -> str:
+def _p2p_only(st: Rank) -> bool:
+    """Its GPU completed work it never reported, all of it send/recv."""
+    if st.reports_from is None:
+        return False
+    unreported = [o for q in st.queued.values() for o in q if o.state == 1 and o.done_at >= st.reports_from]
+    return bool(unreported) and all(o.kind in ("send", "recv") for o in unreported)
+
+
+def judge(findings: list, truth: Truth) -> str:
     """Why diagnose's findings on a generated set are wrong ("" when right): a healthy set has none; otherwise the
     first finding names only faulty ranks (or, when it says the evidence cannot tell which of its ranks is wrong,
-    names a faulty one among them), and every faulty rank is named by some finding."""
+    names a faulty one among them), and every faulty rank the dumps can show is named by some finding."""
+    faulty = truth.faulty
     if not faulty:
         return f"healthy set, yet {findings[0].kind} on ranks {findings[0].ranks}" if findings else ""
     if not findings:
-        return "no finding"
+        return "" if set(faulty) <= set(truth.hidden) else "no finding"
     first = set(findings[0].ranks)
     if findings[0].evidence.get("undecided"):
         if not first & set(faulty):
             return f"first finding ({findings[0].kind}, one of {sorted(first)}) names no faulty rank"
     elif not first <= set(faulty):
         return f"first finding ({findings[0].kind}) names innocent ranks {sorted(first - set(faulty))}"
-    missed = set(faulty) - {r for f in findings for r in f.ranks}
+    missed = set(faulty) - set(truth.hidden) - {r for f in findings for r in f.ranks}
     return f"faulty ranks {sorted(missed)} not named" if missed else ""

@@ -52,11 +52,12 @@ class Frontier:
     """One rank on one group: the last collective its CPU enqueued, the last its GPU started (None: unknown, e.g.
     timing off) and the last it completed, by the group's sequence number (collectives; p2p-only groups count
     their sends and receives instead, `space` "p2p", and such counts differ between members by design).
-    `source`: "pg_status" (the dump's own record) or "entries" (derived from the entries' states)."""
+    `source`: "pg_status" (the dump's own record) or "entries" (derived from the entries' states). `space` says
+    what the rank's entries on the group show it counts."""
     enqueued: int | None
     started: int | None
     completed: int | None
-    space: str = "collective"  # "collective" | "p2p" | "unknown"
+    space: str = "collective"  # "collective" | "p2p" | "mixed" | "unknown" (no entry on the group says which)
     source: str = "entries"
 
     @property
@@ -79,7 +80,7 @@ def gpu_stream(trace: RankTrace, e: Entry) -> str | None:
     return f"group {e.group}" if is_async(trace) else e.stream
 
 
-def _pg_names(trace: RankTrace) -> dict[str, str]:
+def _pg_names(trace: RankTrace, last: dict[str, tuple]) -> dict[str, str]:
     """The dump's local pg_id -> group name. PyTorch numbers a rank's groups in creation order (pg_id) and names
     them by a world-wide counter of creations, so the two orders agree: the i-th pg_id by number is the i-th name
     by number. Trusted only when the counts agree and every group holding entries confirms it (its last entry is
@@ -90,7 +91,6 @@ def _pg_names(trace: RankTrace) -> dict[str, str]:
             not all(str(k).lstrip("-").isdigit() for k in status):
         return {}
     mapping = dict(zip(sorted(status, key=int), sorted(names, key=int)))
-    last = _last_issued(trace)
     for pg_id, name in mapping.items():
         got = last.get(name)
         if got is not None and status[pg_id][0] not in got:
@@ -115,11 +115,12 @@ def frontiers(trace: RankTrace) -> dict[str, Frontier]:
     named (see _pg_names), else from the entries' states; a blocking backend's CPU frontier is its GPU frontier."""
     last = _last_issued(trace)
     out: dict[str, Frontier] = {}
-    mapping = _pg_names(trace) if trace.pg_status else {}
+    mapping = _pg_names(trace, last) if trace.pg_status else {}
     for pg_id, name in mapping.items():
         enq, started, done = trace.pg_status[pg_id]
         seq, p2p = last.get(name, (None, None))
-        space = "p2p" if p2p is not None and enq == p2p else "collective" if p2p is None else "unknown"
+        space = ("unknown" if seq is None else "collective") if p2p is None else \
+            "p2p" if seq is None and enq == p2p else "mixed"
         out[name] = Frontier(enq, started if started is not None and started >= 0 else None, done, space, "pg_status")
     if not mapping:
         out.update(_entry_frontiers(trace))
