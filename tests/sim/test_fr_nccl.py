@@ -43,14 +43,14 @@ def test_a_stop_seen_only_on_p2p_is_hidden_from_active_only_dumps(tmp_path):
     """The known limit (docs/diagnose.md): a GPU that stopped just after finishing its collectives shows it only on
     its pipeline's send/recv, whose completed halves an active-only dump drops. The ground truth says so, and
     diagnose must not blame anyone else first."""
-    plan = random_plan(random.Random(39))
+    plan = random_plan(random.Random(75))
     plan.active_only = True
-    truth = write_set(tmp_path, plan, 39)
-    assert truth.hidden == truth.faulty == [5]
+    truth = write_set(tmp_path, plan, 75)
+    assert truth.hidden == truth.faulty == [22]
     assert not judge(analyze(load_traces([str(tmp_path)])).findings, truth)
 
 
-@pytest.mark.parametrize("seed", [39, 86, 166, 170])
+@pytest.mark.parametrize("seed", [75, 86, 278, 336, 357, 372])  # stops an active-only dump hides (above)
 def test_a_gpu_stop_seen_only_on_p2p_is_found_in_full_dumps(seed, tmp_path):
     plan = random_plan(random.Random(seed))
     plan.active_only = False

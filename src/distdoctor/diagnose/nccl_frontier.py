@@ -178,33 +178,36 @@ def _finding(kind: str, lags: dict[str, dict[int, int]], ts: TraceSet, views: di
                               for name in sorted(lags, key=lambda n: (-len(lags[n]), n))},
                 "lag": {name: {str(r): n for r, n in sorted(lag.items())} for name, lag in sorted(lags.items())},
                 "group_desc": desc}
-    where = fmt_group(g, desc)
-    theirs = "its" if len(ranks) == 1 else "their"
-    if kind == "gpu_stopped" and g not in st.by_group:  # a p2p group: pairs of calls show it
-        detail = (f"{fmt_ranks(ranks)}: {theirs} GPU stopped completing work. On {where}, "
-                  + ", ".join(f"rank {r} has {n} send/recv not completed whose other half its peer completed"
-                              for r, n in sorted(lags[g].items())) + " (pairs match in posting order).")
-    elif kind == "gpu_stopped":
-        peers = [r for r in fs if r not in lags[g]]
-        top = max(f.completed for f in fs.values() if f.completed is not None)
-        detail = (f"{fmt_ranks(ranks)}: {theirs} GPU stopped completing work. On {where}, "
-                  + ", ".join(f"rank {r} completed up to #{fs[r].completed} and enqueued up to #{fs[r].enqueued}"
-                              for r in sorted(lags[g]))
-                  + f", while {fmt_ranks(peers) if peers else 'its peers'} completed up to #{top}: the CPU ran ahead, "
-                  f"the GPU did not follow ({op or 'the collective'} #{seq} is the first it did not complete).")
-    else:
-        peers = [r for r in fs if r not in lags[g]]
-        top = max(f.enqueued for f in fs.values() if f.enqueued is not None)
-        detail = (f"{fmt_ranks(ranks)}: {theirs} CPU stopped issuing work (or went elsewhere). On {where}, "
-                  + ", ".join(f"rank {r} enqueued up to #{fs[r].enqueued} and its GPU completed all of it"
-                              for r in sorted(lags[g]))
-                  + f", while {fmt_ranks(peers)} enqueued up to #{top} and wait in #{seq}"
-                  + (f" ({op})" if op else "") + f", which {theirs} CPU never enqueued.")
+    detail = _detail(kind, ranks, fmt_group(g, desc), fs, lags[g], seq, op, g not in st.by_group)
     if len(lags) > 1:
         detail += " Also behind on " + ", ".join(
             f"{fmt_group(n, views[n].desc if n in views else '')} ({fmt_ranks(sorted(lags[n]))})"
             for n in sorted(lags, key=int if all(x.isdigit() for x in lags) else str) if n != g) + "."
     return Finding(kind, ranks, group=g, groups=sorted(lags), seq=seq, op=op, detail=detail, evidence=evidence)
+
+
+def _detail(kind: str, ranks: list[int], where: str, fs: dict[int, Frontier], lag: dict[int, int], seq, op,
+            p2p: bool) -> str:
+    """The finding's sentence: who stopped, and each one's frontier beside its peers' on the group `where`."""
+    theirs = "its" if len(ranks) == 1 else "their"
+    gpu = kind == "gpu_stopped"
+    head = f"{fmt_ranks(ranks)}: {theirs} " + ("GPU stopped completing work" if gpu else
+                                               "CPU stopped issuing work (or went elsewhere)") + f". On {where}, "
+    if p2p:  # a p2p group: pairs of calls show it
+        return head + ", ".join(f"rank {r} has {n} send/recv not completed whose other half its peer completed"
+                                for r, n in sorted(lag.items())) + " (pairs match in posting order)."
+    attr = "completed" if gpu else "enqueued"
+    others = [r for r in fs if r not in lag]
+    peers = fmt_ranks(others) if others else "its peers"
+    top = max(getattr(f, attr) for f in fs.values() if getattr(f, attr) is not None)
+    mine = ", ".join(f"rank {r} " + (f"completed up to #{fs[r].completed} and enqueued up to #{fs[r].enqueued}"
+                                     if gpu else f"enqueued up to #{fs[r].enqueued} and its GPU completed all of it")
+                     for r in sorted(lag))
+    if gpu:
+        return head + mine + (f", while {peers} completed up to #{top}: the CPU ran ahead, the GPU did not follow "
+                              f"({op or 'the collective'} #{seq} is the first it did not complete).")
+    return head + mine + (f", while {peers} enqueued up to #{top} and wait in #{seq}" + (f" ({op})" if op else "")
+                          + f", which {theirs} CPU never enqueued.")
 
 
 def _frontiers_on(st: Standing, group: str) -> dict[int, Frontier]:

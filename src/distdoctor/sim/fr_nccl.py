@@ -51,6 +51,8 @@ class Rank:
     cpu_stopped: bool = False
     reports_from: int | None = None  # gpu_stall: completions after this op count are never reported
     done_ops: int = 0
+    stop_at: int | None = None  # cpu_stall: the CPU stops before enqueueing this op of its program
+    freeze_at: int | None = None  # gpu_stall: the GPU stops reporting once it completed this many ops
 
 
 def mesh(tp: int, pp: int, dp: int, ep: int) -> tuple[int, dict[str, list[int]], dict[str, str]]:
@@ -190,22 +192,20 @@ def run(plan: Plan, seed: int = 0) -> tuple[dict[int, Rank], dict[str, list[int]
     progs = {r: _program(r, groups, kinds, plan.steps, plan.micro) for r in range(world)}
     _plant(plan, progs, groups)
     ranks = {r: Rank(ops) for r, ops in progs.items()}
-    total = sum(len(o) for o in progs.values())
-    stop_at = int(plan.at * total * 0.5)
-    struck = False
+    for r in plan.faulty if plan.fault in ("gpu_stall", "cpu_stall") else ():
+        # At `at` of the rank's own program, and never after its last call: a stop then would change nothing.
+        calls = [i for i, o in enumerate(ranks[r].ops) if o.kind != "sync"]
+        k = min(int(plan.at * len(calls)), len(calls) - 1)
+        if plan.fault == "cpu_stall":
+            ranks[r].stop_at = calls[k]
+        else:
+            ranks[r].freeze_at = k
+    stop_at = int(plan.at * sum(len(o) for o in progs.values()) * 0.5)
     for _round in range(100000):
         for r, st in ranks.items():
             _cpu_phase(r, st)
-        done = sum(st.done_ops for st in ranks.values())
-        if plan.fault == "healthy" and done >= stop_at and rng.random() < 0.5:
+        if plan.fault == "healthy" and sum(st.done_ops for st in ranks.values()) >= stop_at and rng.random() < 0.5:
             break  # caught mid-flight: every CPU at its sync point
-        if not struck and plan.fault in ("gpu_stall", "cpu_stall") and done >= stop_at:
-            struck = True
-            for r in plan.faulty:
-                if plan.fault == "cpu_stall":
-                    ranks[r].cpu_stopped = True
-                else:
-                    ranks[r].reports_from = ranks[r].done_ops
         if not _gpu_phase(ranks, groups, rng) and all(_cpu_blocked(st) for st in ranks.values()):
             break  # nothing moves: the watchdog's timeout dumps what is there
     return ranks, groups, kinds
@@ -218,6 +218,9 @@ def _cpu_blocked(st: Rank) -> bool:
 def _cpu_phase(r: int, st: Rank) -> None:
     """Enqueue up to the next sync point (passing it once everything enqueued is complete)."""
     while not st.cpu_stopped and st.cpu < len(st.ops):
+        if st.stop_at is not None and st.cpu >= st.stop_at:
+            st.cpu_stopped = True
+            return
         op = st.ops[st.cpu]
         if op.kind == "sync":
             busy = any(o.state == 0 for q in st.queued.values() for o in q)
@@ -260,6 +263,8 @@ def _gpu_phase(ranks: dict[int, Rank], groups: dict[str, list[int]], rng: random
                 st = ranks[r]
                 op = _head(st, g)
                 op.state, op.done_at = 1, st.done_ops
+                if st.freeze_at is not None and st.reports_from is None and st.done_ops >= st.freeze_at:
+                    st.reports_from = st.done_ops  # this completion and all later ones are never reported
                 st.heads[g] = st.heads.get(g, 0) + 1
                 st.done_ops += 1
     return bool(ready)
@@ -325,8 +330,9 @@ def to_json(dump: dict) -> dict:
 @dataclass
 class Truth:
     """What was planted: the faulty ranks, and those among them whose fault the dumps cannot show (`hidden`: a
-    GPU that stopped reporting only send/recv completions its peers' halves prove, in active-only dumps, which drop
-    the completed halves)."""
+    GPU whose unreported completions no dump proves - on groups whose other members stopped too, or send/recv in
+    active-only dumps, which drop the completed halves; a CPU that stopped while its GPU was held by another
+    stopped rank)."""
     faulty: list[int]
     hidden: list[int] = field(default_factory=list)
 
@@ -345,15 +351,28 @@ def write_set(out: str | Path, plan: Plan, seed: int = 0, form: str = "pickle", 
             path.write_text(json.dumps(to_json(dump)))
         else:
             path.write_bytes(pickle.dumps(dump))
-    return Truth(list(plan.faulty), [r for r in plan.faulty if plan.active_only and _p2p_only(ranks[r])])
+    hidden = [r for r in plan.faulty if (plan.fault == "gpu_stall" and _unseen(r, ranks[r], groups, plan))
+              or (plan.fault == "cpu_stall" and not plan.missing_dump and _masked(ranks[r]))]
+    return Truth(list(plan.faulty), hidden)
 
 
-def _p2p_only(st: Rank) -> bool:
-    """Its GPU completed work it never reported, all of it send/recv."""
-    if st.reports_from is None:
-        return False
+def _masked(st: Rank) -> bool:
+    """A stopped CPU whose GPU still waits in calls it enqueued (for another stopped rank): an innocent rank
+    blocked there looks the same - how far its CPU got before its sync point is not in any dump."""
+    return any(o.state == 0 for q in st.queued.values() for o in q)
+
+
+def _unseen(r: int, st: Rank, groups: dict[str, list[int]], plan: Plan) -> bool:
+    """A stopped GPU whose unreported completions no dump proves: each was on a group whose other members
+    stopped too, or a send/recv whose completed half an active-only dump drops."""
     unreported = [o for q in st.queued.values() for o in q if o.state == 1 and o.done_at >= st.reports_from]
-    return bool(unreported) and all(o.kind in ("send", "recv") for o in unreported)
+
+    def proven(o: Op) -> bool:
+        if o.kind in ("send", "recv"):
+            return not plan.active_only and o.peer not in plan.faulty
+        return any(m not in plan.faulty for m in groups[o.group] if m != r)
+
+    return bool(unreported) and not any(map(proven, unreported))
 
 
 def judge(findings: list, truth: Truth) -> str:
