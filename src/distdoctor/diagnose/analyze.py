@@ -94,12 +94,13 @@ def analyze(ts: TraceSet) -> Report:
         cycles = _cycles(waits, nccl)
     busy: set[int] = set()
     in_flight: dict[int, list[Entry]] = {}
-    behind: list[Wait] = []  # NCCL: waits for ranks whose GPU still runs earlier work (they will get there)
+    behind: list[tuple[Wait, str]] = []  # NCCL: waits that prove nothing, and why (nccl_frontier.unproven)
     if nccl:  # a call every member reached is running on the GPU: a rank is blocked where it waits for another
         busy = nccl_frontier.busy_ranks(standing)  # ... that is not merely behind, its GPU still running
         looped = {r for c in cycles for r in c.ranks}
-        behind = [w for w in waits if w.rank not in looped and nccl_frontier.not_yet_issued(w, views, busy)]
-        waits = [w for w in waits if not any(w is b for b in behind)]
+        behind = [(w, why) for w in waits if w.rank not in looped
+                  for why in [nccl_frontier.unproven(w, views, busy, standing, ts)] if why]
+        waits = [w for w in waits if not any(w is b for b, _ in behind)]
         waiting_in = {id(w.entry) for w in waits}
         in_flight = {r: [e for e in es if id(e) not in waiting_in] for r, es in pending.items()}
         pending = {r: [e for e in es if id(e) in waiting_in] for r, es in pending.items()}

@@ -101,16 +101,30 @@ def busy_ranks(st: Standing) -> set[int]:
     return {r for r, fs in st.by_rank.items() if not _caught_up(fs.values())}
 
 
-def not_yet_issued(w, views: dict[str, GroupView], busy: set[int]) -> bool:
-    """A wait only for busy ranks that will get there once their GPU catches up: a collective they have not
-    issued yet, or a send/recv (an active-only dump has dropped the completed ones, so which of a pair's calls
-    match cannot be counted; a p2p cycle within one group is kept by the caller)."""
-    if not w.waits_for or not set(w.waits_for) <= busy:
-        return False
-    if w.entry.is_p2p:
-        return True
-    view = views.get(w.entry.group)
-    return view is not None and all(view.by_rank.get(m, {}).get(w.entry.seq) is None for m in w.waits_for)
+def unproven(w, views: dict[str, GroupView], busy: set[int], st: Standing, ts: TraceSet) -> str:
+    """Why wait `w` proves no one holds it up under NCCL ("" when it does):
+    - it waits only for busy ranks that will get there once their GPU catches up: a collective they have not
+      issued yet, or a send/recv (an active-only dump has dropped the completed ones, so which of a pair's calls
+      match cannot be counted; a p2p cycle within one group is kept by the caller);
+    - a send/recv whose peer did all it enqueued on the group and lists nothing there: whether it posted the
+      match is not in an active-only dump (it completed, or was never posted)."""
+    if not w.waits_for:
+        return ""
+    if set(w.waits_for) <= busy:
+        if w.entry.is_p2p:
+            return "their GPU still runs earlier work"
+        view = views.get(w.entry.group)
+        if view is not None and all(view.by_rank.get(m, {}).get(w.entry.seq) is None for m in w.waits_for):
+            return "their GPU still runs earlier work"
+    if w.entry.is_p2p and all(_done_and_dropped(m, w.entry.group, st, ts) for m in w.waits_for):
+        return "it did all it enqueued there and its dump lists none of it: whether it posted the match is not shown"
+    return ""
+
+
+def _done_and_dropped(rank: int, group: str, st: Standing, ts: TraceSet) -> bool:
+    f = st.by_rank.get(rank, {}).get(group)
+    t = ts.ranks.get(rank)
+    return f is not None and t is not None and f.enqueued == f.completed and group not in t.column("group")
 
 
 def _gpu_lags(fs: dict[int, Frontier]) -> dict[int, int]:

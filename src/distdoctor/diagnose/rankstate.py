@@ -32,8 +32,8 @@ _MISMATCH = ("type_mismatch", "size_mismatch", "dtype_mismatch", "root_mismatch"
 def rank_states(ts: TraceSet, ex: Explainer, findings: list[Finding], explained_by: dict[int, Finding],
                 on_cycle: set[int], in_flight: dict[int, list] | None = None,
                 behind: list | None = None) -> dict[int, dict]:
-    """`in_flight`: rank -> its calls every member reached, running on the GPU (NCCL); `behind`: waits for ranks
-    whose GPU still runs earlier work (NCCL)."""
+    """`in_flight`: rank -> its calls every member reached, running on the GPU (NCCL); `behind`: (wait, why) for
+    waits that prove nothing under NCCL (nccl_frontier.unproven)."""
     index = {id(f): i for i, f in enumerate(findings)}
     named = ex.named(findings)
     mismatched = {r for f in findings if f.kind in _MISMATCH for r in f.ranks}
@@ -45,8 +45,8 @@ def rank_states(ts: TraceSet, ex: Explainer, findings: list[Finding], explained_
     anyone_recorded = any(len(t.entries) for t in ts.ranks.values())
     stopped = {r: f for f in findings if f.kind in ("gpu_stopped", "cpu_stopped") for r in f.ranks}
     later = {}
-    for w in behind or []:
-        later.setdefault(w.rank, w)
+    for w, why in behind or []:
+        later.setdefault(w.rank, (w, why))
     out = {}
     for r, trace in ts.ranks.items():
         if r in stopped:
@@ -54,9 +54,10 @@ def rank_states(ts: TraceSet, ex: Explainer, findings: list[Finding], explained_
             state, phrase = f.kind, ("its GPU stopped completing work" if f.kind == "gpu_stopped" else
                                      "its CPU stopped issuing work") + f" (see finding {index[id(f)] + 1})"
         elif r in later and not ex.waits_of.get(r) and r not in on_cycle:
-            w = later[r]
-            state, phrase = "waiting_on_active", (f"blocked in {_where(ex, w.entry)}, waiting for "
-                                                  f"{fmt_ranks(w.waits_for)} (their GPU still runs earlier work)")
+            w, why = later[r]
+            idle = all(not ex.pending.get(b) and not ex.waits_of.get(b) for b in w.waits_for)
+            state = "waiting_on_idle" if idle else "waiting_on_active"
+            phrase = f"blocked in {_where(ex, w.entry)}, waiting for {fmt_ranks(w.waits_for)} ({why})"
         else:
             state, phrase = _classify(r, trace, ex, mismatched, on_cycle, waited_for, anyone_recorded,
                                       (in_flight or {}).get(r))
