@@ -192,6 +192,8 @@ def analyze(ts: TraceSet) -> Report:
     findings = _one_finding_per_absent_rank(sort_findings(findings), consequences)
     findings = _streams_first(ts, findings, consequences)
     findings = _frontiers_first(frontier_findings, findings, consequences)
+    if behind:  # NCCL: p2p waits nobody can be blamed for alone
+        findings += nccl_frontier.unshown_pairs(behind, {r for f in findings for r in f.ranks}, views)
     stuck, thread_ranks = thread_findings(ts, others_found=bool(findings))  # per-rank logs: threads inside an op
     findings += stuck  # after the collective findings, in their own order (strongest first)
     findings, explained_by = explainer.explain_all(findings)

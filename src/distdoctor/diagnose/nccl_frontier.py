@@ -117,8 +117,37 @@ def unproven(w, views: dict[str, GroupView], busy: set[int], st: Standing, ts: T
         if view is not None and all(view.by_rank.get(m, {}).get(w.entry.seq) is None for m in w.waits_for):
             return "their GPU still runs earlier work"
     if w.entry.is_p2p and all(_done_and_dropped(m, w.entry.group, st, ts) for m in w.waits_for):
-        return "it did all it enqueued there and its dump lists none of it: whether it posted the match is not shown"
+        return UNSHOWN
     return ""
+
+
+UNSHOWN = "it did all it enqueued there and its dump lists none of it: whether it posted the match is not shown"
+
+
+def unshown_pairs(behind: list, named: set[int], views: dict[str, GroupView]) -> list[Finding]:
+    """Sends/recvs that wait for an idle peer whose active-only dump lists nothing on the group: the peer never
+    posted the match (its CPU stopped or went elsewhere), or the waiting rank's GPU completed the call and never
+    said so. Nothing tells which: one finding per group, "one of" each pair, unless a finding names either."""
+    by_group: dict[str, list] = {}
+    for w, why in behind:
+        if why == UNSHOWN and w.rank not in named and not named.intersection(w.waits_for):
+            by_group.setdefault(w.entry.group, []).append(w)
+    out = []
+    for g, ws in sorted(by_group.items()):
+        pairs = sorted({(w.rank, p) for w in ws for p in w.waits_for})
+        desc = views[g].desc if g in views else ""
+        e = ws[0].entry
+        detail = (f"on {fmt_group(g, desc)}, " + "; ".join(
+            f"rank {w.rank}'s {w.entry.op} #{w.entry.p2p_seq} {'to' if w.entry.op == 'send' else 'from'} "
+            f"rank {w.waits_for[0]}" for w in ws[:4])
+                  + (f" (and {len(ws) - 4} more)" if len(ws) > 4 else "") + " never completed, and the peer did all it "
+                  "enqueued on the group: one of each pair " + ", ".join(f"({a}, {b})" for a, b in pairs[:8])
+                  + " is at fault - the peer never posted the match (its CPU stopped or went elsewhere), or the "
+                  "waiting rank's GPU completed the call and never said so. An active-only dump drops completed calls, "
+                  "so it cannot tell which; a full dump (the ring) can.")
+        out.append(Finding("missing_ranks", sorted({r for pair in pairs for r in pair}), group=g, seq=e.p2p_seq,
+                           op=e.op, t=e.t_created, detail=detail, evidence={"undecided": True, "pairs": pairs}))
+    return out
 
 
 def _done_and_dropped(rank: int, group: str, st: Standing, ts: TraceSet) -> bool:
