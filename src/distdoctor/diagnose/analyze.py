@@ -100,7 +100,8 @@ def analyze(ts: TraceSet) -> Report:
         looped = {r for c in cycles for r in c.ranks}
         behind = [(w, why) for w in waits if w.rank not in looped
                   for why in [nccl_frontier.unproven(w, views, busy, standing, ts)] if why]
-        waits = [w for w in waits if not any(w is b for b, _ in behind)]
+        dropped = {id(b) for b, _ in behind}
+        waits = [w for w in waits if id(w) not in dropped]
         waiting_in = {id(w.entry) for w in waits}
         in_flight = {r: [e for e in es if id(e) not in waiting_in] for r, es in pending.items()}
         pending = {r: [e for e in es if id(e) in waiting_in] for r, es in pending.items()}
