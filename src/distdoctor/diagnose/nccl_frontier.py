@@ -34,6 +34,7 @@ from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.waitfor import p2p_index
 from distdoctor.trace.frontier import Frontier, frontiers, is_async
 from distdoctor.trace.model import TraceSet
+from distdoctor.trace.summary import summarize
 
 
 def is_async_set(ts: TraceSet) -> bool:
@@ -153,7 +154,7 @@ def unshown_pairs(behind: list, named: set[int], views: dict[str, GroupView]) ->
 def _done_and_dropped(rank: int, group: str, st: Standing, ts: TraceSet) -> bool:
     f = st.by_rank.get(rank, {}).get(group)
     t = ts.ranks.get(rank)
-    return f is not None and t is not None and f.enqueued == f.completed and group not in t.column("group")
+    return f is not None and t is not None and f.enqueued == f.completed and group not in summarize(t).groups
 
 
 def _gpu_lags(fs: dict[int, Frontier]) -> dict[int, int]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distdoctor.trace.model import Entry, RankTrace, entry_column
+from distdoctor.trace.summary import summarize
 
 _STATUS_KEYS = ("last_enqueued_collective", "last_started_collective", "last_completed_collective")
 
@@ -99,14 +100,15 @@ def _pg_names(trace: RankTrace, last: dict[str, tuple]) -> dict[str, str]:
 
 
 def _last_issued(trace: RankTrace) -> dict[str, tuple[int | None, int | None]]:
-    """group -> (its last collective seq, its last p2p seq) among the rank's entries."""
-    out: dict[str, list] = {}
-    for g, seq, p2p in zip(trace.column("group"), trace.column("seq"), trace.column("p2p_seq")):
-        cur = out.setdefault(g, [None, None])
-        if seq is not None and p2p is None:
-            cur[0] = seq if cur[0] is None else max(cur[0], seq)
-        if p2p is not None:
-            cur[1] = p2p if cur[1] is None else max(cur[1], p2p)
+    """group -> (its last collective seq, its last p2p seq) among the rank's entries: from the summary and the
+    sends and receives alone (a big or streamed trace is not walked entry by entry)."""
+    s = summarize(trace)
+    out: dict[str, list] = {g: [max(index) if index else None, None] for g, index in s.by_group.items()}
+    for i in s.p2p:
+        e = trace.entries[i]
+        if e.p2p_seq is not None:
+            cur = out.setdefault(e.group, [None, None])
+            cur[1] = e.p2p_seq if cur[1] is None else max(cur[1], e.p2p_seq)
     return {g: tuple(v) for g, v in out.items()}
 
 
