@@ -81,10 +81,8 @@ class Report:
 
 def analyze(ts: TraceSet) -> Report:
     views = build_views(ts)
-    nccl = nccl_frontier.is_async_set(ts)
-    standing = nccl_frontier.standing(ts) if nccl else None
-    if standing is not None:
-        nccl_frontier.apply_frontiers(views, standing)
+    standing = nccl_frontier.prepare(ts, views)  # NCCL: where each rank's CPU and GPU stand; None otherwise
+    nccl = standing is not None
     waits, pending = build_waits(ts, views, standing.p2p if standing else None)
     waits += hang_status.header_waits(ts, views, pending)  # calls only the recorder's watchdog saw
     cycles = _cycles(waits, nccl)
@@ -92,19 +90,10 @@ def analyze(ts: TraceSet) -> Report:
     if conditional:  # calls only some ranks make: the others wait for those ranks, no order was swapped
         waits = [w for w in waits if not any(w is c for c in conditional)]
         cycles = _cycles(waits, nccl)
-    busy: set[int] = set()
-    in_flight: dict[int, list[Entry]] = {}
-    behind: list[tuple[Wait, str]] = []  # NCCL: waits that prove nothing, and why (nccl_frontier.unproven)
-    if nccl:  # a call every member reached is running on the GPU: a rank is blocked where it waits for another
-        busy = nccl_frontier.busy_ranks(standing)  # ... that is not merely behind, its GPU still running
-        looped = {r for c in cycles for r in c.ranks}
-        behind = [(w, why) for w in waits if w.rank not in looped
-                  for why in [nccl_frontier.unproven(w, views, busy, standing, ts)] if why]
-        dropped = {id(b) for b, _ in behind}
-        waits = [w for w in waits if id(w) not in dropped]
-        waiting_in = {id(w.entry) for w in waits}
-        in_flight = {r: [e for e in es if id(e) not in waiting_in] for r, es in pending.items()}
-        pending = {r: [e for e in es if id(e) in waiting_in] for r, es in pending.items()}
+    # NCCL: a rank is blocked only where it waits for another; the calls running on the GPU, the waits that prove
+    # nothing (and why), the ranks whose GPU still runs work. Unchanged, empty and empty otherwise.
+    waits, pending, in_flight, behind, busy = nccl_frontier.split_waits(ts, views, standing, waits, pending,
+                                                                         {r for c in cycles for r in c.ranks})
     crashes = crashed_ranks(ts)
     explainer = Explainer(ts, views, waits, pending, crashes, {w.rank for w in conditional})
     findings: list[Finding] = nccl_frontier.findings(ts, views, standing) if standing else []

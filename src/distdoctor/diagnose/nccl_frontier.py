@@ -102,6 +102,33 @@ def busy_ranks(st: Standing) -> set[int]:
     return {r for r, fs in st.by_rank.items() if not _caught_up(fs.values())}
 
 
+def prepare(ts: TraceSet, views: dict[str, GroupView]) -> Standing | None:
+    """Under NCCL, where every rank stands, its completions told to the matcher's views; None otherwise."""
+    if not is_async_set(ts):
+        return None
+    st = standing(ts)
+    apply_frontiers(views, st)
+    return st
+
+
+def split_waits(ts: TraceSet, views: dict[str, GroupView], st: Standing | None, waits: list, pending: dict,
+                looped: set[int]) -> tuple[list, dict, dict, list, set[int]]:
+    """The waits that hold ranks up under NCCL, and each rank's calls split into those it is blocked in and
+    those running on the GPU (every member reached them); the waits that prove nothing (with why, see
+    unproven) unless their rank is on a cycle within one group; the busy ranks. Without NCCL (`st` None): the
+    waits and calls as they are, nothing running, nothing unproven, nobody busy."""
+    if st is None:
+        return waits, pending, {}, [], set()
+    busy = busy_ranks(st)
+    behind = [(w, why) for w in waits if w.rank not in looped for why in [unproven(w, views, busy, st, ts)] if why]
+    dropped = {id(b) for b, _ in behind}
+    waits = [w for w in waits if id(w) not in dropped]
+    waiting_in = {id(w.entry) for w in waits}
+    in_flight = {r: [e for e in es if id(e) not in waiting_in] for r, es in pending.items()}
+    pending = {r: [e for e in es if id(e) in waiting_in] for r, es in pending.items()}
+    return waits, pending, in_flight, behind, busy
+
+
 def unproven(w, views: dict[str, GroupView], busy: set[int], st: Standing, ts: TraceSet) -> str:
     """Why wait `w` proves no one holds it up under NCCL ("" when it does):
     - it waits only for busy ranks that will get there once their GPU catches up: a collective they have not
