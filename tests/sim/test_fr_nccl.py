@@ -1,13 +1,16 @@
 """The simulated NCCL world (sim/fr_nccl.py): its dumps look like the real ones field by field, and diagnose
 names the planted faults in them. Seeded: each set is reproducible from its seed."""
 
+import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from distdoctor.diagnose import analyze
-from distdoctor.sim.fr_nccl import judge, random_plan, write_set
+from distdoctor.sim.fr_nccl import Plan, judge, random_plan, write_set
 from distdoctor.trace.loaders import load_traces
 from distdoctor.trace.loaders.safe_pickle import safe_unpickle
 
@@ -69,3 +72,30 @@ def test_first_finding_names_only_faulty_ranks_and_every_faulty_rank_is_named(se
     findings = analyze(load_traces([str(tmp_path)], world_size=plan.tp * plan.pp * plan.dp)).findings
     why = judge(findings, truth)
     assert not why, (why, plan, [f.to_json() for f in findings[:3]])
+
+
+@pytest.mark.parametrize("fault", ["gpu_stall", "healthy"])
+def test_a_1024_rank_mesh(fault, tmp_path):
+    """Megatron-like TP 8 x PP 8 x DP 16 (EP 8): the stopped GPUs named, and a healthy set caught mid-flight clean."""
+    plan = Plan(8, 8, 16, 8, steps=2, micro=2, fault=fault, faulty=[129, 275] if fault != "healthy" else [])
+    truth = write_set(tmp_path, plan, seed=1, form="json")
+    findings = analyze(load_traces([str(tmp_path)])).findings
+    assert not judge(findings, truth), [f.to_json() for f in findings[:3]]
+    if fault == "gpu_stall":
+        assert findings[0].kind == "gpu_stopped" and findings[0].ranks == [129, 275]
+
+
+def test_sim_nccl_cli(tmp_path):
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "distdoctor", "sim", "nccl", *args], capture_output=True,
+                              text=True, timeout=120)
+
+    got = cli("--emit-trace", str(tmp_path / "d"), "--fault", "cpu_stall", "--faulty", "3", "--format", "json")
+    assert got.returncode == 1, got.stderr
+    assert json.loads(got.stdout)["faulty"] == [3] and len(list((tmp_path / "d").glob("_dump_*"))) == 8
+    assert cli("--emit-trace", str(tmp_path / "h"), "--trace-format", "fr-nccl-json", "--prefix", "rank_").returncode == 0
+    assert json.loads((tmp_path / "h" / "rank_0").read_text())["pg_status"]
+    for bad, word in ((["--ep", "3", "--dp", "4"], "--ep"), (["--fault", "p2p_order", "--faulty", "0,1"], "--faulty"),
+                      (["--fault", "size", "--faulty", "99"], "--faulty")):
+        got = cli("--emit-trace", str(tmp_path / "x"), *bad)
+        assert got.returncode == 2 and word in got.stderr and len(got.stderr.strip().splitlines()) == 1, got.stderr
