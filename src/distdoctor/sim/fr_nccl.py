@@ -60,7 +60,9 @@ def mesh(tp: int, pp: int, dp: int, ep: int) -> tuple[int, dict[str, list[int]],
     world = tp * pp * dp
     groups: dict[str, list[int]] = {"0": list(range(world))}
     kinds = {"0": "world"}
-    rank = lambda t, p, d: t + tp * (d + dp * p)  # noqa: E731 (tp fastest, then dp, then pp: Megatron's order)
+    def rank(t: int, p: int, d: int) -> int:  # tp fastest, then dp, then pp: Megatron's order
+        return t + tp * (d + dp * p)
+
     sets = {"tp": [[rank(t, p, d) for t in range(tp)] for p in range(pp) for d in range(dp)],
             "dp": [[rank(t, p, d) for d in range(dp)] for p in range(pp) for t in range(tp)],
             "pp": [[rank(t, p, d) for p in range(pp)] for d in range(dp) for t in range(tp)],

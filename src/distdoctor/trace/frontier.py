@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distdoctor.trace.model import Entry, RankTrace, entry_column
+from distdoctor.trace.model import Entry, RankTrace
 from distdoctor.trace.summary import summarize
 
 _STATUS_KEYS = ("last_enqueued_collective", "last_started_collective", "last_completed_collective")
@@ -72,8 +72,12 @@ def is_async(trace: RankTrace) -> bool:
     CPU's only. Told by the dump's library version or its ops' prefixes."""
     if trace.comm_lib_version:
         return True
-    raws = entry_column(trace.entries, "raw_op") if trace.entries else []
-    return bool(raws) and str(raws[0]).startswith(ASYNC_PREFIXES)
+    if not len(trace.entries):
+        return False
+    # The first entry's raw name: a list of entries is read by item (building its column would cost a pass per
+    # call), a column store by its column (built once and kept).
+    first = trace.entries[0].raw_op if isinstance(trace.entries, list) else trace.column("raw_op")[0]
+    return str(first).startswith(ASYNC_PREFIXES)
 
 
 def gpu_stream(trace: RankTrace, e: Entry) -> str | None:
