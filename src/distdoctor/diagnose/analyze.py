@@ -16,6 +16,9 @@ Order of reasoning:
 6. the guarantee (explain.py): every rank blocked at dump time and every crashed rank is named in a finding or
    is a consequence pointing at the finding that explains it; what nothing explains gets a finding there.
 7. where in the user's code (sites.py): every finding names the call sites of the calls it is about.
+0. NCCL (nccl_frontier.py): where each rank's CPU and GPU stand per group (pg_status) name the ranks whose GPU or
+   CPU stopped, first; a rank is blocked only where it waits for another (a collective every member reached runs
+   on the GPU), a stream is a process group, and a cycle across groups (the CPU's order) is no deadlock.
 8. where each stream stands, when the traces say it (streams.py; the simulator's do): the wait-for graph over
    (rank, stream) is exact there, its findings come first, and what the graph of ranks made of the same
    blocked ranks (a deadlock through an event or a buffer slot reads there as ranks missing from the next
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from distdoctor.diagnose import hang_status, p2p, streams
+from distdoctor.diagnose import hang_status, nccl_frontier, p2p, streams
 from distdoctor.diagnose.crash import crash_findings, crashed_ranks
 from distdoctor.diagnose.explain import Explainer, consequences_of, sort_findings
 from distdoctor.diagnose.findings import Finding, fmt_group, fmt_ranks, group_desc
@@ -78,16 +81,23 @@ class Report:
 
 def analyze(ts: TraceSet) -> Report:
     views = build_views(ts)
-    waits, pending = build_waits(ts, views)
+    standing = nccl_frontier.prepare(ts, views)  # NCCL: where each rank's CPU and GPU stand; None otherwise
+    nccl = standing is not None
+    waits, pending = build_waits(ts, views, standing.p2p if standing else None)
     waits += hang_status.header_waits(ts, views, pending)  # calls only the recorder's watchdog saw
-    cycles = _cycles(waits)
+    cycles = _cycles(waits, nccl)
     conditional = conditional_waits(waits, cycles, views, ts) if cycles else []
     if conditional:  # calls only some ranks make: the others wait for those ranks, no order was swapped
         waits = [w for w in waits if not any(w is c for c in conditional)]
-        cycles = _cycles(waits)
+        cycles = _cycles(waits, nccl)
+    # NCCL: a rank is blocked only where it waits for another; the calls running on the GPU, the waits that prove
+    # nothing (and why), the ranks whose GPU still runs work. Unchanged, empty and empty otherwise.
+    waits, pending, in_flight, behind, busy = nccl_frontier.split_waits(ts, views, standing, waits, pending,
+                                                                         {r for c in cycles for r in c.ranks})
     crashes = crashed_ranks(ts)
     explainer = Explainer(ts, views, waits, pending, crashes, {w.rank for w in conditional})
-    findings: list[Finding] = []
+    findings: list[Finding] = nccl_frontier.findings(ts, views, standing) if standing else []
+    frontier_findings = list(findings)
     consequences: list[dict] = []
 
     counted = p2p.count_disagreements(cycles, explainer.waits_of)
@@ -125,7 +135,8 @@ def analyze(ts: TraceSet) -> Report:
         elif d.kind == "missing_ranks":
             # Absent ranks waiting for others are where the wave of waiting reached, not where it began; a rank
             # in a call that waits for nobody (alone on its group, or shown in a call its peers completed) is not.
-            idle = [r for r in d.ranks if r not in waiting and r not in on_cycle and not after_parting(r)]
+            idle = [r for r in d.ranks if r not in waiting and r not in on_cycle and not after_parting(r)
+                    and r not in busy]  # NCCL: a CPU behind whose GPU still runs will get there
             # A rank that died of a communication failure (a peer closed its connection) before it issued the call
             # is an echo of the lost peers, not an absent rank of its own: the explainer names it (as crashed if
             # nothing else explains it).
@@ -170,13 +181,18 @@ def analyze(ts: TraceSet) -> Report:
 
     findings = _one_finding_per_absent_rank(sort_findings(findings), consequences)
     findings = _streams_first(ts, findings, consequences)
+    findings = _frontiers_first(frontier_findings, findings, consequences)
+    if behind:  # NCCL: p2p waits nobody can be blamed for alone
+        findings += nccl_frontier.unshown_pairs(behind, {r for f in findings for r in f.ranks}, views)
     stuck, thread_ranks = thread_findings(ts, others_found=bool(findings))  # per-rank logs: threads inside an op
     findings += stuck  # after the collective findings, in their own order (strongest first)
     findings, explained_by = explainer.explain_all(findings)
     consequences = consequences_of(explainer, findings, explained_by, consequences)
     annotate(findings, ts, views, pending)
-    progress = {r: rank_progress(t, pending.get(r, [])) for r, t in ts.ranks.items()}
-    states = rank_states(ts, explainer, findings, explained_by, on_cycle)
+    progress = {r: rank_progress(t, pending.get(r, []) + in_flight.get(r, [])) for r, t in ts.ranks.items()}
+    if standing is not None:
+        nccl_frontier.add_progress(progress, standing)
+    states = rank_states(ts, explainer, findings, explained_by, on_cycle, in_flight, behind)
     for r, p in progress.items():
         p.update(states[r])
     missing = {"missing": True, "state": "no_trace"}  # one object for every absent rank: a corrupt rank number can
@@ -201,8 +217,26 @@ def _streams_first(ts: TraceSet, findings: list[Finding], consequences: list[dic
     return exact + kept
 
 
-def _cycles(waits: list[Wait]) -> list[Cycle]:
-    return find_cycles(on_possible_cycle(waits))
+def _frontiers_first(exact: list[Finding], findings: list[Finding], consequences: list[dict]) -> list[Finding]:
+    """NCCL's frontiers name the stopped ranks: what the calls alone made of the same ranks (absent from the next
+    collective, still in one, on a cycle) is what their stop did to the others."""
+    culprits = {r for f in exact for r in f.ranks}
+    kept = []
+    for f in findings:
+        if any(f is x for x in exact) or f.kind in MISMATCHES or not f.ranks or not set(f.ranks) <= culprits:
+            kept.append(f)
+            continue
+        ref = next(x for x in exact if set(f.ranks) & set(x.ranks))
+        consequences.append({"kind": f.kind, "group": f.group, "seq": f.seq, "op": f.op, "ranks": f.ranks,
+                             "because": f"their {ref.kind.split('_')[0].upper()} stopped", "_ref": ref})
+    return kept
+
+
+def _cycles(waits: list[Wait], nccl: bool = False) -> list[Cycle]:
+    """Cycles of waits; under NCCL only those within one process group: its stream runs collectives in order,
+    while the order of calls across groups is the CPU's, which the GPU does not follow."""
+    cycles = find_cycles(on_possible_cycle(waits))
+    return [c for c in cycles if len(set(c.groups)) == 1] if nccl else cycles
 
 
 def _survivors_wait(f: Finding, d: Divergence, views: dict[str, GroupView]) -> None:
@@ -340,4 +374,7 @@ def _from_divergence(d: Divergence, views: dict[str, GroupView]) -> Finding:
         verb = {"type": "issued a different collective", "size": "passed different sizes",
                 "dtype": "passed a different dtype", "root": "named a different root"}[what]
         detail = f"at {d.op} #{d.seq} on {group} {fmt_ranks(d.ranks)} {verb} than the other members: {d.detail}."
+        if d.evidence.get("undecided"):
+            detail = (f"at {d.op} #{d.seq} on {group} one of {fmt_ranks(d.ranks)} {verb} than the others: as many "
+                      f"members passed each, so the traces cannot tell which ({d.detail}).")
     return Finding(d.kind, d.ranks, group=d.group, seq=d.seq, op=d.op, t=d.t, detail=detail, evidence=d.evidence)

@@ -130,16 +130,27 @@ def build_views(ts: TraceSet) -> dict[str, GroupView]:
     return views
 
 
-def _minority(values: dict[int, object]) -> tuple[list[int], object, dict]:
-    """Ranks outside the largest class of equal values (ties: the class holding the lowest rank is the reference)."""
+def _minority(values: dict[int, object], ties: bool = True) -> tuple[list[int], object, dict]:
+    """Ranks outside the largest class of equal values. When several classes are largest (one rank against one),
+    nothing tells which is wrong: every rank of the tied classes is named (undecided(), the finding says "one
+    of"); the reference, the class holding the lowest rank, then only names the collective. `ties` False: the
+    reference's class is taken as right even so (roots, which only some traces record)."""
     classes: dict[object, list[int]] = {}
     if not values:
         return [], None, {}
     for rank in sorted(values):
         classes.setdefault(values[rank], []).append(rank)
     reference = max(classes, key=lambda v: (len(classes[v]), -classes[v][0]))
-    culprits = sorted(r for v, rs in classes.items() if v != reference for r in rs)
+    top = len(classes[reference])
+    tied = [v for v, rs in classes.items() if len(rs) == top]
+    culprits = sorted(r for v, rs in classes.items() if (v != reference or (ties and len(tied) > 1)) for r in rs)
     return culprits, reference, {str(v): rs for v, rs in classes.items()}
+
+
+def undecided(culprits: list[int], classes: dict) -> bool:
+    """_minority named every rank of several equally large classes: the evidence cannot tell which is wrong."""
+    sizes = sorted((len(rs) for rs in classes.values()), reverse=True)
+    return len(sizes) > 1 and sizes[0] == sizes[1] and bool(culprits)
 
 
 def _uniform(present: dict[int, Entry], n: int, relation_ok: dict) -> bool:
@@ -181,7 +192,7 @@ def _compare(view: GroupView, seq: int, present: dict[int, Entry]) -> list[Diver
     culprits, ref_op, classes = _minority(seen_as)
     if culprits:
         out.append(Divergence(view.name, seq, str(ref_op), "type_mismatch", culprits, sorted(present),
-                              f"{_who(classes)}", {"ops": classes}, t))
+                              f"{_who(classes)}", {"ops": classes, "undecided": undecided(culprits, classes)}, t))
         return out  # different collectives: comparing their sizes would say nothing more
     holders = sorted(present)
     if len(set(ops.values())) > 1:  # one call seen under two names: its sizes are recorded differently too
@@ -208,7 +219,7 @@ def _compare_sizes(view: GroupView, seq: int, present: dict[int, Entry], t, hold
     op = next(iter(present.values())).op
     n = len(view.members) or len(present)
     size_bad: list[int] = []
-    why = ""
+    why, tie = "", False
     if op in ("all_gather", "reduce_scatter"):
         spec = get_spec(op)
         for r, e in present.items():
@@ -221,11 +232,11 @@ def _compare_sizes(view: GroupView, seq: int, present: dict[int, Entry], t, hold
         sizes = {r: repr(e.in_sizes) for r, e in present.items() if e.in_sizes or op != "barrier"}
         bad, ref, classes = _minority(sizes)
         if bad:
-            size_bad, why = bad, f"input sizes: {_who(classes)}"
+            size_bad, why, tie = bad, f"input sizes: {_who(classes)}", undecided(bad, classes)
     if size_bad:
         out.append(Divergence(view.name, seq, op, "size_mismatch", size_bad, holders, why,
                               {"in_sizes": {r: present[r].in_sizes for r in present},
-                               "out_sizes": {r: present[r].out_sizes for r in present}}, t))
+                               "out_sizes": {r: present[r].out_sizes for r in present}, "undecided": tie}, t))
     return out
 
 
@@ -236,10 +247,10 @@ def _compare_meta(view: GroupView, seq: int, op: str, present: dict[int, Entry],
     bad, _, classes = _minority(dtypes) if dtypes else ([], None, {})
     if bad:
         out.append(Divergence(view.name, seq, op, "dtype_mismatch", bad, holders, f"dtypes: {_who(classes)}",
-                              {"dtypes": classes}, t))
+                              {"dtypes": classes, "undecided": undecided(bad, classes)}, t))
     roots = {r: e.root for r, e in present.items() if e.root is not None}
     if len(roots) > 1:
-        bad, _, classes = _minority(roots)
+        bad, _, classes = _minority(roots, ties=False)
         if bad:
             out.append(Divergence(view.name, seq, op, "root_mismatch", bad, holders,
                                   f"roots: {_who(classes)}", {"roots": classes}, t))

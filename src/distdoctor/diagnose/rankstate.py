@@ -1,6 +1,8 @@
 """What happened to each rank, in one word and a phrase - the classes the best hang analyzers use.
 
 - crashed: died of an exception (type, message and where, from the recorder's dump);
+- gpu_stopped / cpu_stopped: (NCCL) named by that finding: its GPU stopped completing work / its CPU stopped
+  issuing it;
 - deadlocked: on a cycle of waits (order_deadlock, p2p_deadlock);
 - mismatched: issued a call its peers disagree with (type, size, dtype, root): a culprit of a mismatch;
 - waiting_on_idle / waiting_on_active / waiting_on_lost: blocked in a collective or p2p, waiting for ranks that
@@ -9,6 +11,7 @@
   member is known);
 - outside_collectives: in no collective while other ranks wait for it: stuck in Python (where: its stack);
 - never_joined: recorded no collective at all while other ranks did;
+- in_flight: (NCCL) its GPU runs calls every member reached - the CPU returned long ago, nothing waits;
 - idle: in no collective, and nobody waits for it (finished, or between collectives);
 - no_trace: left no trace (set by analyze).
 The first that applies, in this order. `finding` is the index of the finding that explains the rank.
@@ -21,13 +24,16 @@ from distdoctor.diagnose.findings import Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.progress import crash_phrase, where_now
 from distdoctor.trace.model import TraceSet
 
-RANK_STATES = ("crashed", "deadlocked", "mismatched", "waiting_on_idle", "waiting_on_active", "waiting_on_lost",
-               "stuck_in_collective", "outside_collectives", "never_joined", "idle", "no_trace")
+RANK_STATES = ("crashed", "gpu_stopped", "cpu_stopped", "deadlocked", "mismatched", "waiting_on_idle", "waiting_on_active", "waiting_on_lost",
+               "stuck_in_collective", "outside_collectives", "never_joined", "in_flight", "idle", "no_trace")
 _MISMATCH = ("type_mismatch", "size_mismatch", "dtype_mismatch", "root_mismatch")
 
 
 def rank_states(ts: TraceSet, ex: Explainer, findings: list[Finding], explained_by: dict[int, Finding],
-                on_cycle: set[int]) -> dict[int, dict]:
+                on_cycle: set[int], in_flight: dict[int, list] | None = None,
+                behind: list | None = None) -> dict[int, dict]:
+    """`in_flight`: rank -> its calls every member reached, running on the GPU (NCCL); `behind`: (wait, why) for
+    waits that prove nothing under NCCL (nccl_frontier.unproven)."""
     index = {id(f): i for i, f in enumerate(findings)}
     named = ex.named(findings)
     mismatched = {r for f in findings if f.kind in _MISMATCH for r in f.ranks}
@@ -37,9 +43,24 @@ def rank_states(ts: TraceSet, ex: Explainer, findings: list[Finding], explained_
             for b in w.waits_for:
                 waited_for.setdefault(b, set()).add(r)
     anyone_recorded = any(len(t.entries) for t in ts.ranks.values())
+    stopped = {r: f for f in findings if f.kind in ("gpu_stopped", "cpu_stopped") for r in f.ranks}
+    later = {}
+    for w, why in behind or []:
+        later.setdefault(w.rank, (w, why))
     out = {}
     for r, trace in ts.ranks.items():
-        state, phrase = _classify(r, trace, ex, mismatched, on_cycle, waited_for, anyone_recorded)
+        if r in stopped:
+            f = stopped[r]
+            state, phrase = f.kind, ("its GPU stopped completing work" if f.kind == "gpu_stopped" else
+                                     "its CPU stopped issuing work") + f" (see finding {index[id(f)] + 1})"
+        elif r in later and not ex.waits_of.get(r) and r not in on_cycle:
+            w, why = later[r]
+            idle = all(not ex.pending.get(b) and not ex.waits_of.get(b) for b in w.waits_for)
+            state = "waiting_on_idle" if idle else "waiting_on_active"
+            phrase = f"blocked in {_where(ex, w.entry)}, waiting for {fmt_ranks(w.waits_for)} ({why})"
+        else:
+            state, phrase = _classify(r, trace, ex, mismatched, on_cycle, waited_for, anyone_recorded,
+                                      (in_flight or {}).get(r))
         got = {"state": state, "state_detail": phrase}
         f = explained_by.get(r) or named.get(r)
         if f is not None:
@@ -48,16 +69,14 @@ def rank_states(ts: TraceSet, ex: Explainer, findings: list[Finding], explained_
     return out
 
 
-def _classify(r, trace, ex: Explainer, mismatched, on_cycle, waited_for, anyone_recorded) -> tuple[str, str]:
+def _classify(r, trace, ex: Explainer, mismatched, on_cycle, waited_for, anyone_recorded,
+              running=None) -> tuple[str, str]:
     if r in ex.crashes:
         return "crashed", crash_phrase(ex.crashes[r])
     pend = ex.pending.get(r) or []
     where = ""
     if pend:
-        e = pend[0]
-        seq = e.p2p_seq if e.is_p2p else e.seq
-        desc = ex.views[e.group].desc if e.group in ex.views else ""
-        where = f"{e.op} #{seq} on {fmt_group(e.group, desc)}"
+        where = _where(ex, pend[0])
     if r in on_cycle:
         return "deadlocked", f"on a cycle of waits, blocked in {where}" if where else "on a cycle of waits"
     if r in mismatched:
@@ -80,6 +99,15 @@ def _classify(r, trace, ex: Explainer, mismatched, on_cycle, waited_for, anyone_
     if not len(trace.entries) and anyone_recorded:
         blind = " (Gloo's Flight Recorder records no send/recv)" if trace.source.startswith("flight_recorder") else ""
         return "never_joined", "recorded no collective while other ranks did" + blind + at
+    if running:
+        return "in_flight", (f"its GPU runs {_where(ex, running[0])}" + (f" and {len(running) - 1} more" if
+                             len(running) > 1 else "") + ", every member reached: nothing waits")
     if r in waited_for:
         return "outside_collectives", f"in no collective{at}; {fmt_ranks(waited_for[r])} wait for it"
     return "idle", f"in no collective{at}"
+
+
+def _where(ex: Explainer, e) -> str:
+    seq = e.p2p_seq if e.is_p2p else e.seq
+    desc = ex.views[e.group].desc if e.group in ex.views else ""
+    return f"{e.op} #{seq} on {fmt_group(e.group, desc)}"

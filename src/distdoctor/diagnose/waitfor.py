@@ -3,9 +3,10 @@ graph (findings/waitfor.py: one node per rank, edges typed `collective` or `p2p`
 deadlocks) through the shared cycle finder; traces that carry each stream's state get the graph of streams too
 (streams.py).
 
-Each rank's blocking points are its oldest incomplete entry on every stream/thread (one for a plain training
-script, one per stream for a simulated plan). An entry counts as incomplete when its source did not mark it
-completed, the rank did not complete a later collective on the same group (communicators finish in order), and
+Each rank's blocking points are its oldest incomplete entry on every stream the device executes in order (one
+per thread for a blocking backend's training script, one per stream for a simulated plan, one per process group
+under NCCL, whose calls return before the GPU runs them: trace/frontier.py gpu_stream). An entry counts as
+incomplete when its source did not mark it completed, the rank did not complete a later collective on the same group (communicators finish in order), and
 the call is not known to be over from its peers' side: a collective every other member completed (a rank's own
 mark can lag: Gloo retires an entry from a background thread after the call returned), a send whose matching
 recv completed, a recv whose matching send completed (the data is on its way; nobody waits for anyone).
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.progress import probably_inside
 from distdoctor.findings.waitfor import Cycle, Edge, Node, strong_cycles
+from distdoctor.trace.frontier import gpu_stream
 from distdoctor.trace.model import Entry, RankTrace, TraceSet
 from distdoctor.trace.summary import summarize
 
@@ -54,17 +56,18 @@ class Wait:
 def pending_entries(ts: TraceSet, views: dict[str, GroupView],
                     p2p: dict | None = None) -> dict[int, list[Entry]]:
     """rank -> oldest incomplete entry per stream (in issue order)."""
-    p2p = _p2p_index(ts) if p2p is None else p2p
+    p2p = p2p_index(ts) if p2p is None else p2p
     out: dict[int, list[Entry]] = {}
     for rank, trace in ts.ranks.items():
         seen_streams: set = set()
         pend: list[Entry] = []
         # Only entries not marked completed are read one by one (a big trace holds few of them).
         for e in map(trace.entries.__getitem__, summarize(trace).not_done):
-            if e.stream in seen_streams:
+            stream = gpu_stream(trace, e)
+            if stream in seen_streams:
                 continue
             if _incomplete(rank, e, views, ts) and not (e.is_p2p and _partner_done(rank, e, p2p)):
-                seen_streams.add(e.stream)
+                seen_streams.add(stream)
                 pend.append(e)
         out[rank] = pend
     return out
@@ -110,7 +113,7 @@ def p2p_entries(trace: RankTrace) -> list[Entry]:
     return [trace.entries[i] for i in summarize(trace).p2p]
 
 
-def _p2p_index(ts: TraceSet) -> dict[tuple[str, int, int, str], list[Entry]]:
+def p2p_index(ts: TraceSet) -> dict[tuple[str, int, int, str], list[Entry]]:
     """(group, sender, receiver, 'send'|'recv') -> entries in issue order, as seen by the posting rank."""
     idx: dict[tuple[str, int, int, str], list[Entry]] = {}
     for rank, trace in ts.ranks.items():
@@ -122,10 +125,12 @@ def _p2p_index(ts: TraceSet) -> dict[tuple[str, int, int, str], list[Entry]]:
     return idx
 
 
-def build_waits(ts: TraceSet, views: dict[str, GroupView]) -> tuple[list[Wait], dict[int, list[Entry]]]:
-    p2p = _p2p_index(ts)
+def build_waits(ts: TraceSet, views: dict[str, GroupView],
+                p2p: dict | None = None) -> tuple[list[Wait], dict[int, list[Entry]]]:
+    """The waits and each rank's pending entries; `p2p`: p2p_index(ts) when the caller has it."""
+    p2p = p2p_index(ts) if p2p is None else p2p
     pending = pending_entries(ts, views, p2p)
-    first_pending = {r: {e.stream: e.index for e in es} for r, es in pending.items()}
+    first_pending = {r: {gpu_stream(ts.ranks[r], e): e.index for e in es} for r, es in pending.items()}
     waits: list[Wait] = []
     for rank, entries in pending.items():
         for e in entries:
@@ -137,7 +142,7 @@ def build_waits(ts: TraceSet, views: dict[str, GroupView]) -> tuple[list[Wait], 
                 ordinal = next((i for i, x in enumerate(mine) if x is e), 0)
                 theirs = p2p.get(other, []) if e.peer in ts.ranks else []
                 match = theirs[ordinal] if ordinal < len(theirs) else None
-                if match is None or not _reached(e.peer, match, first_pending):
+                if match is None or not _reached(e.peer, match, first_pending, ts):
                     waits.append(Wait(rank, e, [e.peer], (ordinal, len(theirs))))
                 continue
             view = views.get(e.group)
@@ -150,19 +155,21 @@ def build_waits(ts: TraceSet, views: dict[str, GroupView]) -> tuple[list[Wait], 
                 if m not in ts.ranks:
                     blockers.append(m)
                     continue
+                if view.last_completed.get(m, -1) >= e.seq:
+                    continue  # it completed the collective (an active-only dump no longer lists it)
                 theirs = view.by_rank.get(m, {}).get(e.seq)
                 if theirs is None and probably_inside(ts.ranks[m], e):
                     continue  # its trace cannot show this call (issued from C++), and it is inside torch
-                if theirs is None or not _reached(m, theirs, first_pending):
+                if theirs is None or not _reached(m, theirs, first_pending, ts):
                     blockers.append(m)
             if blockers:
                 waits.append(Wait(rank, e, blockers))
     return waits, pending
 
 
-def _reached(rank: int, entry: Entry, first_pending: dict[int, dict]) -> bool:
+def _reached(rank: int, entry: Entry, first_pending: dict[int, dict], ts: TraceSet) -> bool:
     """The rank issued `entry` and nothing older is still pending on that stream."""
-    oldest = first_pending.get(rank, {}).get(entry.stream)
+    oldest = first_pending.get(rank, {}).get(gpu_stream(ts.ranks[rank], entry))
     return oldest is None or oldest >= entry.index
 
 

@@ -7,6 +7,11 @@
   p2p_deadlock.
 - stream_starved: a stream waits on an event no stream will record, or on a buffer slot none will release;
   `ranks` that stream's rank.
+- gpu_stopped: NCCL's frontiers (diagnose/nccl_frontier.py): a rank's GPU completed less than a peer's on a group
+  they share while its CPU enqueued beyond it; `ranks` every such rank, `group` the group where they lag most,
+  `groups` all those where they lag, `evidence.frontiers` each member's enqueued/started/completed there.
+- cpu_stopped: NCCL's frontiers: a rank's GPU did all its CPU enqueued while its peers enqueued further and wait
+  for its next collective; `ranks` every such rank (the CPU stopped or went elsewhere).
 - crossed_p2p: a send paired with a receive meant for another message (ops pair in posting order, so the
   receiver silently gets the wrong tensor); `ranks` the sender and the receiver.
 
@@ -36,7 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-KINDS = ("stream_deadlock", "order_deadlock", "p2p_deadlock", "stream_starved", "type_mismatch", "size_mismatch",
+KINDS = ("stream_deadlock", "gpu_stopped", "cpu_stopped", "order_deadlock", "p2p_deadlock", "stream_starved", "type_mismatch", "size_mismatch",
          "dtype_mismatch", "root_mismatch", "crashed", "missing_dump", "missing_ranks", "stuck_collective",
          "state_mismatch", "stuck_thread", "crossed_p2p", "straggler")
 # Latent hazards `distdoctor lint` reports of a run that did not hang (lint/hazard.py): rendered as findings.

@@ -18,6 +18,7 @@ import numpy as np
 
 from distdoctor.diagnose.findings import fmt_group, fmt_ranks
 from distdoctor.lint.hazard import Hazard, call, site_of
+from distdoctor.trace.frontier import is_async
 from distdoctor.trace.model import RankTrace, TraceSet
 from distdoctor.trace.summary import summarize
 
@@ -128,6 +129,11 @@ def find(ts: TraceSet) -> list[Hazard]:
         n = h.evidence.get("repeats", 1)
         if n > 1:
             h.detail += f" The same inversion recurs {n - 1} more time(s) later in the run."
+        if all(is_async(ts.ranks[r]) for r in h.ranks if r in ts.ranks):
+            h.evidence["nccl"] = True
+            h.detail += (" These are NCCL calls: each group runs on its own GPU stream, so the order is the CPU's; "
+                         "the GPUs deadlock on it only where a rank waits for one of the two collectives (wait(), "
+                         "a CPU sync, a stream wait) before it issues the other, or under blocking waits.")
     return list(merged.values())
 
 

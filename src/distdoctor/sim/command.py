@@ -19,6 +19,7 @@ import click
 from distdoctor.cli import FORMAT_OPTION
 from distdoctor.errors import CheckFailed, InputError
 from distdoctor.options import SEED, ByteSize, MiB, Number, check_input_file, count, microseconds
+from distdoctor.sim.fr_nccl import FAULTS as FR_FAULTS
 from distdoctor.sim.ir import Program, dump_program, load_program
 from distdoctor.sim.plans.fsdp import FsdpConfig, build_fsdp
 from distdoctor.sim.plans.p2p_calls import COMM_INIT, P2P_ORDERS, CallsConfig, build_calls
@@ -323,6 +324,47 @@ def from_trace_command(paths, streams, eager_bytes, scale_pp, fmt, emit_ir, chro
                                                   scaled.sentence(res.state.makespan, res.deadlock))
     _finish(prog, fmt, emit_ir, chrome, png, emit_trace, trials, jitter, seed, header=_header(prog),
             preface=replay.warning(), tail=tail, jitter_comm=True)
+
+
+@sim_group.command("nccl")
+@click.option("--tp", type=click.IntRange(1, 64), default=2, show_default=True, help="Tensor-parallel degree.")
+@click.option("--pp", type=click.IntRange(2, 64), default=2, show_default=True, help="Pipeline stages.")
+@click.option("--dp", type=click.IntRange(2, 1024), default=2, show_default=True, help="Data-parallel degree.")
+@click.option("--ep", type=click.IntRange(1, 1024), default=2, show_default=True,
+              help="Expert-parallel degree (divides --dp).")
+@click.option("--steps", type=click.IntRange(1, 64), default=3, show_default=True, help="Training steps.")
+@click.option("--micro", type=click.IntRange(1, 64), default=2, show_default=True, help="Micro-batches per step.")
+@click.option("--fault", type=click.Choice(FR_FAULTS), default="healthy", show_default=True,
+              help="What goes wrong (healthy: caught mid-flight).")
+@click.option("--faulty", default="", help="The faulty ranks, comma-separated [default: drawn from --seed].")
+@click.option("--at", type=Number("of the run", 0, 1, phrase="a fraction of the run (0 to 1)"), default=0.5,
+              show_default=True, help="When the fault strikes, as a fraction of the run.")
+@click.option("--full", is_flag=True, help="Dump the last entries (a ring), not only the active ones.")
+@click.option("--missing-dump", is_flag=True, help="cpu_stall: the stuck ranks write no dump at all.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the GPUs' pacing (and --faulty).")
+@click.option("--emit-trace", "emit_trace", type=click.Path(file_okay=False), required=True,
+              help="Directory to write one Flight Recorder dump per rank into.")
+@click.option("--trace-format", type=click.Choice(["fr-nccl", "fr-nccl-json"]), default="fr-nccl",
+              show_default=True, help="Pickles (what TORCH_FR_DUMP_TEMP_FILE holds) or _dump_fr_trace_json's JSON.")
+@click.option("--prefix", default="_dump_", show_default=True, help="File name prefix (the rank follows).")
+@FORMAT_OPTION
+def nccl_command(fmt, emit_trace, trace_format, prefix, faulty, seed, **kw) -> None:
+    """An NCCL job's Flight Recorder dumps, simulated: CPUs run ahead, one GPU stream per group, planted faults."""
+    from distdoctor.sim.fr_nccl import plan_from, write_set
+
+    plan = plan_from(kw, faulty, seed)
+    form = "json" if trace_format == "fr-nccl-json" else "pickle"
+    got = []
+    _write(emit_trace, lambda: got.append(write_set(emit_trace, plan, seed, form, prefix)))
+    world = plan.tp * plan.pp * plan.dp
+    if fmt == "json":
+        click.echo(json.dumps({"world_size": world, "fault": plan.fault, "faulty": plan.faulty,
+                               "hidden": got[0].hidden, "dir": emit_trace}))
+    else:
+        click.echo(f"{world} ranks, fault {plan.fault}" + (f" on ranks {plan.faulty}" if plan.faulty else "")
+                   + f": dumps written to {emit_trace}")
+    if plan.faulty:
+        raise CheckFailed(1)
 
 
 def _header(prog: Program) -> str:

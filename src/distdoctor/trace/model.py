@@ -197,6 +197,11 @@ class RankTrace:
     streams: dict[str, StreamState] | None = None
     # recorder: the process groups / DeviceMeshes this rank created, in order (recorder/creations.py; lint reads them)
     group_creations: list[dict] | None = None
+    # Flight Recorder's `pg_status` as the dump gives it: the dump's local pg_id -> (last enqueued, last started,
+    # last completed) sequence number, None unknown (trace/frontier.py says what they mean and how a pg_id maps to
+    # a group). None when the dump has none.
+    pg_status: dict[str, tuple[int | None, int | None, int | None]] | None = None
+    comm_lib_version: str | None = None  # the dump's `nccl_version` / `comm_lib_version`: its backend speaks NCCL
 
     def column(self, name: str) -> list:
         return entry_column(self.entries, name)

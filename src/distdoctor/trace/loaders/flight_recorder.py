@@ -7,11 +7,11 @@ Two physical forms carry the same dict:
 - JSON: `_dump_fr_trace_json` (no stack frames; `time_discovered_*` are 0 instead of None; pg_status values
   are strings).
 
-Fields read (torch/csrc/distributed/c10d/FlightRecorder*.cpp, flight_recorder/components/*.py):
-top level `version`, `pg_config` {name: {name, desc, ranks: "[0, 1]"}}, `entries`; per entry `record_id`,
-`process_group` (name, desc), `collective_seq_id`, `p2p_seq_id`, `is_p2p`, `profiling_name` ("nccl:all_reduce",
-"nccl:send 0->1", "nccl:recv 1<-0", group-local ranks), `input_sizes`/`output_sizes`/`*_dtypes`, `state`
-(scheduled/started/completed), `retired`, `time_created_ns`, `time_discovered_{started,completed}_ns`,
+Fields read (torch/csrc/distributed/c10d/FlightRecorder*.cpp, flight_recorder/components/*.py): top level
+`version`, `pg_config` {name: {name, desc, ranks: "[0, 1]"}}, `pg_status`, `nccl_version`, `entries`; per entry
+`record_id`, `process_group` (name, desc), `collective_seq_id`, `p2p_seq_id`, `is_p2p`, `profiling_name`
+("nccl:all_reduce", "nccl:send 0->1", "nccl:recv 1<-0", group-local ranks), `input_sizes`/`output_sizes`/`*_dtypes`,
+`state` (scheduled/started/completed), `retired`, `time_created_ns`, `time_discovered_{started,completed}_ns`,
 `thread_name`, `frames`.
 
 Quirks handled here (checked on torch 2.13 Gloo dumps): the default group is `''` in pg_config but `'0'` in
@@ -28,7 +28,6 @@ import itertools
 import json
 import operator
 import re
-from typing import Any
 
 import msgspec
 import numpy as np
@@ -36,10 +35,11 @@ import numpy as np
 from distdoctor.collectives import canonical_dtype, canonical_op
 from distdoctor.trace.loaders.fr_coded import FRAME_KEY, READ_ERRORS, coded_parts, parts_from_scan
 from distdoctor.trace.loaders.fr_columns import entry_columns
-from distdoctor.trace.loaders.fr_json_scan import ScannedDump, scan_fr_json
+from distdoctor.trace.loaders.fr_json_scan import FrHeader, ScannedDump, scan_fr_json
 from distdoctor.trace.loaders.fr_pickle_scan import scan_fr_pickle
 from distdoctor.trace.loaders.safe_pickle import PICKLE_ALLOWED, SafeUnpickler, safe_unpickle  # noqa: F401 (API)
 from distdoctor.trace.coded import DUMP_FIELDS, CodedEntries
+from distdoctor.trace.frontier import read_status
 from distdoctor.trace.model import DEFAULT_GROUP, EntryColumns, Frame, GroupInfo, RankTrace
 
 _P2P_META = re.compile(r"^\s*(\d+)\s*(->|<-)\s*(\d+)\s*$")
@@ -137,9 +137,10 @@ class _Interner:
         return got
 
 
-def _new_trace(version: object, rank: object, pg_config: object, path: str, source: str) -> RankTrace:
-    """The dump's header: version, rank (the dump's own, else the file name's), group configuration."""
-    version = str(version)
+def _new_trace(head, path: str, source: str, rank: object = None) -> RankTrace:
+    """The header (head.get): version, rank (given, else the dump's, else the file name's), groups, their status."""
+    version, pg_config = str(head.get("version")), head.get("pg_config")
+    rank = head.get("rank") if rank is None else rank
     if not version.startswith("2."):
         raise ValueError(f"unsupported Flight Recorder version {version!r} (2.x is supported)")
     rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else rank_from_filename(path)
@@ -160,6 +161,8 @@ def _new_trace(version: object, rank: object, pg_config: object, path: str, sour
         trace.groups[name] = GroupInfo(name=name, ranks=members, inferred=False, desc=str(cfg.get("desc", "")))
         if name == DEFAULT_GROUP and members:
             trace.world_size = len(members)
+    trace.pg_status, trace.comm_lib_version = read_status(head.get("pg_status"), head.get("nccl_version")
+                                                          or head.get("comm_lib_version"))
     return trace
 
 
@@ -168,7 +171,7 @@ def parse_fr_dump(obj: object, path: str, source: str, rank: int | None = None,
     """Normalize one Flight Recorder dump dict. Raises ValueError(reason)."""
     if not looks_like_fr(obj):
         raise ValueError("not a Flight Recorder dump (no 'version' with 'entries' or 'pg_config')")
-    trace = _new_trace(obj["version"], obj.get("rank") if rank is None else rank, obj.get("pg_config"), path, source)
+    trace = _new_trace(obj, path, source, rank)
     interner = interner or _Interner()
     entries = obj.get("entries", [])
     if not isinstance(entries, list):
@@ -318,11 +321,8 @@ class _FrEntry(msgspec.Struct, gc=False):
     frames: list[_FrFrame] | None = None
 
 
-class _FrDump(msgspec.Struct):
-    version: str
+class _FrDump(FrHeader):
     entries: list[_FrEntry]  # required here: a dump without entries takes the general path (looks_like_fr)
-    pg_config: dict[str, dict[str, Any]] | None = None
-    rank: Any = None
 
 
 _FR_JSON = msgspec.json.Decoder(_FrDump)
@@ -360,7 +360,7 @@ def _trace_from_scan(scanned: ScannedDump, path: str, interner: _Interner) -> Ra
     index = np.where(absent, np.arange(scanned.n), record_id)  # absent: the entry's position, as per entry
     times = [np.where(ints[name][1] | (ints[name][0] == 0), np.nan, ints[name][0] / 1e9)
              for name in ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns")]
-    return _assemble(scanned.version, scanned.rank, scanned.pg_config, path, interner,
+    return _assemble(scanned.header, path, interner,
                      [_read_shared(rec) for rec in recs], scanned.groups, index, ints["collective_seq_id"],
                      ints["p2p_seq_id"], times, None)
 
@@ -391,7 +391,7 @@ def _trace_from_entries(data: bytes, path: str, interner: _Interner) -> RankTrac
         times = [_time_column(recs, name) for name in _TIME_FIELDS]
     except OverflowError:  # a time beyond any float (10**400): the general path names the entry
         return None
-    return _assemble(dump.version, dump.rank, dump.pg_config, path, interner, list(position), codes, index,
+    return _assemble(dump, path, interner, list(position), codes, index,
                      seq, p2p_seq, times, frames)
 
 
@@ -420,13 +420,13 @@ def _time_column(recs: list, name: str) -> np.ndarray | list:
     return np.where(ns == 0, np.nan, ns / 1e9)
 
 
-def _assemble(version, rank, pg_config, path: str, interner: _Interner, keys: list[tuple], codes: np.ndarray,
+def _assemble(head: FrHeader, path: str, interner: _Interner, keys: list[tuple], codes: np.ndarray,
               index, seq, p2p_seq, times: list, frames: list | None) -> RankTrace | None:
     """The trace from the distinct combinations of the entries' repeating fields (`keys`, each interpreted
     once), which one each entry has (`codes`), and the entries' own values, in entry order."""
     if not all(key[0] for key in keys):
         return None  # an empty process_group: the general path says which entry
-    trace = _new_trace(version, rank, pg_config, path, "flight_recorder-json")
+    trace = _new_trace(head, path, "flight_recorder-json")
     _fill_coded(trace, interner, keys, codes, index, seq, p2p_seq, times, frames)
     return trace
 
@@ -485,7 +485,7 @@ def _from_scan(data: bytes, path: str, interner: _Interner) -> RankTrace | None:
         return None
     try:
         head = scan.header
-        trace = _new_trace(head["version"], head.get("rank"), head.get("pg_config"), path, "flight_recorder-pickle")
+        trace = _new_trace(head, path, "flight_recorder-pickle")
         parts = parts_from_scan(scan, interner)
         if parts is None:
             return None

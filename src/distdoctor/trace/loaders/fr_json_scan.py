@@ -50,14 +50,21 @@ STACK_DEPTH = 256  # the validator's open containers: deeper nesting is refused,
 FAIL_CAPACITY = -4
 
 
-class _FrHeader(msgspec.Struct):
+class FrHeader(msgspec.Struct):
+    """A JSON dump's top-level keys (flight_recorder._FrDump adds the entries)."""
     version: str
     entries: tuple[()]  # cut out: the scanner read them
     pg_config: dict[str, dict[str, Any]] | None = None
     rank: Any = None
+    pg_status: Any = None
+    nccl_version: Any = None
+    comm_lib_version: Any = None
+
+    def get(self, key: str):
+        return getattr(self, key, None)
 
 
-_HEADER = msgspec.json.Decoder(_FrHeader)
+_HEADER = msgspec.json.Decoder(FrHeader)
 
 
 @dataclass
@@ -69,6 +76,7 @@ class ScannedDump:
     groups: np.ndarray  # entry -> index into `representatives`
     representatives: list[bytes]  # one entry's JSON text per group of equal repeating fields
     ints: dict[str, tuple[np.ndarray, np.ndarray]]  # field -> (int64 values, unknown mask: null or absent)
+    header: FrHeader | None = None  # every top-level key
 
 
 @functools.lru_cache(maxsize=1)
@@ -156,7 +164,7 @@ def _scan_with(scan, data: bytes) -> ScannedDump | None:
         head = _HEADER.decode(data[:start] + b"[]" + data[end:])
     except (msgspec.DecodeError, ValueError, RecursionError, MemoryError):  # ValueError: bad UTF-8
         return None
-    got = ScannedDump(head.version, head.rank, head.pg_config, n, groups[:n], [], {})
+    got = ScannedDump(head.version, head.rank, head.pg_config, n, groups[:n], [], {}, head)
     got.representatives = [data[s:e] for s, e in bounds[first[:n_groups[0]]].tolist()]
     for k, name in enumerate(OWN_INT_FIELDS):
         got.ints[name] = (own[:n, k], state[:n, k] != 1)
