@@ -252,9 +252,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="runs of each (alternating with --baseline)")
     ap.add_argument("--gen-jobs", type=int, default=1, help="processes writing the dumps (once per set)")
     ap.add_argument("--form", choices=("json", "pickle"), default="json", help="which dumps distdoctor reads")
-    ap.add_argument("--scanner", choices=("on", "off", "c", "numba"), default="on",
-                    help="on: the compiled scanners installed (C where built, else numba); off: none; c: the C JSON "
-                    "scanner only (as without the `fast` extra); numba: numba's only")
+    ap.add_argument("--scanner", choices=("on", "off"), default="on",
+                    help="on: the C readers built at install; off: the Python reader (as an install without a C "
+                    "compiler)")
     ap.add_argument("--generate-only", action="store_true", help="write the dumps and stop")
     ap.add_argument("--cold", action="store_true", help="drop the dumps from the page cache before each run (as "
                     "a set just copied off the cluster, or one larger than the machine's memory, is read)")
@@ -286,8 +286,7 @@ def main() -> None:
         dict(sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2])  # the median run
     summary = {"ranks": args.ranks, "entries_per_rank": args.entries, "cpus": os.cpu_count(), "form": args.form,
                "scanner": args.scanner, "cold": args.cold, "load_average_before": load_before,
-               "bytes": sum(p.stat().st_size for p in (data / args.form).iterdir()), "distdoctor": ours,
-               "fast_extra": importlib.util.find_spec("numba") is not None}
+               "bytes": sum(p.stat().st_size for p in (data / args.form).iterdir()), "distdoctor": ours}
     if len(runs) > 1:
         summary["distdoctor_runs"] = [(r["wall_s"], r["cpu_s"], r.get("peak_rss_mb")) for r in runs]
     if baseline_runs:

@@ -1,8 +1,7 @@
 """The compiled pickle reader (trace/loaders/fr_pickle_scan.py) gives exactly the trace the safe unpickler's
 path gives, on real Gloo dumps (written by torch's C++ pickler), NCCL-style fixtures and odd values under every
 protocol; and it reads nothing the unpickler would refuse: on a damaged or hostile file it hands over, and the
-unpickler's reason is the one the user sees. Every check runs on both compilations of the reader (C, built at
-install, and numba's, the `fast` extra)."""
+unpickler's reason is the one the user sees. The reader is the C one built at install."""
 
 from __future__ import annotations
 
@@ -22,12 +21,12 @@ from compiled_kernels import compiled_kernel
 from test_fr_columns import ODD, SHARED_FRAME, _entry, _same
 
 
-@pytest.fixture(autouse=True, params=["c", "numba"])
-def kernel(request, monkeypatch):
-    """Each test with the C reader, then with numba's."""
+@pytest.fixture(autouse=True)
+def kernel(monkeypatch):
+    """Each test with the C reader."""
     from distdoctor.trace.loaders import fr_pickle_scan
 
-    yield from compiled_kernel(request, monkeypatch, fr_pickle_scan, "_fr_pickle_kernel")
+    yield from compiled_kernel(monkeypatch, fr_pickle_scan, "_fr_pickle_kernel")
 
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl_style"
@@ -226,13 +225,11 @@ def test_a_damaged_file_the_scanner_reads_the_unpickler_reads_alike(flips):
 
 
 def test_a_reader_that_cannot_start_is_named_and_the_pickles_still_load(tmp_path, monkeypatch, capsys, kernel):
-    """A reader there but unable to run (numba unable to compile it, say): the unpickler loads the set and the
+    """A reader there but unable to run (built for another machine, say): the unpickler loads the set and the
     CLI says why (a silent fallback would leave a user wondering why 16 384 pickles take three times as long)."""
-    import importlib
     import json
 
-    name = "_fr_pickle_kernel" if kernel == "c" else "fr_pickle_kernels"
-    k = importlib.import_module(f"distdoctor.trace.loaders.{name}")
+    from distdoctor.trace.loaders import _fr_pickle_kernel as k
     from distdoctor.cli import main
     from distdoctor.trace.loaders import fr_pickle_scan, load_traces
 
@@ -264,8 +261,6 @@ def test_the_c_reader_refuses_arrays_and_tables_that_do_not_fit(kernel):
     corrupt node table is an error or FAIL, never a read or write out of bounds."""
     import numpy as np
 
-    if kernel != "c":
-        pytest.skip("numba's kernels trust their caller (fr_pickle_scan._scan_with sizes every array)")
     from distdoctor.trace.loaders import _fr_pickle_kernel as c
 
     data = pickle.dumps(_dump([_entry(record_id=i, collective_seq_id=i + 1) for i in range(3)]), protocol=4)

@@ -124,9 +124,8 @@ def expand_paths(paths: list[str], recursive: bool = True) -> tuple[list[str], l
     return files, errors
 
 
-def load_file(path: str, interner: _Interner | None = None, scan: bool = False) -> RankTrace:
-    """Load one file; raise ValueError(reason) when it cannot be used. `scan`: read Flight Recorder JSON and
-    pickles with the compiled scanners where they can (see fr_json_scan, fr_pickle_scan)."""
+def load_file(path: str, interner: _Interner | None = None) -> RankTrace:
+    """Load one file; raise ValueError(reason) when it cannot be used."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -135,7 +134,7 @@ def load_file(path: str, interner: _Interner | None = None, scan: bool = False) 
     if not data or (data[:1].isspace() and data.isspace()):
         raise ValueError("empty file")
     if data[:1] == b"\x80":  # pickle protocol >= 2 starts with PROTO
-        return load_fr_pickle(data, path, interner, scan)
+        return load_fr_pickle(data, path, interner)
     # Sniff the format from the head only: a Flight Recorder JSON dump is one line of a megabyte or more, and
     # scanning (or copying) it to find a first line costs as much as a third of decoding it. A distdoctor trace
     # names its format first in its header line (see trace/model.dumps).
@@ -148,7 +147,7 @@ def load_file(path: str, interner: _Interner | None = None, scan: bool = False) 
         return load_log(data, path)
     start = _LEADING_SPACE.match(data).end()
     if data[start:start + 1] == b"{":
-        fast = parse_fr_json_fast(data, path, interner or _Interner(), scan)
+        fast = parse_fr_json_fast(data, path, interner or _Interner())
         if fast is not None:
             return fast
     if data[start:start + 1] in (b"{", b"["):
@@ -186,9 +185,9 @@ def gc_paused():
 PARALLEL_MIN_FILES = 64  # below this, starting worker processes costs more than it saves
 
 
-def _load_one(path: str, interner: _Interner, scan: bool = False) -> RankTrace | LoadError:
+def _load_one(path: str, interner: _Interner) -> RankTrace | LoadError:
     try:
-        return load_file(path, interner, scan)
+        return load_file(path, interner)
     except ValueError as exc:
         return LoadError(path, str(exc))
     except (MemoryError, RecursionError) as exc:
@@ -199,25 +198,27 @@ _SHARED_FIELDS = tuple(i for i, name in enumerate(ENTRY_FIELDS)
                        if name in ("in_sizes", "out_sizes", "in_dtypes", "out_dtypes"))
 
 
-def _forms(files: list[str]) -> set[str]:
-    """Which Flight Recorder forms ("json", "pickle") the files hold, by their first bytes (until both are seen)."""
-    seen: set[str] = set()
+def _start_readers(files: list[str]) -> None:
+    """Start the compiled readers of the Flight Recorder forms the set holds (by the files' first bytes)."""
+    forms: set[str] = set()
     for path in files:
         with contextlib.suppress(OSError), open(path, "rb") as f:
             head = f.read(64)
-            seen.add("pickle" if head[:1] == b"\x80" else "json" if head.lstrip()[:1] == b"{" else "other")
-        if {"json", "pickle"} <= seen:
+            forms.add("pickle" if head[:1] == b"\x80" else "json" if head.lstrip()[:1] == b"{" else "other")
+        if {"json", "pickle"} <= forms:
             break
-    return seen
+    for form, start in (("json", kernels), ("pickle", pickle_kernels)):
+        if form in forms:
+            start()
 
 
-def _load_compact(path: str, scan: bool = False, stream: bool = False):
+def _load_compact(path: str, stream: bool = False):
     """Worker side of the parallel load: a trace travels back in compact form (a JSON dump's CodedEntries: a few
     arrays), or as its columns (lists of plain values pickle fast; pickle's memo sends each shared size/dtype list
     once per trace), not as objects. `stream`: only the entries the analysis may read one by one travel, with
     the rank's digest (stream.py); the result is then (trace, compact form, interned, digest)."""
     gc.disable()  # this worker only builds acyclic objects; see gc_paused
-    got = _load_one(path, _WORKER_INTERNER, scan)
+    got = _load_one(path, _WORKER_INTERNER)
     if isinstance(got, LoadError):
         return got
     summarize(got)  # here, in parallel, rather than in the parent
@@ -276,10 +277,8 @@ def _load_parallel(files: list[str], jobs: int, check: PrefixCheck | None = None
 
     if "fork" not in mp.get_all_start_methods():
         return None
-    # Many files: the compiled scanners of the forms the set holds start here (about 1 s), so workers inherit them.
-    forms = _forms(files)
-    ready = [k() is not None for form, k in (("json", kernels), ("pickle", pickle_kernels)) if form in forms]
-    load = functools.partial(_load_compact, scan=any(ready), stream=check is not None)
+    _start_readers(files)  # so that workers inherit them
+    load = functools.partial(_load_compact, stream=check is not None)
     shared: dict[tuple, list] = {}
     out: list[RankTrace | LoadError] = []
     ahead = Readahead(files)  # asks for the first files at once
@@ -363,6 +362,7 @@ def load_traces(paths: list[str], world_size: int | None = None, jobs: int | Non
             shared: dict[tuple, list] = {}
             results = [_unpack(_load_compact(path, stream=True), shared, check) for path in files]
         elif results is None:
+            _start_readers(files)
             interner = _Interner()
             results = [_load_one(path, interner) for path in files]
     loaded: list[RankTrace] = []

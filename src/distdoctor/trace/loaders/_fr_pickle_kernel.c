@@ -1,9 +1,8 @@
 /* The compiled half of fr_pickle_scan in C, built when distdoctor is installed (where a C compiler is found; the
- * build is optional). It is fr_pickle_kernels.py (numba, the `fast` extra) line for line: run() executes a
- * pickle's opcodes into a node table, entry_codes() gives every value under the entries an id and groups the
- * entries; same arrays, same results (tests/doctor/test_fr_pickle_scan.py runs every check on both). Where numba
- * relies on the callers' array sizes, this file checks every index against its array's length: a caller's
- * mistake or a hostile file gives FAIL, never a read or write out of bounds. */
+ * build is optional, the wheels carry it): run() executes a pickle's opcodes into a node table, entry_codes()
+ * gives every value under the entries an id and groups the entries (tests/doctor/test_fr_pickle_scan.py checks
+ * it against the unpickler's path). Every index is checked against its array's length: a caller's mistake or
+ * a hostile file gives FAIL, never a read or write out of bounds. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -20,7 +19,7 @@ static uint64_t uint_at(const uint8_t *buf, int64_t i, int width) {  /* little-e
     return v;
 }
 
-/* The end of the unpickler's buffer after it reads `width` bytes at i, or FAIL (fr_pickle_kernels._read). */
+/* The end of the unpickler's buffer after it reads `width` bytes at i, or FAIL (as the unpickler's _read). */
 static int64_t read_at(int64_t i, int64_t width, int64_t avail, int64_t n) {
     if (width < 0 || i + width > n) return FAIL;
     if (i + width <= avail) return avail;
@@ -307,7 +306,7 @@ static int64_t value_id(const Codes *c, int64_t root) {
     return c->vid[root];
 }
 
-/* fr_pickle_kernels.entry_codes: each entry's row, its frames' value id and its integer fields; rows or FAIL. */
+/* entry_codes: each entry's row, its frames' value id and its integer fields; rows or FAIL. */
 static int64_t entry_codes(const Codes *c, int64_t entries) {
     int64_t rows = 0, e = 0, row_mask = c->n_row_table - 1, nf = c->n_fields, ns = c->n_shared;
     /* Every index read from the node table is checked against its array (run() keeps them within bounds; this
@@ -363,7 +362,7 @@ static int64_t entry_codes(const Codes *c, int64_t entries) {
     return rows;
 }
 
-/* ---- the Python side: run, entry_codes and count_items as fr_pickle_kernels has them ---- */
+/* ---- the Python side: run, entry_codes and count_items as fr_pickle_scan calls them ---- */
 
 static int take(PyObject *obj, Py_buffer *v, int ndim, Py_ssize_t itemsize, int writable, const char *name) {
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
@@ -412,7 +411,7 @@ static PyObject *py_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Run r = {v[0].buf, LEN(0), v[1].buf, v[2].buf, v[3].buf, v[4].buf, v[5].buf, nodes, v[6].buf, v[7].buf,
              LEN(6), v[8].buf, LEN(8), v[9].buf, LEN(9), v[10].buf, LEN(10), v[11].buf};
     int64_t got;
-    Py_BEGIN_ALLOW_THREADS  /* as numba's nogil: each thread has its own scratch arrays (fr_pickle_scan) */
+    Py_BEGIN_ALLOW_THREADS  /* each thread has its own scratch arrays (fr_pickle_scan) */
     got = run(&r);
     Py_END_ALLOW_THREADS
     release_all(v, names, 12);

@@ -335,11 +335,10 @@ _read_shared = operator.attrgetter("process_group", "profiling_name", "input_siz
                                    "input_dtypes", "output_dtypes", "state", "retired", "thread_name", "is_p2p")
 
 
-def parse_fr_json_fast(data: bytes, path: str, interner: _Interner, scan: bool = False) -> RankTrace | None:
+def parse_fr_json_fast(data: bytes, path: str, interner: _Interner, scan: bool = True) -> RankTrace | None:
     """A JSON dump decoded straight into columns; None when it does not fit the strict types (the caller then
-    takes the general path, which also words the error when there is one). With `scan` (worth it for many big
-    dumps: see fr_json_scan), read by the compiled scanner when it can, else entry by entry: both give the same
-    trace."""
+    takes the general path, which also words the error when there is one). Read by the compiled scanner when it
+    can (`scan` False: never, the tests' oracle), else entry by entry: both give the same trace."""
     scanned = scan_fr_json(data) if scan else None
     if scanned is not None:
         trace = _trace_from_scan(scanned, path, interner)
@@ -467,9 +466,9 @@ def _interpret(key: tuple, interner: _Interner) -> tuple:
             p2p_name or bool(is_p2p), local_peer)
 
 
-def load_fr_pickle(data: bytes, path: str, interner: _Interner | None = None, scan: bool = False) -> RankTrace:
-    """A pickled dump, unpickled safely and read as a dict; `scan`: read by the compiled opcode reader where it
-    can (fr_pickle_scan: worth its start-up on many files). Both give the same trace."""
+def load_fr_pickle(data: bytes, path: str, interner: _Interner | None = None, scan: bool = True) -> RankTrace:
+    """A pickled dump read by the compiled opcode reader where it can (fr_pickle_scan; `scan` False: never, the
+    tests' oracle), else unpickled safely and read as a dict. Both give the same trace."""
     interner = interner or _Interner()
     scanned = _from_scan(data, path, interner) if scan else None
     if scanned is not None:

@@ -42,7 +42,7 @@ def coded_parts(entries: list, interner) -> tuple | None:
         return None
 
 
-# How a scanner found each integer field (fr_pickle_kernels): an int, None or missing, anything else.
+# How the pickle reader found each integer field (_fr_pickle_kernel.c): an int, None or missing, anything else.
 INT_OK, INT_NONE, INT_OTHER = 0, 1, 2
 # The integers each entry has of its own, in the order the compact form takes them.
 INT_FIELDS = ("record_id", "collective_seq_id", "p2p_seq_id", "time_created_ns", "time_discovered_started_ns",
