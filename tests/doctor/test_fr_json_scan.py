@@ -15,8 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from distdoctor.trace.loaders import fr_json_scan, load_traces
-from distdoctor.trace.loaders.flight_recorder import _Interner, _trace_from_scan, parse_fr_json_fast, safe_unpickle
+from distdoctor.trace.coded import Entries
+from distdoctor.trace.loaders.flight_recorder import _from_json_scan, load_fr_json_bytes, safe_unpickle
 from distdoctor.trace.loaders.fr_json_scan import kernels, scan_fr_json
+from distdoctor.trace.loaders.fr_reader import Interner
+from distdoctor.trace.model import RankTrace
 from distdoctor.trace.summary import _compute
 
 from compiled_kernels import compiled_kernel
@@ -36,8 +39,8 @@ def kernel(monkeypatch):
 
 def read(data: bytes, scan: bool):
     try:
-        return parse_fr_json_fast(data, PATH, _Interner(), scan)
-    except ValueError as exc:  # a header the trace model refuses (version, rank): the same for both readers
+        return load_fr_json_bytes(data, PATH, Interner(), scan)
+    except ValueError as exc:  # a file the readers refuse: the same reason from both
         return f"ValueError: {exc}"
 
 
@@ -51,13 +54,10 @@ def same_reading(data: bytes) -> bool:
     assert (scanned.groups, scanned.rank, scanned.version, scanned.world_size) == \
            (plain.groups, plain.rank, plain.version, plain.world_size)
     assert list(scanned.groups) == list(plain.groups)  # in the same order, too
-    found = scan_fr_json(data)  # both readers give arrays now: ask the scanner whether it reads this one
-    used = found is not None and _trace_from_scan(found, PATH, _Interner()) is not None
-    for trace in (scanned, plain):
-        summary = _compute(trace)
-        trace.entries.columns  # noqa: B018 - expanded, for the list-based summary
-        trace.entries.coded = None
-        assert summary == _compute(trace)  # the numpy summary equals the per-entry one
+    found = scan_fr_json(data)  # both readers give the same form: ask the scanner whether it reads this one
+    used = found is not None and _from_json_scan(found, PATH, Interner()) is not None
+    summary = _compute(scanned)
+    assert summary == _compute(plain) == _compute(RankTrace(0, "native", entries=list(plain.entries)))
     return used
 
 
@@ -244,7 +244,7 @@ def test_a_big_set_loads_in_parallel_through_the_scanner(tmp_path):
     serial = load_traces([str(tmp_path)], jobs=1)
     assert sorted(parallel.ranks) == list(range(64)) and not parallel.errors
     for r, trace in parallel.ranks.items():
-        assert trace.entries.coded is not None  # read by the scanner
+        assert scan_fr_json((tmp_path / f"rank_{r}.json").read_bytes()) is not None  # read by the scanner
         assert list(trace.entries) == list(serial.ranks[r].entries)
         assert trace.summary == _compute(serial.ranks[r])
 
@@ -259,7 +259,7 @@ def test_one_file_is_read_by_the_scanner_too(tmp_path, monkeypatch):
     kernels.cache_clear()
     (tmp_path / "rank_0.json").write_text(json.dumps(dump(mixed_entries(8), rank=0)))
     ts = load_traces([str(tmp_path)])
-    assert list(ts.ranks) == [0] and ts.ranks[0].entries.coded is not None
+    assert list(ts.ranks) == [0] and isinstance(ts.ranks[0].entries, Entries)
     assert len(calls) >= 2  # the start-up check, then the dump
 
 

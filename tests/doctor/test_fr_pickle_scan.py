@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 
 from distdoctor.trace.loaders import flight_recorder as fr
 from distdoctor.trace.loaders.fr_pickle_scan import kernels, scan_fr_pickle
+from distdoctor.trace.loaders.fr_reader import Interner
 from distdoctor.trace.loaders.safe_pickle import safe_unpickle
 
 from compiled_kernels import compiled_kernel
-from test_fr_columns import ODD, SHARED_FRAME, _entry, _same
+from test_fr_reader import ODD, SHARED_FRAME, _entry, _same
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +35,7 @@ PROTOCOLS = (2, 3, 4, 5)
 
 
 def _general(data: bytes, path: str = "rank_0"):
-    """The trace (or the error) of the unpickler's path: what load_fr_pickle gave before the scanner."""
+    """The trace (or the error) of the unpickler's path: the Python reader's."""
     try:
         return fr.parse_fr_dump(safe_unpickle(data), path, "flight_recorder-pickle")
     except ValueError as exc:
@@ -51,7 +52,7 @@ def _scanned(data: bytes, path: str = "rank_0"):
 def _alike(data: bytes, must_scan: bool = True) -> None:
     """The scanner's trace is the unpickler's; `must_scan`: and the scanner read it (handed nothing on)."""
     if must_scan:
-        assert fr._from_scan(data, "rank_0", fr._Interner()) is not None
+        assert fr._from_pickle_scan(data, "rank_0", Interner()) is not None
     got, expected = _scanned(data), _general(data)
     if isinstance(expected, str):
         assert got == expected

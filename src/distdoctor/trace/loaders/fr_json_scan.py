@@ -3,11 +3,11 @@
 A thousand-rank job leaves two million entries. Decoding each into Python objects costs several microseconds,
 most of it on the fields that repeat (group, op name, sizes, dtypes, state, thread): a dump holds a handful of
 distinct combinations of them. Here one compiled pass walks the `entries` array, parses the fields that differ
-per entry (all integers: record id, sequence numbers, times) into arrays and notes where each repeating field's
-value lies; entries are then grouped by the exact bytes of those values (an entry that repeats an earlier one's
-bytes but for its integers is recognised by replaying them, see _fr_json_kernel.c: replay), and one representative entry
-of each group is decoded with the same strict msgspec types as the per-entry reader (flight_recorder._FrEntry).
-Entries of a group differ from their representative only in the integers, so both readers give the same values.
+per entry (fr_schema's INT fields) into arrays and notes where each row field's value lies; entries are then
+grouped by the exact bytes of those values (an entry that repeats an earlier one's bytes but for its integers is
+recognised by replaying them, see _fr_json_kernel.c: replay), and one representative entry of each group is
+parsed and read by the Python reader's row code (fr_reader.from_rows). Entries of a group differ from their
+representative only in the integers, so both readers give the same values.
 
 The pass is in C (_fr_json_kernel.c, built when distdoctor is installed, where a C compiler is found; the
 wheels carry it built). It validates the whole file as JSON, as msgspec does when it skips a value. Anything this
@@ -22,18 +22,14 @@ import importlib
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any
-
-import msgspec
 import numpy as np
 
-# Fields whose values differ per entry: parsed here as integers (null allowed except for record_id, as in
-# _FrEntry). The other fields the per-entry reader reads are the repeating ones, taken from a representative.
-OWN_INT_FIELDS = ("record_id", "collective_seq_id", "p2p_seq_id", "time_created_ns",
-                  "time_discovered_started_ns", "time_discovered_completed_ns")
-SHARED_FIELDS = ("process_group", "profiling_name", "input_sizes", "output_sizes", "input_dtypes",
-                 "output_dtypes", "state", "retired", "thread_name", "is_p2p", "frames")
-_FIELDS = OWN_INT_FIELDS + SHARED_FIELDS
+from distdoctor.trace.loaders.fr_schema import INT_FIELDS, kernel_names
+
+# The kernel's field numbering (fr_schema): the integers it parses first, then the fields whose bytes it spans.
+_FIELDS = kernel_names("json")
+OWN_INT_FIELDS = tuple(f.name for f in INT_FIELDS)
+N_SPANNED = len(_FIELDS) - len(OWN_INT_FIELDS)
 
 
 def name_table(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -50,25 +46,13 @@ STACK_DEPTH = 256  # the validator's open containers: deeper nesting is refused,
 FAIL_CAPACITY = -4
 
 
-class _FrHeader(msgspec.Struct):
-    version: str
-    entries: tuple[()]  # cut out: the scanner read them
-    pg_config: dict[str, dict[str, Any]] | None = None
-    rank: Any = None
-
-
-_HEADER = msgspec.json.Decoder(_FrHeader)
-
-
 @dataclass
 class ScannedDump:
-    version: str
-    rank: Any
-    pg_config: Any
+    header: bytes  # the document with its entries cut out (an empty list in their place)
     n: int
     groups: np.ndarray  # entry -> index into `representatives`
-    representatives: list[bytes]  # one entry's JSON text per group of equal repeating fields
-    ints: dict[str, tuple[np.ndarray, np.ndarray]]  # field -> (int64 values, unknown mask: null or absent)
+    representatives: list[bytes]  # one entry's JSON text per group of equal row-field bytes
+    ints: tuple[dict, dict]  # (field -> int64 values, field -> whether the entry wrote an integer: not null or absent)
 
 
 @functools.lru_cache(maxsize=1)
@@ -130,7 +114,7 @@ def scan_fr_json(data: bytes) -> ScannedDump | None:
 
 def _scan_with(scan, data: bytes) -> ScannedDump | None:
     buf = np.frombuffer(data, np.uint8)
-    n_own, n_shared = len(OWN_INT_FIELDS), len(SHARED_FIELDS)
+    n_own, n_shared = len(OWN_INT_FIELDS), N_SPANNED
     capacity = len(data) // 256 + 16  # Flight Recorder entries take 300 bytes or more; else counted below
     for _ in range(2):
         bounds = np.empty((capacity, 2), np.int64)
@@ -157,17 +141,13 @@ def _scan_with(scan, data: bytes) -> ScannedDump | None:
     if n < 0:
         return None  # including more than MAX_GROUPS distinct rows: the per-entry reader
     start, end = region.tolist()
-    try:  # the rest of the document (small): version, pg_config, rank
-        head = _HEADER.decode(data[:start] + b"[]" + data[end:])
-    except (msgspec.DecodeError, ValueError, RecursionError, MemoryError):  # ValueError: bad UTF-8
-        return None
-    got = ScannedDump(head.version, head.rank, head.pg_config, n, groups[:n], [], {})
-    got.representatives = [data[s:e] for s, e in bounds[first[:n_groups[0]]].tolist()]
-    for k, name in enumerate(OWN_INT_FIELDS):
-        got.ints[name] = (own[:n, k], state[:n, k] != 1)
     if n and (state[:n, 0] == 2).any():
-        return None  # a null record_id: the per-entry reader refuses it, the general path says where
-    return got
+        return None  # a null record_id: the Python reader refuses it, naming the entry
+    header = data[:start] + b"[]" + data[end:]  # the rest of the document (small): version, pg_config, rank...
+    representatives = [data[s:e] for s, e in bounds[first[:n_groups[0]]].tolist()]
+    ints = ({name: own[:n, k] for k, name in enumerate(OWN_INT_FIELDS)},
+            {name: state[:n, k] == 1 for k, name in enumerate(OWN_INT_FIELDS)})
+    return ScannedDump(header, n, groups[:n], representatives, ints)
 
 
 def _collision_free_slots(names: tuple[str, ...], size: int = 64) -> tuple[np.ndarray, np.ndarray]:
