@@ -57,15 +57,25 @@ def looks_like_fr(obj: object) -> bool:
     return isinstance(obj, dict) and "version" in obj and any(k in obj for k in _FR_KEYS)
 
 
+class Members(list):
+    """A group's members as dumps state them: one list per distinct text, shared by every trace of a load worker
+    that states it (read-only; a world-sized list copied into each of 16 384 traces would cost world x world).
+    `key` names it, so that the worker sends it once (stream.members_by_key)."""
+
+    __slots__ = ("key",)
+
+
 def _parse_ranks(raw: object) -> list[int]:
     if isinstance(raw, str):
-        return list(_parse_rank_text(raw))  # every rank's dump repeats the same member lists
+        return _parse_rank_text(raw)  # every rank's dump repeats the same member lists
     return _parse_rank_list(raw)
 
 
 @functools.lru_cache(maxsize=256)
-def _parse_rank_text(text: str) -> tuple[int, ...]:
-    return tuple(_parse_rank_list(json.loads(text) if text.strip() else []))
+def _parse_rank_text(text: str) -> Members:
+    members = Members(_parse_rank_list(json.loads(text) if text.strip() else []))
+    members.key = ("members", len(members), hash(text))
+    return members
 
 
 def _parse_rank_list(raw: object) -> list[int]:

@@ -315,7 +315,8 @@ _SENT_MEMBERS: set = set()
 def members_by_key(trace: RankTrace) -> None:
     for g in trace.groups.values():
         if len(g.ranks) > LONG_MEMBERS:
-            key = ("members", len(g.ranks), g.ranks[0], g.ranks[-1], hash(tuple(g.ranks)))
+            # (a list parsed from a dump's text carries its key: no pass over the world per trace)
+            key = getattr(g.ranks, "key", None) or ("members", len(g.ranks), hash(tuple(g.ranks)))
             if key in _SENT_MEMBERS:
                 g.ranks = key
             else:
