@@ -81,9 +81,11 @@ def test_odd_entries_mean_what_the_table_says():
 
 def test_a_damaged_entry_is_named_by_its_index_and_field(tmp_path):
     obj = {"version": "2.10", "pg_config": {"1": {"name": "1", "desc": "tp", "ranks": "[0, 1]"}}, "entries": ODD}
-    for change, field in (({"profiling_name": None}, "profiling_name"), ({"collective_seq_id": "x"}, "collective_seq_id"),
+    for change, field in (({"profiling_name": None}, "profiling_name"),
+                          ({"collective_seq_id": "x"}, "collective_seq_id"),
                           ({"input_sizes": [["a"]]}, "input_sizes"), ({"record_id": None}, "record_id"),
-                          ({"frames": [{"name": "f"}]}, "frames"), ({"time_created_ns": 2 ** 64}, "time_created_ns")):
+                          ({"frames": [{"name": "f"}]}, "frames"),
+                          ({"time_created_ns": 2 ** 64}, "time_created_ns")):
         bad = copy.deepcopy(obj)
         bad["entries"][3].update(change)
         with pytest.raises(ValueError, match=rf"^entry 3 is malformed \(field '{field}'"):

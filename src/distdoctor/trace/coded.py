@@ -40,8 +40,7 @@ class Row(NamedTuple):
 
 # The fields each entry has of its own: integers as (int64 values, unknown mask), times as float64 seconds with
 # NaN for unknown, or either as a plain list (with None) where the values are not those (a trace built in memory).
-OWN_FIELDS = ("index", "seq", "p2p_seq", "t_created", "t_started", "t_completed")
-assert set(Row._fields) | set(OWN_FIELDS) | {"frames"} == set(ENTRY_FIELDS), "the trace model's fields changed"
+OWN_FIELDS = tuple(name for name in ENTRY_FIELDS if name not in Row._fields and name != "frames")
 
 
 class Entries(Sequence):
@@ -119,6 +118,8 @@ class Entries(Sequence):
                 got = list(map(self.stacks.__getitem__, self.stack_codes.tolist()))
             elif name == "frames":
                 got = [[]] * len(self)  # one shared empty list
+            elif name in OWN_FIELDS:
+                got = [None] * len(self)  # a field this source does not give
             else:
                 raise KeyError(name)
             self._columns[name] = got

@@ -157,11 +157,12 @@ def _key(value):
     try:
         hash(value)
         return value
-    except TypeError:  # (a set, say: keyed apart, read by interpret as it is)
-        return _OTHER, id(value)
+    except TypeError:  # (a set, say: a key of its own, read by interpret as it is)
+        return _OTHER, next(_FRESH)
 
 
 _SEQ, _DICT, _OTHER = object(), object(), object()  # tag keys of sequences, dicts, unhashable values
+_FRESH = itertools.count()
 
 
 def own_values(f, values: list, p2p: np.ndarray):

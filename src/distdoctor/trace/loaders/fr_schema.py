@@ -40,8 +40,8 @@ FIELDS = (
     FrField("time_created_ns", "2.0", INT, "t_created", seconds=True),
     FrField("time_discovered_started_ns", "2.0", INT, "t_started", seconds=True),
     FrField("time_discovered_completed_ns", "2.0", INT, "t_completed", seconds=True),
-    FrField("process_group", "2.0", ROW, "group", required=True),  # (name, desc); the default group is '' in Gloo's pg_config
-    FrField("profiling_name", "2.0", ROW, "op", required=True),  # "nccl:send 0->1": also raw_op and the p2p peer
+    FrField("process_group", "2.0", ROW, "group", required=True),  # (name, desc); Gloo's default group: ''
+    FrField("profiling_name", "2.0", ROW, "op", required=True),  # "nccl:send 0->1": raw_op and the p2p peer too
     FrField("input_sizes", "2.0", ROW, "in_sizes"),
     FrField("output_sizes", "2.0", ROW, "out_sizes"),
     FrField("input_dtypes", "2.4", ROW, "in_dtypes"),

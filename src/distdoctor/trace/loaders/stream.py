@@ -240,7 +240,7 @@ class PrefixCheck:
                 continue
             # The members of a group mostly send the very digest another member sent: once one was compared,
             # every seq of its span is known in `ref` and stays as it is, so an equal one changes nothing.
-            same = (id(table), g.lo, g.hi, g.sigs.tobytes())
+            same = (keys, g.lo, g.hi, g.sigs.tobytes())
             if self._last.get(group) == same:
                 continue
             self._last[group] = same
