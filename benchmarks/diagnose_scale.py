@@ -99,19 +99,26 @@ def rank_dump(rank: int, world: int, n_entries: int, groups: dict[str, list[int]
         # the peers of the lost rank issue the all_reduce they then hang in, the rest of the world hangs later
         hung = (rank // TP == fault // TP and i >= n_entries - 5) or i >= n_entries - 1
         t = t0 + i * 3_000_000 + (rank % 7) * 1000
-        entries.append({
-            "record_id": i, "pg_id": 0 if g == "0" else (1 if kind == "tp" else 2), "process_group": [g, g],
-            "collective_seq_id": seqs[g], "p2p_seq_id": 0, "op_id": seqs[g], "profiling_name": f"nccl:{op}",
-            "time_created_ns": t, "input_sizes": sizes, "input_dtypes": [dtype], "output_sizes": out,
-            "output_dtypes": [dtype], "state": "scheduled" if hung else "completed",
-            "time_discovered_started_ns": 0 if hung else t + 5000,
-            "time_discovered_completed_ns": 0 if hung else t + 900_000, "retired": not hung,
-            "timeout_ms": 600000, "is_p2p": False, "thread_id": "140000000000000", "thread_name": "pt_main_thread",
-        })
+        entries.append(_entry(i, g, 0 if g == "0" else (1 if kind == "tp" else 2), seqs[g], op, sizes, out, dtype,
+                              t, hung))
         if hung and kind == "tp":
             break  # a rank blocks in its first hung collective
     return {"version": "2.10", "pg_config": pg_config,
             "pg_status": {}, "comm_lib_version": "2.21.5", "nccl_comm_state": {}, "entries": entries}
+
+
+def _entry(i: int, g: str, pg_id: int, seq: int, op: str, sizes: list, out: list, dtype: str, t: int,
+           hung: bool) -> dict:
+    """One entry as torch's NCCL Flight Recorder writes it (completed and retired unless `hung`)."""
+    return {
+        "record_id": i, "pg_id": pg_id, "process_group": [g, g],
+        "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq, "profiling_name": f"nccl:{op}",
+        "time_created_ns": t, "input_sizes": sizes, "input_dtypes": [dtype], "output_sizes": out,
+        "output_dtypes": [dtype], "state": "scheduled" if hung else "completed",
+        "time_discovered_started_ns": 0 if hung else t + 5000,
+        "time_discovered_completed_ns": 0 if hung else t + 900_000, "retired": not hung,
+        "timeout_ms": 600000, "is_p2p": False, "thread_id": "140000000000000", "thread_name": "pt_main_thread",
+    }
 
 
 def _layout_dump(rank: int, world: int, n_entries: int, groups: dict[str, list[int]]) -> dict:
@@ -139,15 +146,7 @@ def _layout_dump(rank: int, world: int, n_entries: int, groups: dict[str, list[i
         out = [[sizes[0][0] // n]] if op == "reduce_scatter" else [[sizes[0][0] * n]] if op == "all_gather" else sizes
         hung = i == n_entries - 1 and in_fault_group
         t = t0 + i * 3_000_000 + (rank % 7) * 1000
-        entries.append({
-            "record_id": i, "pg_id": 0 if g == "0" else 1, "process_group": [g, g],
-            "collective_seq_id": seqs[g], "p2p_seq_id": 0, "op_id": seqs[g], "profiling_name": f"nccl:{op}",
-            "time_created_ns": t, "input_sizes": sizes, "input_dtypes": [dtype], "output_sizes": out,
-            "output_dtypes": [dtype], "state": "scheduled" if hung else "completed",
-            "time_discovered_started_ns": 0 if hung else t + 5000,
-            "time_discovered_completed_ns": 0 if hung else t + 900_000, "retired": not hung,
-            "timeout_ms": 600000, "is_p2p": False, "thread_id": "140000000000000", "thread_name": "pt_main_thread",
-        })
+        entries.append(_entry(i, g, 0 if g == "0" else 1, seqs[g], op, sizes, out, dtype, t, hung))
     return {"version": "2.10", "pg_config": pg_config,
             "pg_status": {}, "comm_lib_version": "2.21.5", "nccl_comm_state": {}, "entries": entries}
 
