@@ -150,7 +150,9 @@ def _own_from_scan(ints: dict, known: dict, p2p: np.ndarray) -> dict:
     for f in INT_FIELDS:
         values, unknown = ints[f.name], ~known[f.name]
         if f.required:
-            values, unknown = np.where(unknown, np.arange(len(values)), values), np.zeros(len(values), bool)
+            if unknown.any():
+                values = np.where(unknown, np.arange(len(values)), values)
+            unknown = np.zeros(len(values), bool)
         if f.only is not None:
             unknown = unknown | (p2p if f.only == "collective" else ~p2p)
         own[f.model] = np.where(unknown | (values == 0), np.nan, values / 1e9) if f.seconds else (values, unknown)
@@ -195,9 +197,10 @@ def load_fr_json_bytes(data: bytes, path: str, interner: Interner | None = None,
 def _from_json_scan(scanned: ScannedDump, path: str, interner: Interner) -> RankTrace | None:
     """The trace of a dump the C scanner read: one entry of each group of equal row-field bytes is parsed here;
     None where the Python reader must read the file (it words the error, if there is one)."""
+    loads = _fastjson.loads if _fastjson is not None else json.loads  # (the scan refused nesting beyond 256)
     try:
-        header = json_loads(scanned.header)
-        reps = [json_loads(text) for text in scanned.representatives]
+        header = loads(scanned.header)
+        reps = [loads(text) for text in scanned.representatives]
         if not looks_like_fr(header) or not all(isinstance(r, dict) and not r.get("frames") for r in reps):
             return None  # (frames: the Python reader builds them)
         rows, rep_codes = from_rows(reps, interner)
