@@ -161,3 +161,15 @@ def test_an_odd_value_reads_as_that_entry_alone_reads(change):
         return
     assert list(_read(obj).entries) == alone
     assert change not in ({"record_id": 2 ** 70}, {"time_created_ns": 2 ** 64})
+
+
+def test_a_list_that_contains_itself_is_one_error_naming_its_field():
+    """A damaged pickle can hold a list that contains itself (a memo slot fetched inside the list): keying it
+    stops at a depth no dump reaches, and the entry is named with its field, never a RecursionError."""
+    looped: list = []
+    looped.append(looped)
+    entries = [_entry(record_id=i, collective_seq_id=i + 1) for i in range(4)]
+    entries[2]["input_sizes"] = [looped]
+    obj = {"version": "2.10", "pg_config": {"1": {"name": "1", "desc": "tp", "ranks": "[0, 1]"}}, "entries": entries}
+    with pytest.raises(ValueError, match=r"^entry 2 is malformed \(field 'input_sizes'"):
+        fr.parse_fr_dump(obj, "rank_0", "flight_recorder-pickle")

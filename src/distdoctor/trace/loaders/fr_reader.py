@@ -99,7 +99,7 @@ def _read(entries: list, interner: Interner) -> tuple:
     own = {f.model: own_values(f, list(map(dict.get, entries, repeat(f.name), repeat(_MISSING))), p2p)
            for f in INT_FIELDS}
     try:
-        stacks = frames_of([e.get("frames") for e in entries], interner)
+        stacks = frames_of(list(map(dict.get, entries, repeat("frames"))), interner)
     except READ_ERRORS as exc:
         raise EntryError("frames", exc) from None
     return rows, codes, own, *stacks
@@ -110,9 +110,10 @@ _MISSING = object()
 
 def read_rows(entries: list, columns: dict, interner: Interner) -> tuple[list[tuple], np.ndarray]:
     """Each distinct row (interpret's (Row, p2p), numbered first seen first) and each entry's row."""
-    keys = zip(*(_keys(columns[name]) for name in ROW_FIELDS))
-    position = collections.defaultdict(itertools.count().__next__)
-    codes = np.fromiter(map(position.__getitem__, keys), np.intp, len(entries))
+    try:
+        codes = _codes([_keys(columns[name]) for name in ROW_FIELDS], len(entries))
+    except TypeError:  # an unhashable value inside a list: every value keyed one by one
+        codes = _codes([list(map(_key, columns[name])) for name in ROW_FIELDS], len(entries))
     _, first = np.unique(codes, return_index=True)  # row k's first entry (codes are in first-seen order)
     rows = []
     for i in first.tolist():
@@ -123,37 +124,42 @@ def read_rows(entries: list, columns: dict, interner: Interner) -> tuple[list[tu
     return rows, codes
 
 
+def _codes(keys: list[list], n: int) -> np.ndarray:
+    """Each entry's row, numbered first seen first, from the keys of its row fields."""
+    position = collections.defaultdict(itertools.count().__next__)
+    return np.fromiter(map(position.__getitem__, zip(*keys)), np.intp, n)
+
+
 _ATOMS = {str, int, bool, type(None), float}
 
 
 def _keys(values: list) -> list:
-    """A hashable key per value, equal where the values are equal (lists and tuples alike, as the interner's)."""
+    """A hashable key per value (where a list inside a list makes one unhashable, the caller keys them one by
+    one), equal where the values are equal, lists and tuples alike, as the interner's keys."""
     kinds = set(map(type, values))
     if kinds <= _ATOMS:
         return values
-    if kinds == {list} and set(map(type, itertools.chain.from_iterable(values))) <= _ATOMS:
-        return list(map(tuple, values))  # (a process group: [name, desc])
     if kinds == {list} and set(map(len, values)) == {1}:  # one tensor per call: the common case, in C passes
         firsts = list(map(operator.itemgetter(0), values))
-        if set(map(type, firsts)) <= _ATOMS:
+        kinds = set(map(type, firsts))
+        if kinds <= _ATOMS:
             return firsts
-        if set(map(type, firsts)) == {list}:
-            keys = list(map(tuple, firsts))
-            try:
-                set(keys)
-                return keys
-            except TypeError:  # a list inside a shape: keyed below
-                pass
+        if kinds == {list}:
+            return list(map(tuple, firsts))
+    elif kinds == {list} and set(map(len, values)) == {2}:  # (a process group: [name, desc])
+        return list(map(tuple, values))
     return list(map(_key, values))
 
 
-def _key(value):
+def _key(value, depth: int = 0):
     if value.__class__ in _ATOMS:
         return value
+    if depth > _MAX_DEPTH:  # (a list that contains itself, from a damaged pickle: a key of its own)
+        return _OTHER, next(_FRESH)
     if isinstance(value, (list, tuple)):
-        return (_SEQ, *map(_key, value))
+        return (_SEQ, *(_key(v, depth + 1) for v in value))
     if isinstance(value, dict):
-        return (_DICT, *((_key(k), _key(v)) for k, v in value.items()))
+        return (_DICT, *((_key(k, depth + 1), _key(v, depth + 1)) for k, v in value.items()))
     try:
         hash(value)
         return value
@@ -161,6 +167,7 @@ def _key(value):
         return _OTHER, next(_FRESH)
 
 
+_MAX_DEPTH = 32  # no row field of a dump nests deeper than 3
 _SEQ, _DICT, _OTHER = object(), object(), object()  # tag keys of sequences, dicts, unhashable values
 _FRESH = itertools.count()
 
@@ -168,21 +175,19 @@ _FRESH = itertools.count()
 def own_values(f, values: list, p2p: np.ndarray):
     """An INT field of every entry: (int64, unknown mask), or float64 seconds with NaN for unknown."""
     n = len(values)
-    if f.required:
-        values = [i if v is _MISSING else v for i, v in enumerate(values)]
-    else:
-        values = [None if v is _MISSING else v for v in values]
-    if f.seconds:
-        values = [v if v else None for v in values]  # 0 is unknown too
+    if _MISSING in values:
+        values = [(i if f.required else None) if v is _MISSING else v for i, v in enumerate(values)]
     got = int_arrays(values) if set(map(type, values)) <= _FAST[f.required] else None
     if got is None:  # a value of another type, or beyond int64: converted one by one, refused where it is read
+        if f.seconds:
+            values = [v if v else None for v in values]  # 0 (or anything false) is unknown
         skip = p2p if f.only == "collective" else ~p2p if f.only == "p2p" else np.zeros(n, bool)
         got = int_arrays([None if s else _int(f, v, i) for i, (v, s) in enumerate(zip(values, skip.tolist()))])
     ints, unknown = got
     if f.only is not None:
         unknown = unknown | (p2p if f.only == "collective" else ~p2p)
-    if f.seconds:
-        return np.where(unknown, np.nan, ints / 1e9)  # int(v) / 1e9 is the same IEEE arithmetic in numpy
+    if f.seconds:  # 0 is unknown too; int(v) / 1e9 is the same IEEE arithmetic in numpy
+        return np.where(unknown | (ints == 0), np.nan, ints / 1e9)
     return ints, unknown
 
 
@@ -211,6 +216,8 @@ def _at(exc: EntryError, i: int) -> EntryError:
 def frames_of(values: list, interner: Interner) -> tuple[list | None, np.ndarray | None]:
     """(Each distinct stack as the interner's frame list, each entry's) of every entry's raw frames, keyed in C
     passes; (None, None) when no entry has frames."""
+    if not any(values):
+        return None, None
     if not all(values):
         values = [raw or () for raw in values]  # (no frames: the empty key)
     stacks, codes = stacks_of(values, lambda raw: tuple(map(FRAME_KEY, raw)))
