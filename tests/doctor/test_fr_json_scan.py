@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from distdoctor.trace.loaders import fr_json_scan, load_traces
 from distdoctor.trace.coded import Entries
-from distdoctor.trace.loaders.flight_recorder import _from_json_scan, load_fr_json_bytes, safe_unpickle
+from distdoctor.trace.loaders.flight_recorder import (_from_json_scan, json_loads, load_fr_json, load_fr_json_bytes,
+                                                      safe_unpickle)
 from distdoctor.trace.loaders.fr_json_scan import kernels, scan_fr_json
 from distdoctor.trace.loaders.fr_reader import Interner
 from distdoctor.trace.model import RankTrace
@@ -44,9 +45,27 @@ def read(data: bytes, scan: bool):
         return f"ValueError: {exc}"
 
 
+def as_dicts(data: bytes):
+    """The Python reader on the dump parsed into dicts (not decoded into fr_reader.STRICT records)."""
+    try:
+        obj = json_loads(data)
+    except (ValueError, RecursionError):
+        return None
+    try:
+        return load_fr_json(obj, PATH, Interner()) if isinstance(obj, dict) and "version" in obj else None
+    except ValueError as exc:
+        return f"ValueError: {exc}"
+
+
 def same_reading(data: bytes) -> bool:
-    """Assert that both readers agree on `data`; True when the scanner itself read it."""
+    """Assert that the readers agree on `data` (the C scanner, the Python reader's strict decoding, its dicts);
+    True when the scanner itself read it."""
     scanned, plain = read(data, True), read(data, False)
+    dicts = as_dicts(data)
+    if hasattr(plain, "entries") and hasattr(dicts, "entries"):
+        assert list(plain.entries) == list(dicts.entries) and plain.groups == dicts.groups
+    elif dicts is not None and isinstance(plain, str) and plain.startswith("ValueError: entry"):
+        assert plain == dicts
     if not hasattr(plain, "entries"):
         assert scanned == plain
         return False

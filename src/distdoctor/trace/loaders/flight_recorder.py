@@ -24,12 +24,14 @@ import functools
 import json
 import re
 
+import msgspec
 import numpy as np
 
 from distdoctor.trace.coded import Entries
 from distdoctor.trace.loaders.fr_json_scan import ScannedDump, scan_fr_json
 from distdoctor.trace.loaders.fr_pickle_scan import scan_fr_pickle
-from distdoctor.trace.loaders.fr_reader import READ_ERRORS, Interner, frames_of, from_rows, read_entries
+from distdoctor.trace.loaders.fr_reader import (READ_ERRORS, Interner, frames_of, from_rows, read_entries, read_strict,
+                                                strict_json)
 from distdoctor.trace.loaders.fr_schema import INT_FIELDS, ROW_FIELDS
 from distdoctor.trace.loaders.safe_pickle import PICKLE_ALLOWED, SafeUnpickler, safe_unpickle  # noqa: F401 (API)
 from distdoctor.trace.model import DEFAULT_GROUP, GroupInfo, RankTrace
@@ -179,10 +181,10 @@ def load_fr_json_bytes(data: bytes, path: str, interner: Interner | None = None,
     and read by the Python reader. Raises ValueError(reason)."""
     interner = interner or Interner()
     scanned = scan_fr_json(data) if scan else None
-    if scanned is not None:
-        trace = _from_json_scan(scanned, path, interner)
-        if trace is not None:
-            return trace
+    trace = _from_json_scan(scanned, path, interner) if scanned is not None else None
+    trace = trace or _from_strict(data, path, interner)  # (what the scanner hands over, too)
+    if trace is not None:
+        return trace
     try:
         obj = json_loads(data)
     except RecursionError:
@@ -209,6 +211,24 @@ def _from_json_scan(scanned: ScannedDump, path: str, interner: Interner) -> Rank
         trace = new_trace(header, path, "flight_recorder-json")
         _fill(trace, rows, codes, _own_from_scan(*scanned.ints, p2p))
     except (*READ_ERRORS, RecursionError, MemoryError):
+        return None
+    return trace
+
+
+def _from_strict(data: bytes, path: str, interner: Interner) -> RankTrace | None:
+    """A JSON dump written as torch writes it, decoded into fr_reader.STRICT records (no dict per entry); None
+    where it is not, or where the dict reading must word an error."""
+    got = strict_json(data)
+    if got is None:
+        return None
+    top, recs = got
+    try:
+        header = {key: msgspec.json.decode(value) for key, value in top.items()}
+        if "version" not in header:
+            return None
+        trace = new_trace(header, path, "flight_recorder-json")
+        _fill(trace, *read_strict(recs, interner))
+    except (ValueError, RecursionError, MemoryError):  # (msgspec.DecodeError is a ValueError)
         return None
     return trace
 

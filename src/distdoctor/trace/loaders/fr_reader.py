@@ -15,11 +15,13 @@ import collections
 import itertools
 import operator
 from itertools import repeat
+from typing import Annotated
 
+import msgspec
 import numpy as np
 
 from distdoctor.trace.coded import Row, int_arrays, stacks_of
-from distdoctor.trace.loaders.fr_schema import (INT64, INT_FIELDS, ROW_FIELDS, EntryError, dtype_names, frame_list,
+from distdoctor.trace.loaders.fr_schema import (FIELDS, INT64, INT_FIELDS, ROW_FIELDS, EntryError, dtype_names, frame_list,
                                                 group_name, interpret, op_of, sizes_of)
 
 READ_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
@@ -89,39 +91,86 @@ def read_entries(entries, interner: Interner) -> tuple:
     raise ValueError(f"entries unreadable ({type(failure).__name__}: {failure})")
 
 
-def _read(entries: list, interner: Interner) -> tuple:
-    for e in entries:
-        if e.__class__ is not dict:
-            raise TypeError(f"a {type(e).__name__}, not a dict")
-    columns = {name: list(map(dict.get, entries, repeat(name))) for name in ROW_FIELDS}
-    rows, codes = read_rows(entries, columns, interner)
+def _read(entries: list, interner: Interner, typed: bool = False) -> tuple:
+    """read_entries' parts of dict entries, or (`typed`) of STRICT records (their row fields hashable as given)."""
+    if typed:
+        def column(name: str) -> list:
+            return list(map(operator.attrgetter(name), entries))
+    else:
+        for e in entries:
+            if e.__class__ is not dict:
+                raise TypeError(f"a {type(e).__name__}, not a dict")
+
+        def column(name: str) -> list:
+            return list(map(dict.get, entries, repeat(name), repeat(_MISSING)))
+    columns = {name: column(name) for name in ROW_FIELDS}
+    rows, codes = read_rows(entries, columns, interner, typed)
     p2p = np.array([p2p for _, p2p, _ in rows] or [False])[codes]
-    own = {f.model: own_values(f, list(map(dict.get, entries, repeat(f.name), repeat(_MISSING))), p2p)
-           for f in INT_FIELDS}
+    own = {f.model: own_values(f, column(f.name), p2p) for f in INT_FIELDS}
     try:
-        stacks = frames_of(list(map(dict.get, entries, repeat("frames"))), interner)
+        frames = column("frames")
+        stacks = frames_of([None if v is _MISSING else v for v in frames] if _MISSING in frames else frames,
+                           interner)
     except READ_ERRORS as exc:
         raise EntryError("frames", exc) from None
     return rows, codes, own, *stacks
 
 
-_MISSING = object()
+_MISSING = msgspec.UNSET  # a key the entry does not have (STRICT records: a field not given)
 
 
-def read_rows(entries: list, columns: dict, interner: Interner) -> tuple[list[tuple], np.ndarray]:
+def read_rows(entries: list, columns: dict, interner: Interner, typed: bool = False) -> tuple[list, np.ndarray]:
     """Each distinct row (interpret's (Row, p2p), numbered first seen first) and each entry's row."""
+    columns = {name: [None if v is _MISSING else v for v in values] if _MISSING in values else values
+               for name, values in columns.items()}
     try:
-        codes = _codes([_keys(columns[name]) for name in ROW_FIELDS], len(entries))
+        codes = _codes([columns[name] if typed else _keys(columns[name]) for name in ROW_FIELDS], len(entries))
     except TypeError:  # an unhashable value inside a list: every value keyed one by one
         codes = _codes([list(map(_key, columns[name])) for name in ROW_FIELDS], len(entries))
     _, first = np.unique(codes, return_index=True)  # row k's first entry (codes are in first-seen order)
     rows = []
     for i in first.tolist():
+        raw = {name: columns[name][i] for name in ROW_FIELDS} if typed else entries[i]
         try:
-            rows.append(interpret(entries[i], interner))
+            rows.append(interpret(raw, interner))
         except EntryError as exc:
             raise _at(exc, i) from None
     return rows, codes
+
+
+# The table's fields as torch writes them in a JSON dump, decoded by msgspec straight into records (fields not
+# read are skipped, row fields come hashable): the Python reader's fast decoding of a JSON dump. A dump that does
+# not fit these types exactly is parsed into dicts instead, and read by the same code.
+_I64 = Annotated[int, msgspec.Meta(ge=INT64[0], le=INT64[1])]  # (beyond it, the parsers disagree: dicts)
+_STRICT_TYPES = {"process_group": tuple[str, ...], "profiling_name": str, "record_id": _I64,
+                 "input_sizes": tuple[tuple[_I64, ...], ...] | None, "output_sizes": tuple[tuple[_I64, ...], ...] | None,
+                 "input_dtypes": tuple[str, ...] | None, "output_dtypes": tuple[str, ...] | None,
+                 "state": str | None, "retired": bool | None, "thread_name": str | None, "is_p2p": bool | None,
+                 "frames": tuple[()] | None}
+STRICT = msgspec.defstruct("FrEntry", [(f.name, _STRICT_TYPES.get(f.name, _I64 | None),
+                                        msgspec.UNSET if f.required or f.name == "record_id" else None)
+                                       for f in FIELDS], gc=False)
+_STRICT_ENTRIES = msgspec.json.Decoder(list[STRICT])
+_TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def strict_json(data: bytes) -> tuple[dict, list] | None:
+    """(The dump's top-level raw values, its entries as STRICT records) of a JSON dump written as torch writes
+    it; None otherwise (the caller parses it into dicts)."""
+    try:
+        top = _TOP_LEVEL.decode(data)
+        raw = top.pop("entries", None)
+        return (top, _STRICT_ENTRIES.decode(raw)) if raw is not None else None
+    except (msgspec.DecodeError, ValueError, RecursionError, MemoryError):  # ValueError: bad UTF-8
+        return None
+
+
+def read_strict(recs: list, interner: Interner) -> tuple:
+    """read_entries' parts of STRICT records (where one cannot be read: ValueError, the caller reads dicts)."""
+    try:
+        return _read(recs, interner, typed=True)
+    except (*READ_ERRORS, RecursionError) as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _codes(keys: list[list], n: int) -> np.ndarray:
