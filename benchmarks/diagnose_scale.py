@@ -31,11 +31,9 @@ Prints a JSON summary and the markdown rows for docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import pickle
-import resource
 import subprocess
 import sys
 import time

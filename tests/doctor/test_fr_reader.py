@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from distdoctor.trace.loaders import flight_recorder as fr
-from distdoctor.trace.loaders.fr_reader import Interner
 from distdoctor.trace.loaders.safe_pickle import safe_unpickle
 from distdoctor.trace.model import RankTrace
 

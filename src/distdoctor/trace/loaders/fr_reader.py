@@ -1,12 +1,13 @@
-"""The Python Flight Recorder reader: a dump's entries (dicts, from the safe unpickler or a JSON parser) read
-into the compact form (trace/coded.py), by the field table (fr_schema.py).
+"""The Python Flight Recorder reader: a dump's entries read into the compact form (trace/coded.py), by the field
+table (fr_schema.py). The entries come as dicts (from the safe unpickler, or a JSON dump parsed), or as STRICT
+records (a JSON dump written as torch writes it, decoded by msgspec from the table's fields): one reading of both.
 
 It is the reference the C readers are tested against and the reader wherever they were not built or hand a
 file over. Per field, in C loops over all entries: the row fields of each entry are keyed (lists as tuples,
 equal values equal keys, as the interner shares them) and numbered first seen first; each distinct row is
 interpreted once from its first entry (fr_schema.interpret); the integers go into int64 arrays, the times into
-float64 seconds. A value the model cannot take raises ValueError naming the entry's index and the field
-(fr_schema.check_entry finds them when the fast pass cannot say where).
+float64 seconds. A value the model cannot take raises ValueError naming the entry's index and the field (where
+the pass over all entries cannot say which, each entry is read alone until one fails: the validator).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from typing import Annotated
 import msgspec
 import numpy as np
 
-from distdoctor.trace.coded import Row, int_arrays, stacks_of
-from distdoctor.trace.loaders.fr_schema import (FIELDS, INT64, INT_FIELDS, ROW_FIELDS, EntryError, dtype_names, frame_list,
-                                                group_name, interpret, op_of, sizes_of)
+from distdoctor.trace.coded import int_arrays, stacks_of
+from distdoctor.trace.loaders.fr_schema import (FIELDS, INT64, INT_FIELDS, ROW_FIELDS, EntryError, dtype_names,
+                                                frame_list, group_name, interpret, op_of, sizes_of)
 
 READ_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
 FRAME_KEY = operator.itemgetter("name", "filename", "line")  # a frame's key in Interner.frame_list
@@ -282,4 +283,4 @@ def from_rows(rows: list[tuple], interner: Interner) -> tuple[list[tuple], np.nd
     return read_rows(rows, columns, interner)
 
 
-__all__ = ["Interner", "read_entries", "from_rows", "frames_of", "Row"]
+__all__ = ["Interner", "read_entries", "read_strict", "strict_json", "from_rows", "frames_of"]
