@@ -4,13 +4,20 @@
         [--rounds N] [--baseline OTHER_CHECKOUT]    # e.g. git worktree add /tmp/prev <older commit>
         [--form json|pickle] [--scanner on|off] [--gen-jobs N] [--generate-only]
 
+    # a set where every collective runs on the world-sized group (also small, mix):
+    python benchmarks/diagnose_scale.py --ranks 4096 --entries 200 --layout world --skip-torchfrtrace
     # the largest set (about 20 GB of JSON and 7 GB of pickles; delete the directory afterwards):
     nice python benchmarks/diagnose_scale.py --ranks 16384 --data /tmp/scale-data --gen-jobs 2 --skip-torchfrtrace
 
-Generates synthetic but realistic NCCL-style dumps (pg_config with members; a 3-D layout: tensor-parallel groups
-of 8, data-parallel groups across them, the default group; all_reduce / reduce_scatter / all_gather / broadcast
-with realistic sizes and timestamps; entries completed and retired) with one planted fault: rank 777 stops in
-its data loader, so its tensor-parallel peers hang in the next all_reduce. Writes each dump as JSON
+Generates synthetic but realistic NCCL-style dumps (pg_config with members; all_reduce / reduce_scatter /
+all_gather / broadcast with realistic sizes and timestamps; entries completed and retired) in one of four
+layouts (--layout):
+- tp (the default): tensor-parallel groups of 8, data-parallel groups across them, the default group; one planted
+  fault: rank 777 stops in its data loader, so its tensor-parallel peers hang in the next all_reduce;
+- world: every collective on the default group (pure data parallel, or FSDP over the whole world), one rank
+  that never issued the last all_reduce the others hang in;
+- small: every collective on many small groups (of 8), the rank's group hangs behind the same lost rank;
+- mix: steps alternating between the default group and the small groups, the same fault. Writes each dump as JSON
 (`_dump_fr_trace_json` layout) and as pickle (for torchfrtrace), then times, each in a fresh child process:
 - `distdoctor diagnose DIR --format json` on the JSON (or --form pickle) dumps: wall and CPU seconds and peak
   RSS of its largest process (the median of --rounds
@@ -24,11 +31,9 @@ Prints a JSON summary and the markdown rows for docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import pickle
-import resource
 import subprocess
 import sys
 import time
@@ -55,9 +60,19 @@ def layout(world: int) -> dict[str, list[int]]:
 STEP = ([("tp", "all_reduce", [[4096, 1024]], "BFloat16")] * 6
         + [("dp", "reduce_scatter", [[8388608]], "Float"), ("dp", "all_gather", [[1048576]], "Float"),
            ("0", "all_reduce", [[1]], "Float"), ("tp", "broadcast", [[256]], "Long")])
+# The other layouts (--layout): "tp" names the rank's small group (of TP ranks) there, "dp" the world.
+STEPS = {"tp": STEP,
+         "world": [("0", "all_gather", [[1048576]], "BFloat16")] * 4 + [("0", "reduce_scatter", [[8388608]], "Float"),
+                   ("0", "all_reduce", [[1]], "Float")],
+         "small": [("tp", "all_reduce", [[4096, 1024]], "BFloat16")] * 4 + [("tp", "broadcast", [[256]], "Long")],
+         "mix": [("tp", "all_reduce", [[4096, 1024]], "BFloat16")] * 3 + [("0", "all_reduce", [[1024]], "Float"),
+                 ("0", "broadcast", [[256]], "Long")]}
+LAYOUT = "tp"  # set by main (--layout); the workers that write dumps inherit it
 
 
 def rank_dump(rank: int, world: int, n_entries: int, groups: dict[str, list[int]]) -> dict:
+    if LAYOUT != "tp":
+        return _layout_dump(rank, world, n_entries, groups)
     tp, dp = f"tp{rank // TP}", f"dp{rank % TP}"
     names = {"tp": tp, "dp": dp, "0": "0"}
     pg_config = {g: {"name": g, "desc": "default_pg" if g == "0" else g, "ranks": json.dumps(groups[g])}
@@ -82,17 +97,54 @@ def rank_dump(rank: int, world: int, n_entries: int, groups: dict[str, list[int]
         # the peers of the lost rank issue the all_reduce they then hang in, the rest of the world hangs later
         hung = (rank // TP == fault // TP and i >= n_entries - 5) or i >= n_entries - 1
         t = t0 + i * 3_000_000 + (rank % 7) * 1000
-        entries.append({
-            "record_id": i, "pg_id": 0 if g == "0" else (1 if kind == "tp" else 2), "process_group": [g, g],
-            "collective_seq_id": seqs[g], "p2p_seq_id": 0, "op_id": seqs[g], "profiling_name": f"nccl:{op}",
-            "time_created_ns": t, "input_sizes": sizes, "input_dtypes": [dtype], "output_sizes": out,
-            "output_dtypes": [dtype], "state": "scheduled" if hung else "completed",
-            "time_discovered_started_ns": 0 if hung else t + 5000,
-            "time_discovered_completed_ns": 0 if hung else t + 900_000, "retired": not hung,
-            "timeout_ms": 600000, "is_p2p": False, "thread_id": "140000000000000", "thread_name": "pt_main_thread",
-        })
+        entries.append(_entry(i, g, 0 if g == "0" else (1 if kind == "tp" else 2), seqs[g], op, sizes, out, dtype,
+                              t, hung))
         if hung and kind == "tp":
             break  # a rank blocks in its first hung collective
+    return {"version": "2.10", "pg_config": pg_config,
+            "pg_status": {}, "comm_lib_version": "2.21.5", "nccl_comm_state": {}, "entries": entries}
+
+
+def _entry(i: int, g: str, pg_id: int, seq: int, op: str, sizes: list, out: list, dtype: str, t: int,
+           hung: bool) -> dict:
+    """One entry as torch's NCCL Flight Recorder writes it (completed and retired unless `hung`)."""
+    return {
+        "record_id": i, "pg_id": pg_id, "process_group": [g, g],
+        "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq, "profiling_name": f"nccl:{op}",
+        "time_created_ns": t, "input_sizes": sizes, "input_dtypes": [dtype], "output_sizes": out,
+        "output_dtypes": [dtype], "state": "scheduled" if hung else "completed",
+        "time_discovered_started_ns": 0 if hung else t + 5000,
+        "time_discovered_completed_ns": 0 if hung else t + 900_000, "retired": not hung,
+        "timeout_ms": 600000, "is_p2p": False, "thread_id": "140000000000000", "thread_name": "pt_main_thread",
+    }
+
+
+def _layout_dump(rank: int, world: int, n_entries: int, groups: dict[str, list[int]]) -> dict:
+    """A dump of the world, small or mix layout: the fault rank never issues the last collective on its group
+    (the default group for world and mix), which every other member is hung in."""
+    small = f"tp{rank // TP}"
+    names = {"tp": small, "0": "0"}
+    step = STEPS[LAYOUT]
+    kinds = {kind for kind, *_ in step}
+    pg_config = {g: {"name": g, "desc": "default_pg" if g == "0" else g, "ranks": json.dumps(groups[g])}
+                 for g in ("0", small) if g == "0" or "tp" in kinds}
+    fault = fault_rank(world)
+    last_kind = "0" if "0" in kinds else "tp"
+    in_fault_group = last_kind == "0" or rank // TP == fault // TP
+    seqs = {g: 0 for g in names.values()}
+    entries = []
+    t0 = 1_700_000_000_000_000_000
+    for i in range(n_entries):
+        kind, op, sizes, dtype = step[i % len(step)] if i < n_entries - 1 else (last_kind, "all_reduce", [[1]], "Float")
+        if rank == fault and i == n_entries - 1:
+            break  # never issued the last collective
+        g = names[kind]
+        seqs[g] += 1
+        n = len(groups[g])
+        out = [[sizes[0][0] // n]] if op == "reduce_scatter" else [[sizes[0][0] * n]] if op == "all_gather" else sizes
+        hung = i == n_entries - 1 and in_fault_group
+        t = t0 + i * 3_000_000 + (rank % 7) * 1000
+        entries.append(_entry(i, g, 0 if g == "0" else 1, seqs[g], op, sizes, out, dtype, t, hung))
     return {"version": "2.10", "pg_config": pg_config,
             "pg_status": {}, "comm_lib_version": "2.21.5", "nccl_comm_state": {}, "entries": entries}
 
@@ -252,14 +304,18 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="runs of each (alternating with --baseline)")
     ap.add_argument("--gen-jobs", type=int, default=1, help="processes writing the dumps (once per set)")
     ap.add_argument("--form", choices=("json", "pickle"), default="json", help="which dumps distdoctor reads")
-    ap.add_argument("--scanner", choices=("on", "off", "c", "numba"), default="on",
-                    help="on: the compiled scanners installed (C where built, else numba); off: none; c: the C JSON "
-                    "scanner only (as without the `fast` extra); numba: numba's only")
+    ap.add_argument("--layout", choices=tuple(STEPS), default="tp", help="which groups the collectives run on "
+                    "(see above; world: all on the default group)")
+    ap.add_argument("--scanner", choices=("on", "off"), default="on",
+                    help="on: the C readers built at install; off: the Python reader (as an install without a C "
+                    "compiler)")
     ap.add_argument("--generate-only", action="store_true", help="write the dumps and stop")
     ap.add_argument("--cold", action="store_true", help="drop the dumps from the page cache before each run (as "
                     "a set just copied off the cluster, or one larger than the machine's memory, is read)")
     args = ap.parse_args()
-    data = Path(args.data) / f"{args.ranks}x{args.entries}"
+    global LAYOUT
+    LAYOUT = args.layout
+    data = Path(args.data) / (f"{args.ranks}x{args.entries}" + ("" if args.layout == "tp" else f"-{args.layout}"))
     t = time.perf_counter()
     generate(data, args.ranks, args.entries, args.gen_jobs)
     print(f"dumps ready in {time.perf_counter() - t:.1f} s under {data}", file=sys.stderr)
@@ -284,10 +340,10 @@ def main() -> None:
             baseline_runs.append(diagnose(Path(args.baseline), str(data / "report.baseline.json")))
     ours = {"rc": None, "outcome": "skipped", "wall_s": float("nan"), "cpu_s": float("nan")} if not runs else \
         dict(sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2])  # the median run
-    summary = {"ranks": args.ranks, "entries_per_rank": args.entries, "cpus": os.cpu_count(), "form": args.form,
+    summary = {"ranks": args.ranks, "entries_per_rank": args.entries, "layout": args.layout,
+               "cpus": os.cpu_count(), "form": args.form,
                "scanner": args.scanner, "cold": args.cold, "load_average_before": load_before,
-               "bytes": sum(p.stat().st_size for p in (data / args.form).iterdir()), "distdoctor": ours,
-               "fast_extra": importlib.util.find_spec("numba") is not None}
+               "bytes": sum(p.stat().st_size for p in (data / args.form).iterdir()), "distdoctor": ours}
     if len(runs) > 1:
         summary["distdoctor_runs"] = [(r["wall_s"], r["cpu_s"], r.get("peak_rss_mb")) for r in runs]
     if baseline_runs:

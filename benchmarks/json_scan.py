@@ -3,9 +3,9 @@
     python benchmarks/json_scan.py [--world 1024] [--entries 2000] [--rank 5] [--repeat 50]
 
 One rank's dump as benchmarks/diagnose_scale.py writes it (about 1.1 MB at 2000 entries), in memory: the scanner
-(fr_json_scan._scan_with: validation, replay or byte-by-byte scan per entry, representatives) in each compilation
-there is (C, built at install; numba's, the `fast` extra) and, as the yardstick, msgspec decoding the same bytes
-into a struct that skips every entry, the three taking turns run by run. Prints best and median milliseconds of
+(fr_json_scan._scan_with: validation, replay or byte-by-byte scan per entry, representatives) in C, built at
+install, and, as the yardstick, msgspec decoding the same bytes into a struct that skips every entry, the two
+taking turns run by run. Prints best and median milliseconds of
 --repeat runs each and the ratios of the bests. With PYTHONPATH=<another checkout>/src it times that checkout's
 scanner (the ratio to msgspec compares across runs)."""
 
@@ -47,22 +47,14 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=50)
     args = ap.parse_args()
-    kernels = {}
     try:
         from distdoctor.trace.loaders._fr_json_kernel import scan as c_scan
-        kernels["c"] = c_scan
     except ImportError:
-        pass
-    try:
-        from distdoctor.trace.loaders.fr_json_kernels import scan as numba_scan
-        kernels["numba"] = numba_scan
-    except ImportError:
-        pass
-    if not kernels:
-        sys.exit("no compiled scanner: neither the C one (built at install) nor numba's (the `fast` extra)")
+        sys.exit("no compiled scanner: the C one is built at install, where a C compiler is found")
+    kernels = {"c": c_scan}
     data = json.dumps(rank_dump(args.rank, args.world, args.entries, layout(args.world))).encode()
     for scan in kernels.values():
-        got = fr_json_scan._scan_with(scan, data)  # (numba: compiles here, or loads its cache)
+        got = fr_json_scan._scan_with(scan, data)
         assert got is not None and got.n == args.entries, "the scanner handed the dump over"
     skip = msgspec.json.Decoder(_Dump)
     runs: dict[str, list[float]] = {name: [] for name in (*kernels, "msgspec_skip")}
@@ -74,8 +66,6 @@ def main() -> None:
     out = {"bytes": len(data), "entries": got.n, "groups": len(got.representatives),
            **{f"{name}_ms_best_median": (best[name], round(statistics.median(r), 3)) for name, r in runs.items()},
            **{f"ratio_best_{name}_over_skip": round(best[name] / best["msgspec_skip"], 2) for name in kernels}}
-    if len(kernels) == 2:
-        out["ratio_best_numba_over_c"] = round(best["numba"] / best["c"], 2)
     print(json.dumps(out, indent=1))
 
 

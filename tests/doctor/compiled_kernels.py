@@ -1,23 +1,20 @@
-"""Shared by the scanner tests (test_fr_json_scan.py, test_fr_pickle_scan.py): each test runs once per
-compilation of the scanner, C and numba."""
+"""Shared by the scanner tests (test_fr_json_scan.py, test_fr_pickle_scan.py): each test runs with the C reader
+built at install, skipped where it was not built."""
 
 from __future__ import annotations
 
 import pytest
 
 
-def compiled_kernel(request, monkeypatch, scan_module, c_module: str):
-    """Body of the scanner tests' autouse fixture, parametrized over "c" and "numba": the test runs with that
-    compilation only (DISTDOCTOR_SCANNER picks it), skipped where it is not there; `scan_module` is
-    fr_json_scan or fr_pickle_scan, `c_module` its C kernel's module name."""
-    if request.param == "c":
-        pytest.importorskip(f"distdoctor.trace.loaders.{c_module}", reason="the C kernel was not built")
-    else:
-        pytest.importorskip("numba")  # the `fast` extra (part of the test extras)
-    monkeypatch.setenv("DISTDOCTOR_SCANNER", request.param)
+def compiled_kernel(monkeypatch, scan_module, c_module: str):
+    """Body of the scanner tests' autouse fixture: the C reader started afresh for the test (the Python reader
+    is the oracle each test compares it with); `scan_module` is fr_json_scan or fr_pickle_scan, `c_module` its C
+    kernel's module name."""
+    pytest.importorskip(f"distdoctor.trace.loaders.{c_module}", reason="the C kernel was not built")
+    monkeypatch.delenv("DISTDOCTOR_SCANNER", raising=False)
     scan_module.kernels.cache_clear()
     assert scan_module.kernels() is not None
-    yield request.param
+    yield "c"
     monkeypatch.undo()
     scan_module.kernels.cache_clear()
     scan_module.FAILURE = None

@@ -140,7 +140,7 @@ def test_missing_paths_and_malformed_entries(tmp_path):
     (tmp_path / "noname.json").write_text(json.dumps({"version": "2.10", "pg_config": {}, "entries": []}))
     ts = load_traces([str(tmp_path), str(tmp_path / "nope")])
     reasons = {Path(e.path).name: e.reason for e in ts.errors}
-    assert reasons["x_rank_0"] == "entry 1 is malformed (missing key 'process_group')"
+    assert reasons["x_rank_0"] == "entry 1 is malformed (field 'process_group' is missing)"
     assert reasons["y_rank_1"] == "'entries' is dict, not a list"
     assert reasons["noname.json"].startswith("cannot tell which rank")
     assert reasons["nope"] == "no such file or directory"
@@ -199,11 +199,11 @@ def test_directory_with_a_fifo_loads_its_dumps_and_never_blocks(tmp_path):
 
 @pytest.mark.parametrize("tweak", ["as_is", "one_record_id_missing", "null_seq", "null_time", "time_beyond_int64",
                                    "negative_time", "zero_times", "no_entries"])
-def test_typed_reader_columns_equal_the_general_parser(tmp_path, tweak):
-    """The typed JSON reader puts each integer field in a numpy array when every value fits int64 and keeps a list
-    otherwise (an absent record id, a null, a value beyond int64): either way, entry for entry and in the per-rank
-    summary, the trace is the general parser's."""
-    from distdoctor.trace.loaders.flight_recorder import _Interner, load_fr_json, parse_fr_json_fast
+def test_the_scanner_and_the_python_reader_give_one_trace(tmp_path, tweak):
+    """A JSON dump read by the C scanner (or handed over by it) and by the Python reader: entry for entry and in
+    the per-rank summary, one trace; an integer beyond int64 is refused by both, naming the entry and field."""
+    from distdoctor.trace.loaders.flight_recorder import load_fr_json_bytes
+    from distdoctor.trace.loaders.fr_reader import Interner
     from distdoctor.trace.summary import _compute
 
     dump = _as_json_dump(FIX / "nccl_style" / "nccl_trace_rank_1")
@@ -229,18 +229,21 @@ def test_typed_reader_columns_equal_the_general_parser(tmp_path, tweak):
         entries.clear()
     data = json.dumps(dump).encode()
     path = str(tmp_path / "rank_1.json")
-    fast = parse_fr_json_fast(data, path, _Interner())
-    general = load_fr_json(json.loads(data), path, _Interner())
-    assert fast is not None
+    if tweak == "time_beyond_int64":
+        for scan in (True, False):
+            with pytest.raises(ValueError, match=r"^entry 2 is malformed \(field 'time_discovered_completed_ns': "
+                                                 r"ValueError: 9223372036854775813 is beyond a 64-bit integer\)$"):
+                load_fr_json_bytes(data, path, Interner(), scan)
+        return
+    fast = load_fr_json_bytes(data, path, Interner())
+    general = load_fr_json_bytes(data, path, Interner(), scan=False)
     assert list(fast.entries) == list(general.entries)
     assert (fast.groups, fast.rank, fast.version) == (general.groups, general.rank, general.version)
     assert _compute(fast) == _compute(general)
-    if tweak == "as_is":  # every value fits: the arrays, as the scanner gives them
-        assert isinstance(fast.entries.coded.seq, tuple) and not isinstance(fast.entries.coded.times[0], list)
-    elif tweak == "time_beyond_int64":
-        assert fast.entries[2].t_completed == (2 ** 63 + 5) / 1e9
-    elif tweak == "one_record_id_missing":
+    if tweak == "one_record_id_missing":
         assert [e.index for e in fast.entries][:3] == [entries[0]["record_id"], 1, entries[2]["record_id"]]
+    elif tweak == "negative_time":
+        assert fast.entries[0].t_created == -7 / 1e9
 
 
 def _as_json_dump(pickled: Path) -> dict:
@@ -251,10 +254,12 @@ def _as_json_dump(pickled: Path) -> dict:
 
 
 @pytest.mark.parametrize("tweak", ["as_is", "no_record_id", "float_time", "string_seq", "no_frames"])
-def test_json_fast_path_and_general_path_agree(tmp_path, tweak):
-    """JSON dumps are decoded into typed columns when they fit the strict types, else through the general
-    parser: both give the same trace, entry for entry (p2p peers, frames, thread names, shared size lists)."""
-    from distdoctor.trace.loaders.flight_recorder import _Interner, load_fr_json, parse_fr_json_fast
+def test_json_scanner_and_python_reader_agree(tmp_path, tweak):
+    """JSON dumps are read by the C scanner where it can, else by the Python reader (a float time, a string
+    seq, frames): both give the same trace, entry for entry (p2p peers, frames, thread names, shared size lists)."""
+    from distdoctor.trace.loaders.flight_recorder import load_fr_json_bytes
+    from distdoctor.trace.loaders.fr_json_scan import scan_fr_json
+    from distdoctor.trace.loaders.fr_reader import Interner
 
     for r in range(4):
         dump = _as_json_dump(FIX / "nccl_style" / f"nccl_trace_rank_{r}")
@@ -269,12 +274,10 @@ def test_json_fast_path_and_general_path_agree(tmp_path, tweak):
                 e.pop("frames", None)
         data = json.dumps(dump).encode()
         path = str(tmp_path / f"rank_{r}.json")
-        fast = parse_fr_json_fast(data, path, _Interner())
-        general = load_fr_json(json.loads(data), path, _Interner())
+        fast = load_fr_json_bytes(data, path, Interner())
+        general = load_fr_json_bytes(data, path, Interner(), scan=False)
         if tweak in ("float_time", "string_seq"):
-            assert fast is None  # does not fit the strict types: the general path takes it
-            continue
-        assert fast is not None
+            assert scan_fr_json(data) is None  # not an integer where one belongs: the Python reader takes it
         assert list(fast.entries) == list(general.entries)
         assert (fast.groups, fast.rank, fast.version, fast.world_size) == \
                (general.groups, general.rank, general.version, general.world_size)

@@ -94,7 +94,7 @@ def test_rank_ranges():
 
 @pytest.mark.parametrize("change", ["dtype", "frames"])
 def test_a_divergence_deep_in_a_pickle_is_loaded_whole(tmp_path, change):
-    """Pickles (read in compact form with their stack frames, fr_coded.py): a rank whose 11th collective has
+    """Pickles (read in compact form with their stack frames, trace/coded.py): a rank whose 11th collective has
     another dtype, or was called from another line, cannot be proven to agree; the report is the whole set's."""
     import pickle
 

@@ -1,8 +1,7 @@
 """The compiled Flight Recorder JSON scanner reads every dump exactly as the per-entry reader does, or leaves
 it to that reader: same entries, groups, header and per-rank summary. Checked on real dumps (written by torch
 in the fixtures), on hand-made layouts the scanner must accept, on inputs it must hand over, and on random
-dumps with random damage; every check runs on both compilations of the scanner (C, built at install, and
-numba's, the `fast` extra)."""
+dumps with random damage; the scanner is the C one built at install."""
 
 from __future__ import annotations
 
@@ -16,8 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from distdoctor.trace.loaders import fr_json_scan, load_traces
-from distdoctor.trace.loaders.flight_recorder import _Interner, _trace_from_scan, parse_fr_json_fast, safe_unpickle
+from distdoctor.trace.coded import Entries
+from distdoctor.trace.loaders.flight_recorder import (_from_json_scan, json_loads, load_fr_json, load_fr_json_bytes,
+                                                      safe_unpickle)
 from distdoctor.trace.loaders.fr_json_scan import kernels, scan_fr_json
+from distdoctor.trace.loaders.fr_reader import Interner
+from distdoctor.trace.model import RankTrace
 from distdoctor.trace.summary import _compute
 
 from compiled_kernels import compiled_kernel
@@ -29,22 +32,40 @@ FIX = Path(__file__).parent / "fixtures"
 PATH = "dump_rank_0.json"
 
 
-@pytest.fixture(autouse=True, params=["c", "numba"])
-def kernel(request, monkeypatch):
-    """Each test with the C scanner, then with numba's."""
-    yield from compiled_kernel(request, monkeypatch, fr_json_scan, "_fr_json_kernel")
+@pytest.fixture(autouse=True)
+def kernel(monkeypatch):
+    """Each test with the C scanner."""
+    yield from compiled_kernel(monkeypatch, fr_json_scan, "_fr_json_kernel")
 
 
 def read(data: bytes, scan: bool):
     try:
-        return parse_fr_json_fast(data, PATH, _Interner(), scan)
-    except ValueError as exc:  # a header the trace model refuses (version, rank): the same for both readers
+        return load_fr_json_bytes(data, PATH, Interner(), scan)
+    except ValueError as exc:  # a file the readers refuse: the same reason from both
+        return f"ValueError: {exc}"
+
+
+def as_dicts(data: bytes):
+    """The Python reader on the dump parsed into dicts (not decoded into fr_reader.STRICT records)."""
+    try:
+        obj = json_loads(data)
+    except (ValueError, RecursionError):
+        return None
+    try:
+        return load_fr_json(obj, PATH, Interner()) if isinstance(obj, dict) and "version" in obj else None
+    except ValueError as exc:
         return f"ValueError: {exc}"
 
 
 def same_reading(data: bytes) -> bool:
-    """Assert that both readers agree on `data`; True when the scanner itself read it."""
+    """Assert that the readers agree on `data` (the C scanner, the Python reader's strict decoding, its dicts);
+    True when the scanner itself read it."""
     scanned, plain = read(data, True), read(data, False)
+    dicts = as_dicts(data)
+    if hasattr(plain, "entries") and hasattr(dicts, "entries"):
+        assert list(plain.entries) == list(dicts.entries) and plain.groups == dicts.groups
+    elif dicts is not None and isinstance(plain, str) and plain.startswith("ValueError: entry"):
+        assert plain == dicts
     if not hasattr(plain, "entries"):
         assert scanned == plain
         return False
@@ -52,13 +73,10 @@ def same_reading(data: bytes) -> bool:
     assert (scanned.groups, scanned.rank, scanned.version, scanned.world_size) == \
            (plain.groups, plain.rank, plain.version, plain.world_size)
     assert list(scanned.groups) == list(plain.groups)  # in the same order, too
-    found = scan_fr_json(data)  # both readers give arrays now: ask the scanner whether it reads this one
-    used = found is not None and _trace_from_scan(found, PATH, _Interner()) is not None
-    for trace in (scanned, plain):
-        summary = _compute(trace)
-        trace.entries.columns  # noqa: B018 - expanded, for the list-based summary
-        trace.entries.coded = None
-        assert summary == _compute(trace)  # the numpy summary equals the per-entry one
+    found = scan_fr_json(data)  # both readers give the same form: ask the scanner whether it reads this one
+    used = found is not None and _from_json_scan(found, PATH, Interner()) is not None
+    summary = _compute(scanned)
+    assert summary == _compute(plain) == _compute(RankTrace(0, "native", entries=list(plain.entries)))
     return used
 
 
@@ -103,7 +121,7 @@ def mixed_entries(n: int = 12) -> list[dict]:
 
 def test_the_scanner_is_available(kernel):
     scan = kernels()
-    assert scan is not None and (scan.__module__ or "").endswith("_fr_json_kernel" if kernel == "c" else "kernels")
+    assert scan is not None and (scan.__module__ or "").endswith("_fr_json_kernel")
 
 
 @pytest.mark.parametrize("layout", ["default", "indented", "compact", "keys_shuffled", "fields_missing",
@@ -245,9 +263,48 @@ def test_a_big_set_loads_in_parallel_through_the_scanner(tmp_path):
     serial = load_traces([str(tmp_path)], jobs=1)
     assert sorted(parallel.ranks) == list(range(64)) and not parallel.errors
     for r, trace in parallel.ranks.items():
-        assert trace.entries.coded is not None  # read by the scanner
+        assert scan_fr_json((tmp_path / f"rank_{r}.json").read_bytes()) is not None  # read by the scanner
         assert list(trace.entries) == list(serial.ranks[r].entries)
         assert trace.summary == _compute(serial.ranks[r])
+
+
+def test_one_file_is_read_by_the_scanner_too(tmp_path, monkeypatch):
+    """The compiled readers read every load, however few files: one dump alone goes through the scanner."""
+    from distdoctor.trace.loaders import _fr_json_kernel as k
+
+    calls = []
+    scan = k.scan
+    monkeypatch.setattr(k, "scan", lambda *arrays: calls.append(1) or scan(*arrays))
+    kernels.cache_clear()
+    (tmp_path / "rank_0.json").write_text(json.dumps(dump(mixed_entries(8), rank=0)))
+    ts = load_traces([str(tmp_path)])
+    assert list(ts.ranks) == [0] and isinstance(ts.ranks[0].entries, Entries)
+    assert len(calls) >= 2  # the start-up check, then the dump
+
+
+def test_without_the_c_readers_the_set_loads_and_stderr_says_so_once(tmp_path, monkeypatch, capsys):
+    """An install without a C compiler: the Python reader loads every dump, and the first load says once on
+    stderr that the compiled readers are missing and what that costs."""
+    from distdoctor.trace.loaders import fr_pickle_scan
+
+    for name in ("_fr_json_kernel", "_fr_pickle_kernel"):  # an import of None raises ImportError
+        monkeypatch.setitem(sys.modules, f"distdoctor.trace.loaders.{name}", None)
+    monkeypatch.setattr(fr_json_scan, "_noted_missing", False)
+    kernels.cache_clear()
+    fr_pickle_scan.kernels.cache_clear()
+    try:
+        for r in range(2):
+            (tmp_path / f"rank_{r}.json").write_text(json.dumps(dump(mixed_entries(8), rank=r)))
+        (tmp_path / "rank_2.pkl").write_bytes(__import__("pickle").dumps(dump(mixed_entries(8), rank=2), protocol=4))
+        first = load_traces([str(tmp_path)])
+        again = load_traces([str(tmp_path)])
+        assert sorted(first.ranks) == sorted(again.ranks) == [0, 1, 2] and not first.errors
+        err = capsys.readouterr().err
+        assert err.count("compiled Flight Recorder readers were not built") == 1 and "the CPU time" in err
+    finally:
+        monkeypatch.undo()
+        fr_pickle_scan.kernels.cache_clear()
+        kernels.cache_clear()
 
 
 _values = st.one_of(st.none(), st.booleans(), st.integers(-3, 2 ** 64), st.floats(allow_nan=False),
@@ -286,20 +343,6 @@ def test_random_dumps_read_the_same(data):
     same_reading(data)
 
 
-def test_entries_are_grouped_by_their_bytes_not_by_a_digest(kernel):
-    """The digest only finds candidates (group_of): entries join a group only when their bytes are equal."""
-    import numpy as np
-
-    if kernel == "c":
-        pytest.skip("numba's helper, called directly (the C twin's grouping is checked by every reading above)")
-
-    from distdoctor.trace.loaders import fr_json_kernels as k
-
-    buf = np.frombuffer(b'["tp0"]["tp1"]["tp0"]', np.uint8)
-    spans = np.array([[[0, 7]], [[7, 14]], [[14, 21]]], np.int64)
-    assert not k.same_spans(buf, spans, 0, 1) and k.same_spans(buf, spans, 0, 2)
-
-
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
 @given(st.one_of(mutated_structure(FR_JSON_OBJ, allow_bytes=False).map(json_text), damaged_bytes(FR_JSON.encode())))
@@ -310,12 +353,9 @@ def test_mutated_real_json_dumps_read_the_same(text):
 
 
 def test_a_scanner_that_cannot_start_is_named_and_the_dumps_still_load(tmp_path, monkeypatch, capsys, kernel):
-    """A scanner there but unable to run (numba unable to compile, say): the per-entry reader loads the set and
+    """A scanner there but unable to run (built for another machine, say): the per-entry reader loads the set and
     the CLI says why."""
-    import importlib
-
-    name = "_fr_json_kernel" if kernel == "c" else "fr_json_kernels"
-    k = importlib.import_module(f"distdoctor.trace.loaders.{name}")
+    from distdoctor.trace.loaders import _fr_json_kernel as k
 
     def broken(*args):
         raise RuntimeError("no LLVM target for this machine")
@@ -345,8 +385,6 @@ def test_the_c_scanner_refuses_arrays_that_do_not_fit(kernel):
     """The C kernel checks every array it is given: a caller's mistake is an error, never a write out of bounds."""
     import numpy as np
 
-    if kernel != "c":
-        pytest.skip("numba's kernel trusts its caller (fr_json_scan._scan_with sizes every array)")
     from distdoctor.trace.loaders._fr_json_kernel import scan
 
     calls = []

@@ -1,8 +1,7 @@
 """The compiled pickle reader (trace/loaders/fr_pickle_scan.py) gives exactly the trace the safe unpickler's
 path gives, on real Gloo dumps (written by torch's C++ pickler), NCCL-style fixtures and odd values under every
 protocol; and it reads nothing the unpickler would refuse: on a damaged or hostile file it hands over, and the
-unpickler's reason is the one the user sees. Every check runs on both compilations of the reader (C, built at
-install, and numba's, the `fast` extra)."""
+unpickler's reason is the one the user sees. The reader is the C one built at install."""
 
 from __future__ import annotations
 
@@ -16,18 +15,19 @@ from hypothesis import strategies as st
 
 from distdoctor.trace.loaders import flight_recorder as fr
 from distdoctor.trace.loaders.fr_pickle_scan import kernels, scan_fr_pickle
+from distdoctor.trace.loaders.fr_reader import Interner
 from distdoctor.trace.loaders.safe_pickle import safe_unpickle
 
 from compiled_kernels import compiled_kernel
-from test_fr_columns import ODD, SHARED_FRAME, _entry, _same
+from test_fr_reader import ODD, SHARED_FRAME, _entry, _same
 
 
-@pytest.fixture(autouse=True, params=["c", "numba"])
-def kernel(request, monkeypatch):
-    """Each test with the C reader, then with numba's."""
+@pytest.fixture(autouse=True)
+def kernel(monkeypatch):
+    """Each test with the C reader."""
     from distdoctor.trace.loaders import fr_pickle_scan
 
-    yield from compiled_kernel(request, monkeypatch, fr_pickle_scan, "_fr_pickle_kernel")
+    yield from compiled_kernel(monkeypatch, fr_pickle_scan, "_fr_pickle_kernel")
 
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl_style"
@@ -35,7 +35,7 @@ PROTOCOLS = (2, 3, 4, 5)
 
 
 def _general(data: bytes, path: str = "rank_0"):
-    """The trace (or the error) of the unpickler's path: what load_fr_pickle gave before the scanner."""
+    """The trace (or the error) of the unpickler's path: the Python reader's."""
     try:
         return fr.parse_fr_dump(safe_unpickle(data), path, "flight_recorder-pickle")
     except ValueError as exc:
@@ -52,7 +52,7 @@ def _scanned(data: bytes, path: str = "rank_0"):
 def _alike(data: bytes, must_scan: bool = True) -> None:
     """The scanner's trace is the unpickler's; `must_scan`: and the scanner read it (handed nothing on)."""
     if must_scan:
-        assert fr._from_scan(data, "rank_0", fr._Interner()) is not None
+        assert fr._from_pickle_scan(data, "rank_0", Interner()) is not None
     got, expected = _scanned(data), _general(data)
     if isinstance(expected, str):
         assert got == expected
@@ -226,13 +226,11 @@ def test_a_damaged_file_the_scanner_reads_the_unpickler_reads_alike(flips):
 
 
 def test_a_reader_that_cannot_start_is_named_and_the_pickles_still_load(tmp_path, monkeypatch, capsys, kernel):
-    """A reader there but unable to run (numba unable to compile it, say): the unpickler loads the set and the
+    """A reader there but unable to run (built for another machine, say): the unpickler loads the set and the
     CLI says why (a silent fallback would leave a user wondering why 16 384 pickles take three times as long)."""
-    import importlib
     import json
 
-    name = "_fr_pickle_kernel" if kernel == "c" else "fr_pickle_kernels"
-    k = importlib.import_module(f"distdoctor.trace.loaders.{name}")
+    from distdoctor.trace.loaders import _fr_pickle_kernel as k
     from distdoctor.cli import main
     from distdoctor.trace.loaders import fr_pickle_scan, load_traces
 
@@ -264,8 +262,6 @@ def test_the_c_reader_refuses_arrays_and_tables_that_do_not_fit(kernel):
     corrupt node table is an error or FAIL, never a read or write out of bounds."""
     import numpy as np
 
-    if kernel != "c":
-        pytest.skip("numba's kernels trust their caller (fr_pickle_scan._scan_with sizes every array)")
     from distdoctor.trace.loaders import _fr_pickle_kernel as c
 
     data = pickle.dumps(_dump([_entry(record_id=i, collective_seq_id=i + 1) for i in range(3)]), protocol=4)

@@ -114,7 +114,7 @@ def test_run_hook_enables_and_chains_an_existing_sitecustomize(tmp_path, cli_env
     marker = tmp_path / "marker"
     (own / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     env = dict(cli_env, PYTHONPATH=os.pathsep.join([str(own), cli_env["PYTHONPATH"]]))
-    probe = ("import sys, distdoctor.trace as t; r = t.get_recorder(); "
+    probe = ("import sys, distdoctor.recorder as t; r = t.get_recorder(); "
              "print(r is not None, r.active, 'torch' in sys.modules, r.config.hang_timeout, r.config.buffer_size)")
     rc, out, err = run_distdoctor(["--dump-dir", str(tmp_path / "d"), "--hang-timeout", "7", "--buffer", "99",
                                    "--", sys.executable, "-c", probe], timeout=60, env=env)

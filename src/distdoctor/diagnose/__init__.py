@@ -5,6 +5,6 @@ can never pair), progress (where each rank is), straggler (late arrivals), analy
 """
 
 from distdoctor.diagnose.analyze import Report, analyze
-from distdoctor.diagnose.findings import KINDS, Finding
+from distdoctor.findings.kinds import KINDS, Finding
 
 __all__ = ["analyze", "Report", "Finding", "KINDS"]

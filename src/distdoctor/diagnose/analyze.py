@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from distdoctor.diagnose import hang_status, nccl_frontier, p2p, streams
 from distdoctor.diagnose.crash import crash_findings, crashed_ranks
 from distdoctor.diagnose.explain import Explainer, consequences_of, sort_findings
-from distdoctor.diagnose.findings import Finding, fmt_group, fmt_ranks, group_desc
+from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks, group_desc
 from distdoctor.diagnose.match import Divergence, GroupView, build_views, callsite_divergence, divergences
 from distdoctor.diagnose.progress import (describe_rank, is_gloo_fr, last_completed, probably_inside,
                                          rank_progress, where_now)

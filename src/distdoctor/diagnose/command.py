@@ -11,26 +11,6 @@ from distdoctor.errors import CheckFailed, InputError
 from distdoctor.options import count
 
 
-def merged_note(traces: list) -> str:
-    """One line on the ranks whose recorder trace and Flight Recorder dump were merged (and on ranks with only a
-    recorder trace whose sequence numbers were translated through a merged rank's)."""
-    from distdoctor.diagnose.findings import fmt_ranks
-
-    merged = [t for t in traces if "flight_recorder_only" in t.merged]
-    renumbered = [t for t in traces if "renumbered_through" in t.merged]
-    parts = []
-    if merged:
-        only_fr = sum(t.merged["flight_recorder_only"] for t in merged)
-        parts.append(f"{fmt_ranks([t.rank for t in merged])}: the recorder's trace and Flight Recorder's dump merged "
-                     f"into one view" + (f" ({only_fr} call(s) only Flight Recorder saw: issued from C++, e.g. DDP's "
-                                         f"gradient buckets)" if only_fr else ""))
-    if renumbered:
-        via = sorted({r for t in renumbered for r in t.merged["renumbered_through"].values()})
-        parts.append(f"{fmt_ranks([t.rank for t in renumbered])} left no Flight Recorder dump: sequence numbers "
-                     f"translated through {fmt_ranks(via)}'s; the calls C++ issued are missing from their view")
-    return "; ".join(parts)
-
-
 # Files found in a directory that are plainly not traces (a directory of mixed content): counted in one line, not
 # one warning each. A file named on the command line, a corrupt or an empty dump still get a warning of their own.
 _NOT_A_TRACE = {"unrecognized format": "not a trace format", "JSON but not a trace": "JSON but not a trace"}
@@ -162,7 +142,7 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
     from distdoctor.diagnose.analyze import analyze
     from distdoctor.report.chrome_trace import write_chrome_trace
     from distdoctor.report.diagnose_chrome import diagnose_spans
-    from distdoctor.report.diagnose_text import render_text
+    from distdoctor.report.diagnose_text import merged_note, render_text
     from distdoctor.report.html import render_html
     from distdoctor.report.json_text import indented_json
     from distdoctor.trace.loaders import load_traces

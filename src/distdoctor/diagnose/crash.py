@@ -11,7 +11,7 @@ of its own; ranks that crashed alike (same exception type and message) share one
 
 from __future__ import annotations
 
-from distdoctor.diagnose.findings import Finding, fmt_ranks
+from distdoctor.findings.kinds import Finding, fmt_ranks
 from distdoctor.diagnose.progress import crash_of, crash_phrase, last_completed
 from distdoctor.trace.model import TraceSet
 from distdoctor.world.failures import COMM_FAILURE  # what a backend raises when a peer is gone or silent

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import deque
 
 from distdoctor.diagnose.crash import COMM_FAILURE, crash_findings
-from distdoctor.diagnose.findings import PRIORITY, PRODUCER_ORDERED, Finding, fmt_group, fmt_ranks
+from distdoctor.findings.kinds import PRIORITY, PRODUCER_ORDERED, Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.progress import describe_rank
 from distdoctor.diagnose.waitfor import Wait, completed_by_peers

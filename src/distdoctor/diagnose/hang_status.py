@@ -33,7 +33,7 @@ import time
 from typing import TYPE_CHECKING
 
 from distdoctor.collectives import canonical_op
-from distdoctor.diagnose.findings import fmt_ranks
+from distdoctor.findings.kinds import fmt_ranks
 from distdoctor.diagnose.progress import where_now
 from distdoctor.trace.model import Entry, TraceSet
 

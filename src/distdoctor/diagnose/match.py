@@ -27,14 +27,14 @@ from operator import itemgetter
 from distdoctor.collectives import get_spec
 from distdoctor.collectives.names import as_recorded, backend_of, dtype_signature
 from distdoctor.trace.code_origin import is_user_code
-from distdoctor.trace.model import AGREE_ON, Entry, EntryColumns, TraceSet, entry_column, numel
+from distdoctor.trace.model import AGREE_ON, Entry, TraceSet, entry_column, numel
 from distdoctor.trace.summary import summarize
 
 SAME_INPUT_SIZE = {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather", "barrier"}
 
 
 class SeqEntries(Mapping):
-    """One rank's collectives on one group: seq -> Entry, each entry built only when read (see EntryColumns)."""
+    """One rank's collectives on one group: seq -> Entry, each entry built only when read (see trace/coded.py)."""
 
     __slots__ = ("index", "entries")
 
@@ -282,7 +282,7 @@ def agreed_prefix(view: GroupView, start: int, sorted_seqs: dict[int, list[int]]
     """How many collectives from `start` on every member holds, completed, and agrees on (so the scan can skip
     them): proven from the entries' columns, without building entries. 0 when the proof does not apply."""
     members = list(view.by_rank.items())
-    if len(members) < 2 or not all(isinstance(m, SeqEntries) and isinstance(m.entries, EntryColumns)
+    if len(members) < 2 or not all(isinstance(m, SeqEntries) and hasattr(m.entries, "column")  # (compact form)
                                    for _, m in members):
         return 0
     length = None

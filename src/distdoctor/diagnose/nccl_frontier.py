@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distdoctor.diagnose.findings import Finding, fmt_group, fmt_ranks
+from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.waitfor import p2p_index
 from distdoctor.trace.frontier import Frontier, frontiers, is_async

@@ -11,7 +11,7 @@ Flight Recorder over Gloo records no p2p at all, so these findings need the reco
 
 from __future__ import annotations
 
-from distdoctor.diagnose.findings import Finding, fmt_ranks
+from distdoctor.findings.kinds import Finding, fmt_ranks
 from distdoctor.diagnose.waitfor import Cycle, p2p_entries
 from distdoctor.findings.sentences import describe_cycle
 from distdoctor.trace.model import TraceSet

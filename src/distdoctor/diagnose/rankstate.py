@@ -20,7 +20,7 @@ The first that applies, in this order. `finding` is the index of the finding tha
 from __future__ import annotations
 
 from distdoctor.diagnose.explain import Explainer
-from distdoctor.diagnose.findings import Finding, fmt_group, fmt_ranks
+from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.progress import crash_phrase, where_now
 from distdoctor.trace.model import TraceSet
 

@@ -26,7 +26,7 @@ has a handful of distinct sites).
 
 from __future__ import annotations
 
-from distdoctor.diagnose.findings import Finding, fmt_ranks
+from distdoctor.findings.kinds import Finding, fmt_ranks
 from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.progress import main_stack
 from distdoctor.trace.code_origin import is_user_code

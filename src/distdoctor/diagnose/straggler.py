@@ -35,7 +35,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from distdoctor.diagnose.findings import Finding, fmt_group, fmt_ranks
+from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView, SeqEntries
 from distdoctor.world.lateness import MIN_LATE_S, MIN_STEP_SHARE, Z, judge_lateness, median_of_others  # noqa: F401
 

@@ -25,7 +25,7 @@ The report lists threads of stuck ranks first, then by lag, so the ranks whose p
 
 from __future__ import annotations
 
-from distdoctor.diagnose.findings import Finding, fmt_ranks
+from distdoctor.findings.kinds import Finding, fmt_ranks
 from distdoctor.trace.model import RankLog, ThreadState, TraceSet
 
 WHY = ("peers_finished", "peers_behind", "only_these_ranks", "idle_behind", "every_rank")

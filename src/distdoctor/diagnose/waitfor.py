@@ -132,6 +132,7 @@ def build_waits(ts: TraceSet, views: dict[str, GroupView],
     pending = pending_entries(ts, views, p2p)
     first_pending = {r: {gpu_stream(ts.ranks[r], e): e.index for e in es} for r, es in pending.items()}
     waits: list[Wait] = []
+    behind: dict[tuple, list[int]] = {}  # (group, seq, raw_op) -> the members that have not reached that call
     for rank, entries in pending.items():
         for e in entries:
             if e.is_p2p:
@@ -148,23 +149,33 @@ def build_waits(ts: TraceSet, views: dict[str, GroupView],
             view = views.get(e.group)
             if view is None or e.seq is None:
                 continue
-            blockers = []
-            for m in view.members:
-                if m == rank:
-                    continue
-                if m not in ts.ranks:
-                    blockers.append(m)
-                    continue
-                if view.last_completed.get(m, -1) >= e.seq:
-                    continue  # it completed the collective (an active-only dump no longer lists it)
-                theirs = view.by_rank.get(m, {}).get(e.seq)
-                if theirs is None and probably_inside(ts.ranks[m], e):
-                    continue  # its trace cannot show this call (issued from C++), and it is inside torch
-                if theirs is None or not _reached(m, theirs, first_pending, ts):
-                    blockers.append(m)
+            # Every member pending in one collective has the same members behind it (but itself): found once
+            # per call, not once per member (a world-sized group would make that world x world).
+            key = (e.group, e.seq, e.raw_op)
+            late = behind.get(key)
+            if late is None:
+                late = behind[key] = _behind(e, view, ts, first_pending)
+            blockers = [m for m in late if m != rank]
             if blockers:
                 waits.append(Wait(rank, e, blockers))
     return waits, pending
+
+
+def _behind(e: Entry, view: GroupView, ts: TraceSet, first_pending: dict[int, dict]) -> list[int]:
+    """The members of `e`'s group that have not reached collective `e`, in member order."""
+    late = []
+    for m in view.members:
+        if m not in ts.ranks:
+            late.append(m)
+            continue
+        if view.last_completed.get(m, -1) >= e.seq:
+            continue  # it completed the collective (an active-only dump no longer lists it)
+        theirs = view.by_rank.get(m, {}).get(e.seq)
+        if theirs is None and probably_inside(ts.ranks[m], e):
+            continue  # its trace cannot show this call (issued from C++), and it is inside torch
+        if theirs is None or not _reached(m, theirs, first_pending, ts):
+            late.append(m)
+    return late
 
 
 def _reached(rank: int, entry: Entry, first_pending: dict[int, dict], ts: TraceSet) -> bool:

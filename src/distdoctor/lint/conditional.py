@@ -11,7 +11,7 @@ code paths, however many sequence numbers repeat it (a loop), with the count.
 
 from __future__ import annotations
 
-from distdoctor.diagnose.findings import fmt_group, fmt_ranks
+from distdoctor.findings.kinds import fmt_group, fmt_ranks
 from distdoctor.lint.hazard import Hazard, site_of, user_frames
 from distdoctor.trace.model import TraceSet
 from distdoctor.trace.summary import summarize

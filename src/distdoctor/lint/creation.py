@@ -15,7 +15,7 @@ come in a different order from the most common order are the hazard.
 
 from __future__ import annotations
 
-from distdoctor.diagnose.findings import fmt_ranks
+from distdoctor.findings.kinds import fmt_ranks
 from distdoctor.diagnose.sites import fmt_chain, user_chain
 from distdoctor.lint.hazard import Hazard
 from distdoctor.trace.model import Frame, TraceSet

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from distdoctor.diagnose.findings import HAZARD_KINDS as KINDS
-from distdoctor.diagnose.findings import Finding, fmt_ranks
+from distdoctor.findings.kinds import HAZARD_KINDS as KINDS
+from distdoctor.findings.kinds import Finding, fmt_ranks
 from distdoctor.diagnose.sites import fmt_chain, user_chain
 from distdoctor.trace.model import Entry, Frame
 

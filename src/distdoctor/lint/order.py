@@ -16,7 +16,7 @@ from collections import defaultdict, deque
 
 import numpy as np
 
-from distdoctor.diagnose.findings import fmt_group, fmt_ranks
+from distdoctor.findings.kinds import fmt_group, fmt_ranks
 from distdoctor.lint.hazard import Hazard, call, site_of
 from distdoctor.trace.frontier import is_async
 from distdoctor.trace.model import RankTrace, TraceSet

@@ -13,7 +13,7 @@ batched calls in a way this replay does not read (its p2p entries are left out).
 
 from __future__ import annotations
 
-from distdoctor.diagnose.findings import fmt_ranks
+from distdoctor.findings.kinds import fmt_ranks
 from distdoctor.lint.hazard import Hazard, call, site_of
 from distdoctor.trace.model import Entry, TraceSet
 from distdoctor.trace.summary import summarize

@@ -17,7 +17,7 @@ the trace model; device_streams() is the one place to accept it.
 
 from __future__ import annotations
 
-from distdoctor.diagnose.findings import fmt_ranks
+from distdoctor.findings.kinds import fmt_ranks
 from distdoctor.lint.hazard import Hazard, call, site_of
 from distdoctor.trace.model import RankTrace, TraceSet
 

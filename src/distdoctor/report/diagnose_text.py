@@ -5,14 +5,31 @@ from __future__ import annotations
 
 from distdoctor.diagnose import hang_status
 from distdoctor.diagnose.analyze import Report
-from distdoctor.diagnose.command import merged_note
-from distdoctor.diagnose.findings import fmt_group
+from distdoctor.findings.kinds import fmt_group, fmt_ranks
 from distdoctor.report.diagnose_threads import thread_lines
 from distdoctor.report.findings import MAX_LISTED, finding_lines, fmt_ranges
 
 MAX_RANK_LINES = 32
 MAX_CONSEQUENCE_LINES = 8
 MAX_GIST_LINES = 16
+
+
+def merged_note(traces: list) -> str:
+    """One line on the ranks whose recorder trace and Flight Recorder dump were merged (and on ranks with only a
+    recorder trace whose sequence numbers were translated through a merged rank's)."""
+    merged = [t for t in traces if "flight_recorder_only" in t.merged]
+    renumbered = [t for t in traces if "renumbered_through" in t.merged]
+    parts = []
+    if merged:
+        only_fr = sum(t.merged["flight_recorder_only"] for t in merged)
+        parts.append(f"{fmt_ranks([t.rank for t in merged])}: the recorder's trace and Flight Recorder's dump merged "
+                     f"into one view" + (f" ({only_fr} call(s) only Flight Recorder saw: issued from C++, e.g. DDP's "
+                                         f"gradient buckets)" if only_fr else ""))
+    if renumbered:
+        via = sorted({r for t in renumbered for r in t.merged["renumbered_through"].values()})
+        parts.append(f"{fmt_ranks([t.rank for t in renumbered])} left no Flight Recorder dump: sequence numbers "
+                     f"translated through {fmt_ranks(via)}'s; the calls C++ issued are missing from their view")
+    return "; ".join(parts)
 
 
 def render_text(report: Report) -> str:

@@ -14,7 +14,7 @@ import html
 import math
 
 from distdoctor.diagnose.analyze import Report
-from distdoctor.diagnose.findings import fmt_group
+from distdoctor.findings.kinds import fmt_group
 from distdoctor.report.findings import who
 
 MAX_NODES = 24  # beyond this the picture is left out and the edge table says it all

@@ -25,8 +25,8 @@ from __future__ import annotations
 import functools
 import json
 import operator
-from collections.abc import Sequence, Sized
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
 from typing import Literal
 
 State = Literal["issued", "started", "completed"]
@@ -80,69 +80,6 @@ ENTRY_FIELDS = tuple(f.name for f in fields(Entry))
 # digests sign them, trace/loaders/stream.py). Output dtypes too: a scatter's non-root members pass no input, so
 # their dtype is their output's (collectives.names.dtype_signature).
 AGREE_ON = ("op", "root", "in_sizes", "in_dtypes", "out_sizes", "out_dtypes")
-_FIELD_INDEX = {name: i for i, name in enumerate(ENTRY_FIELDS)}
-_DEFAULTS = {f.name: f.default_factory() if f.default is MISSING else f.default for f in fields(Entry)
-             if f.default is not MISSING or f.default_factory is not MISSING}
-
-
-class EntryColumns(Sequence):
-    """A rank's entries stored column-wise (one list per Entry field, in field order; trailing fields may be
-    left out and take their defaults), each built into an Entry only when read.
-
-    A thousand-rank set of Flight Recorder dumps holds millions of entries; the analysis proves the agreed,
-    completed part of every group from the columns and reads entries one by one only where ranks part ways.
-    Read-only: columns and built entries describe the same dump and must not be changed."""
-
-    __slots__ = ("_columns", "_fields", "_built", "coded")
-
-    def __init__(self, columns: Sequence[list] | None, coded: Sized | None = None) -> None:
-        """`columns`, or None to expand them from `coded` when read (a compact form with `fields` and
-        `column(name)`, see trace/coded.py), each field on its own until an Entry is built: a load worker only
-        summarizes a trace and sends the compact form on, and the analysis reads most ranks' fields, not
-        entries."""
-        self._columns = None if columns is None else tuple(columns)
-        self._fields: dict[str, list] = {}  # columns expanded one by one (read alone, e.g. by a summary)
-        self.coded = coded
-        n = len(coded) if columns is None else len(self._columns[0]) if self._columns else 0
-        self._built: list[Entry | None] = [None] * n
-
-    @property
-    def columns(self) -> tuple[list, ...]:
-        if self._columns is None:
-            self._columns = tuple(self.column(name) for name in self.coded.fields)
-        return self._columns
-
-    def __len__(self) -> int:
-        return len(self._built)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self._built)))]
-        e = self._built[i]
-        if e is None:
-            values = self.coded.entry(i) if self._columns is None else [c[i] for c in self.columns]
-            e = self._built[i] = Entry(*values)
-        return e
-
-    def __iter__(self):
-        for i in range(len(self._built)):
-            yield self[i]
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, (list, EntryColumns)) and list(self) == list(other)
-
-    __hash__ = None  # mutable-looking container: unhashable, like list
-
-    def column(self, name: str) -> list:
-        if self._columns is None:
-            got = self._fields.get(name)
-            if got is None:
-                got = self._fields[name] = self.coded.column(name)
-            return got
-        i = _FIELD_INDEX[name]
-        if i < len(self.columns):
-            return self.columns[i]
-        return [_DEFAULTS[name]] * len(self._built)
 
 
 def numel(sizes: list[list[int]]) -> int:
@@ -157,10 +94,10 @@ def numel(sizes: list[list[int]]) -> int:
 
 
 def entry_column(entries: Sequence[Entry], name: str) -> list:
-    """One field of every entry, in order: straight from the columns when the entries are stored that way."""
-    if isinstance(entries, EntryColumns):
-        return entries.column(name)
-    return [getattr(e, name) for e in entries]
+    """One field of every entry, in order: straight from the compact form (trace/coded.py) when the entries are
+    stored that way."""
+    column = getattr(entries, "column", None)
+    return column(name) if column is not None else [getattr(e, name) for e in entries]
 
 
 @dataclass
@@ -179,7 +116,7 @@ class RankTrace:
     version: str = ""
     world_size: int | None = None
     groups: dict[str, GroupInfo] = field(default_factory=dict)
-    entries: list[Entry] | EntryColumns = field(default_factory=list)
+    entries: Sequence[Entry] = field(default_factory=list)  # a list, or loaded: trace/coded.py's Entries
     stacks: dict[str, list[Frame]] | None = None  # thread name -> frames, innermost last
     dump_reason: str | None = None
     dump_time: float | None = None

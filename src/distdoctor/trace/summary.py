@@ -9,7 +9,7 @@ not changed after loading.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from distdoctor.trace.model import RankTrace
 
@@ -36,71 +36,23 @@ def summarize(trace: RankTrace) -> TraceSummary:
 
 
 def _compute(trace: RankTrace) -> TraceSummary:
-    coded = getattr(trace.entries, "coded", None)
-    if coded is not None and isinstance(coded.seq, tuple):  # the scanner's arrays: no loop per entry
-        return _compute_coded(coded)
-    if coded is not None:  # the per-entry reader's lists: as arrays, when every value fits int64
-        seq = int_arrays(coded.seq)
-        if seq is not None:
-            return _compute_coded(replace(coded, seq=seq))
-    s = TraceSummary()
-    groups, seqs, ops, states = (trace.column(n) for n in ("group", "seq", "op", "state"))
-    in_sizes, out_sizes = trace.column("in_sizes"), trace.column("out_sizes")
-    by_group, completed, not_done, p2p = s.by_group, s.completed, s.not_done, s.p2p
-    sigs: list[tuple[str, str]] = []  # (group, op) of each entry with a seq, for the step period
-    seen_sizes: set = set()
-    for i, group, seq, op, state in zip(range(len(ops)), groups, seqs, ops, states):
-        done = state == "completed"
-        if done:
-            s.last_done = i
-        else:
-            not_done.append(i)
-        if seq is not None:
-            sigs.append((group, op))
-            if done:
-                completed[group] = completed.get(group, 0) + 1
-                s.last_done_collective = i
-        if op == "send" or op == "recv":
-            p2p.append(i)
-            continue
-        if seq is None:
-            continue
-        got = by_group.get(group)
-        if got is None:
-            got = by_group[group] = {}
-        got[seq] = i
-        if op == "all_gather" or op == "reduce_scatter":
-            key = (group, op, id(in_sizes[i]), id(out_sizes[i]))  # sizes are shared lists: ids stand for values
-            if key not in seen_sizes:
-                seen_sizes.add(key)
-                s.size_checks.append(i)
-    s.groups = set(groups)
-    for group, positions in by_group.items():
-        # A repeated seq keeps its last entry (as the mapping does); completion is judged on those entries.
-        done_seqs = [seq for seq, i in positions.items() if states[i] == "completed"]
-        if done_seqs:
-            s.last_completed[group] = max(done_seqs)
-    s.steps = _steps(sigs, sum(completed.values()))
-    return s
-
-
-def _compute_coded(c) -> TraceSummary:
-    """_compute on a CodedEntries with array sequence numbers (trace/coded.py), with numpy: the same summary
-    (tests/doctor compare the two)."""
+    """The summary of a trace's entries in compact form (trace/coded.py), with numpy: no loop per entry."""
     import numpy as np
 
+    from distdoctor.trace.coded import Entries, frozen, int_arrays
+
     s = TraceSummary()
+    c = Entries.of(trace.entries)
     codes, rows = c.codes, c.rows
-    n = len(codes)
-    if n == 0:
+    if len(codes) == 0:
         return s
-    group_ids = {name: i for i, name in enumerate(dict.fromkeys(r[0] for r in rows))}
+    values, unknown = c.own["seq"] if isinstance(c.own["seq"], tuple) else int_arrays(c.own["seq"])
+    group_ids = {name: i for i, name in enumerate(dict.fromkeys(row.group for row in rows))}
     names = list(group_ids)
-    gid = np.array([group_ids[r[0]] for r in rows])[codes]
-    done = np.array([r[7] == "completed" for r in rows])[codes]
-    sendrecv = np.array([r[1] in ("send", "recv") for r in rows])[codes]
-    values, unknown = c.seq
-    has_seq = ~(unknown | np.array(c.p2p_rows)[codes])  # the model's seq is None for p2p-flagged entries
+    gid = np.array([group_ids[row.group] for row in rows])[codes]
+    done = np.array([row.state == "completed" for row in rows])[codes]
+    sendrecv = np.array([row.op in ("send", "recv") for row in rows])[codes]
+    has_seq = ~unknown
     at = np.flatnonzero(done)
     s.last_done = int(at[-1]) if len(at) else None
     s.not_done = np.flatnonzero(~done).tolist()
@@ -119,32 +71,19 @@ def _compute_coded(c) -> TraceSummary:
         finished = done[last]
         if finished.any():
             s.last_completed[names[g]] = int(np.fromiter(got, np.int64, len(got))[finished].max())
-    # The first all_gather/reduce_scatter of each (group, op, sizes): sizes are shared lists, ids stand for values.
+    # The first all_gather/reduce_scatter of each (group, op, sizes).
     size_keys: dict = {}
-    row_key = np.array([size_keys.setdefault((r[0], r[1], id(r[3]), id(r[4])), len(size_keys))
-                        if r[1] in ("all_gather", "reduce_scatter") else -1 for r in rows])[codes]
+    row_key = np.array([size_keys.setdefault((row.group, row.op, frozen(row.in_sizes), frozen(row.out_sizes)),
+                                             len(size_keys))
+                        if row.op in ("all_gather", "reduce_scatter") else -1 for row in rows])[codes]
     checked = eligible[row_key[eligible] >= 0]
     _, first = np.unique(row_key[checked], return_index=True)
     s.size_checks = np.sort(checked[first]).tolist()
     s.groups = set(names)
     sig_ids: dict = {}
-    sig = np.array([sig_ids.setdefault((r[0], r[1]), len(sig_ids)) for r in rows])[codes][has_seq]
-    s.steps = _steps(sig.tolist(), len(at))  # (group, op) ids stand for the pairs
+    sig = np.array([sig_ids.setdefault((row.group, row.op), len(sig_ids)) for row in rows])[codes][has_seq]
+    s.steps = _steps(sig, len(at))  # (group, op) ids stand for the pairs
     return s
-
-
-def int_arrays(values: list):
-    """(int64 values, unknown mask) of a list of ints and None, as the scanner gives them; None when one does not
-    fit (a corrupt dump: the per-entry loop takes it)."""
-    import numpy as np
-
-    try:
-        if None not in values:
-            return np.array(values, np.int64), np.zeros(len(values), bool)
-        return (np.array([0 if v is None else v for v in values], np.int64),
-                np.fromiter((v is None for v in values), bool, len(values)))
-    except (OverflowError, TypeError, ValueError):
-        return None
 
 
 def _in_order_of_appearance(ids) -> list[int]:
@@ -154,20 +93,21 @@ def _in_order_of_appearance(ids) -> list[int]:
     return values[np.argsort(first)].tolist()
 
 
-def _steps(sigs: list, done: int) -> tuple[int, int] | None:
+def _steps(sigs, done: int) -> tuple[int, int] | None:
     """Training steps when the collective sequence repeats with a period: the distance between repeats of the
     first (group, op), confirmed over the whole trace; steps = completed collectives // period."""
+    import numpy as np
+
     if len(sigs) < 4:
         return None
-    try:
-        period = sigs.index(sigs[0], 1)
-    except ValueError:
+    repeats = np.flatnonzero(sigs[1:] == sigs[0])
+    if not len(repeats):
         return None
+    period = int(repeats[0]) + 1
     if period < 2 or len(sigs) < 2 * period:
         return None
-    first = sigs[:period]
-    for k in range(period, len(sigs), period):  # whole periods compared at once
-        chunk = sigs[k:k + period]
-        if chunk != first[:len(chunk)]:
-            return None
+    whole = len(sigs) - len(sigs) % period  # whole periods compared at once, then the part of the last one
+    if not (np.array_equal(sigs[period:whole], np.tile(sigs[:period], whole // period - 1))
+            and np.array_equal(sigs[whole:], sigs[:len(sigs) - whole])):
+        return None
     return done // period, period

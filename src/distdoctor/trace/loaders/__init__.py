@@ -20,46 +20,26 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import os
 import re
 import stat
 from collections import Counter
 
 from distdoctor.collectives import get_spec
-from distdoctor.trace.coded import CODED_FIELDS, CodedEntries
-from distdoctor.trace.loaders.flight_recorder import (_Interner, load_fr_json, load_fr_pickle, looks_like_fr,
-                                                      parse_fr_json_fast)
+from distdoctor.trace.coded import Entries, frozen
+from distdoctor.trace.loaders.flight_recorder import load_fr_json_bytes, load_fr_pickle
 from distdoctor.trace.loaders.fr_json_scan import kernels
 from distdoctor.trace.loaders.fr_pickle_scan import kernels as pickle_kernels
+from distdoctor.trace.loaders.fr_reader import Interner
 from distdoctor.trace.loaders.merge import merge_rank, renumber_recorder_only
 from distdoctor.trace.loaders.safe_pickle import printable
 from distdoctor.trace.loaders.logs import link_logs, load_log, looks_like_log
 from distdoctor.trace.loaders.native import is_native, load_native
 from distdoctor.trace.loaders.readahead import Readahead
-from distdoctor.trace.loaders.stream import (PrefixCheck, SparseEntries, held_entries, members_back, members_by_key,
-                                             window_of, windowed_summary)
-from distdoctor.trace.model import (DEFAULT_GROUP, ENTRY_FIELDS, Entry, EntryColumns, GroupInfo, LoadError, RankTrace,
-                                   TraceSet, entry_column, numel)
+from distdoctor.trace.loaders.stream import (PrefixCheck, SparseEntries, members_back, members_by_key, window_of,
+                                             windowed_summary)
+from distdoctor.trace.model import DEFAULT_GROUP, GroupInfo, LoadError, RankTrace, TraceSet, numel
 from distdoctor.trace.summary import summarize
-
-try:  # a declared dependency (about 2x faster on big dumps); the stdlib parser stays as the fallback
-    import orjson as _fastjson
-except ImportError:  # pragma: no cover - depends on the environment
-    _fastjson = None
-
-
-# orjson recurses on the native stack: a hostile file nested ~150 000 deep kills the process with SIGSEGV
-# (orjson 3.8, 8 MiB stack). Nesting depth is at most the number of opening brackets, so orjson only gets files
-# with few enough of them to be safe (a 2000-entry Flight Recorder dump has ~19 000); the rest go to the stdlib
-# parser, which raises RecursionError instead of crashing.
-FASTJSON_MAX_OPENS = 40_000
-
-
-def _json_loads(data: bytes):
-    if _fastjson is not None and data.count(b"[") + data.count(b"{") <= FASTJSON_MAX_OPENS:
-        return _fastjson.loads(data)
-    return json.loads(data)
 
 
 def _is_regular(path: str) -> bool:
@@ -124,9 +104,8 @@ def expand_paths(paths: list[str], recursive: bool = True) -> tuple[list[str], l
     return files, errors
 
 
-def load_file(path: str, interner: _Interner | None = None, scan: bool = False) -> RankTrace:
-    """Load one file; raise ValueError(reason) when it cannot be used. `scan`: read Flight Recorder JSON and
-    pickles with the compiled scanners where they can (see fr_json_scan, fr_pickle_scan)."""
+def load_file(path: str, interner: Interner | None = None) -> RankTrace:
+    """Load one file; raise ValueError(reason) when it cannot be used."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -135,7 +114,7 @@ def load_file(path: str, interner: _Interner | None = None, scan: bool = False) 
     if not data or (data[:1].isspace() and data.isspace()):
         raise ValueError("empty file")
     if data[:1] == b"\x80":  # pickle protocol >= 2 starts with PROTO
-        return load_fr_pickle(data, path, interner, scan)
+        return load_fr_pickle(data, path, interner)
     # Sniff the format from the head only: a Flight Recorder JSON dump is one line of a megabyte or more, and
     # scanning (or copying) it to find a first line costs as much as a third of decoding it. A distdoctor trace
     # names its format first in its header line (see trace/model.dumps).
@@ -147,20 +126,8 @@ def load_file(path: str, interner: _Interner | None = None, scan: bool = False) 
     if looks_like_log(head):  # per-rank text logs: before a log starting with '[' or 'c' is taken for JSON or a pickle
         return load_log(data, path)
     start = _LEADING_SPACE.match(data).end()
-    if data[start:start + 1] == b"{":
-        fast = parse_fr_json_fast(data, path, interner or _Interner(), scan)
-        if fast is not None:
-            return fast
     if data[start:start + 1] in (b"{", b"["):
-        try:
-            obj = _json_loads(data)
-        except RecursionError:
-            raise ValueError("corrupt JSON (nested too deeply)") from None
-        except ValueError as exc:
-            raise ValueError(f"corrupt or truncated JSON ({str(exc).splitlines()[0]})") from None
-        if not looks_like_fr(obj):
-            raise ValueError("JSON but not a trace: neither a Flight Recorder dump nor a distdoctor-trace file")
-        return load_fr_json(obj, path, interner)
+        return load_fr_json_bytes(data, path, interner)
     if data[:2] in (b"(d", b"}q", b"(l", b"]q") or data[:1] == b"c":
         return load_fr_pickle(data, path, interner)  # protocol 0/1 pickles
     return load_log(data, path, sniffed=False)  # the last format tried: markers further in, or 'unrecognized format'
@@ -186,83 +153,60 @@ def gc_paused():
 PARALLEL_MIN_FILES = 64  # below this, starting worker processes costs more than it saves
 
 
-def _load_one(path: str, interner: _Interner, scan: bool = False) -> RankTrace | LoadError:
+def _load_one(path: str, interner: Interner) -> RankTrace | LoadError:
     try:
-        return load_file(path, interner, scan)
+        return load_file(path, interner)
     except ValueError as exc:
         return LoadError(path, str(exc))
     except (MemoryError, RecursionError) as exc:
         return LoadError(path, f"too large or too deeply nested to load ({type(exc).__name__})")
 
 
-_SHARED_FIELDS = tuple(i for i, name in enumerate(ENTRY_FIELDS)
-                       if name in ("in_sizes", "out_sizes", "in_dtypes", "out_dtypes"))
-
-
-def _forms(files: list[str]) -> set[str]:
-    """Which Flight Recorder forms ("json", "pickle") the files hold, by their first bytes (until both are seen)."""
-    seen: set[str] = set()
+def _start_readers(files: list[str]) -> None:
+    """Start the compiled readers of the Flight Recorder forms the set holds (by the files' first bytes)."""
+    forms: set[str] = set()
     for path in files:
         with contextlib.suppress(OSError), open(path, "rb") as f:
             head = f.read(64)
-            seen.add("pickle" if head[:1] == b"\x80" else "json" if head.lstrip()[:1] == b"{" else "other")
-        if {"json", "pickle"} <= seen:
+            forms.add("pickle" if head[:1] == b"\x80" else "json" if head.lstrip()[:1] == b"{" else "other")
+        if {"json", "pickle"} <= forms:
             break
-    return seen
+    for form, start in (("json", kernels), ("pickle", pickle_kernels)):
+        if form in forms:
+            start()
 
 
-def _load_compact(path: str, scan: bool = False, stream: bool = False):
-    """Worker side of the parallel load: a trace travels back in compact form (a JSON dump's CodedEntries: a few
-    arrays), or as its columns (lists of plain values pickle fast; pickle's memo sends each shared size/dtype list
-    once per trace), not as objects. `stream`: only the entries the analysis may read one by one travel, with
-    the rank's digest (stream.py); the result is then (trace, compact form, interned, digest)."""
+def _load_compact(path: str, stream: bool = False):
+    """Worker side of the parallel load: the trace, summed up here (in parallel rather than in the parent). A
+    Flight Recorder trace's entries travel in their compact form (a few arrays, trace/coded.py). `stream`: only
+    the entries the analysis may read one by one travel, with the rank's digest (stream.py); the result is then
+    (trace, digest)."""
     gc.disable()  # this worker only builds acyclic objects; see gc_paused
-    got = _load_one(path, _WORKER_INTERNER, scan)
+    got = _load_one(path, _WORKER_INTERNER)
     if isinstance(got, LoadError):
         return got
-    summarize(got)  # here, in parallel, rather than in the parent
-    if stream:
-        members_by_key(got)
-        positions, digest = window_of(got, got.summary)
-        if positions is not None:
-            n = len(got.entries)
-            got.summary = windowed_summary(got.summary, digest)
-            got.entries = held_entries(got.entries, positions)
-            trace, held, interned = _compact(got)
-            return trace, ("window", n, positions, held), interned, digest
-        return (*_compact(got), digest)
-    return _compact(got)
+    summarize(got)
+    if not stream:
+        return got
+    members_by_key(got)
+    positions, digest = window_of(got, got.summary)
+    if positions is not None:
+        got.summary = windowed_summary(got.summary, digest)
+        got.entries = SparseEntries(len(got.entries), positions, got.entries.take(positions), got.path)
+    return got, digest
 
 
-def _compact(got: RankTrace):
-    entries = got.entries
-    coded = getattr(entries, "coded", None)
-    if coded is not None:  # a few arrays: the parent expands them into columns
-        got.entries = []
-        return got, coded, None
-    columns = list(entries.columns) if isinstance(entries, EntryColumns) else \
-        [entry_column(entries, name) for name in ENTRY_FIELDS]
-    got.entries = []
-    # Size/dtype columns travel as indexes into the interner's lists (small ints: cheap to pickle, and the parent
-    # maps them back with one C-level pass instead of hashing every entry's list). A column holding any list
-    # the interner did not make (an empty one, a native trace's) travels as objects.
-    interned = [*_WORKER_INTERNER.sizes.values(), *_WORKER_INTERNER.strs.values()]
-    position = {id(v): k for k, v in enumerate(interned)}
-    for i in _SHARED_FIELDS if columns and columns[0] else ():
-        try:
-            columns[i] = list(map(position.__getitem__, map(id, columns[i])))
-        except KeyError:
-            pass
-    return got, columns, interned
+_WORKER_INTERNER = Interner()
 
 
-_WORKER_INTERNER = _Interner()
-_SHARED_ROW_FIELDS = {i for i, name in enumerate(CODED_FIELDS) if ENTRY_FIELDS.index(name) in _SHARED_FIELDS}
+def _shared_rows(entries: Entries, shared: dict) -> None:
+    """Equal size/dtype lists shared across ranks (the matcher's fast path compares them by identity first)."""
+    def share(value):
+        return shared.setdefault(frozen(value), value) if value else value
 
-
-def _share_key(value: list) -> tuple:
-    """Sizes ([[4096, 1024]]) and dtypes (['Float']) give keys of different shapes, so they never collide."""
-    return tuple(tuple(x) if isinstance(x, list) else x for x in value)
+    entries.rows = [row._replace(in_sizes=share(row.in_sizes), out_sizes=share(row.out_sizes),
+                                 in_dtypes=share(row.in_dtypes), out_dtypes=share(row.out_dtypes))
+                    for row in entries.rows]
 
 
 def _load_parallel(files: list[str], jobs: int, check: PrefixCheck | None = None
@@ -276,10 +220,8 @@ def _load_parallel(files: list[str], jobs: int, check: PrefixCheck | None = None
 
     if "fork" not in mp.get_all_start_methods():
         return None
-    # Many files: the compiled scanners of the forms the set holds start here (about 1 s), so workers inherit them.
-    forms = _forms(files)
-    ready = [k() is not None for form, k in (("json", kernels), ("pickle", pickle_kernels)) if form in forms]
-    load = functools.partial(_load_compact, scan=any(ready), stream=check is not None)
+    _start_readers(files)  # so that workers inherit them
+    load = functools.partial(_load_compact, stream=check is not None)
     shared: dict[tuple, list] = {}
     out: list[RankTrace | LoadError] = []
     ahead = Readahead(files)  # asks for the first files at once
@@ -293,50 +235,21 @@ def _load_parallel(files: list[str], jobs: int, check: PrefixCheck | None = None
     return out
 
 
-def _unpack(got, shared: dict[tuple, list], check: PrefixCheck | None) -> RankTrace | LoadError:
+def _unpack(got, shared: dict, check: PrefixCheck | None) -> RankTrace | LoadError:
     """A worker's result as a trace whose equal size/dtype lists are shared with every other rank's."""
     if isinstance(got, LoadError):
         return got
-    window = None
     if check is not None:
-        *got, digest = got
-        members_back(got[0], check.members)
+        got, digest = got
+        members_back(got, check.members)
         if digest is not None:
             check.add(digest)
         else:
-            check.whole_only.append(got[0].path)
-        if isinstance(got[1], tuple) and got[1][:1] == ("window",):
-            _, n, positions, held = got[1]
-            window = (n, positions)
-            got[1] = held
-    trace = _unpack_one(*got, shared)
-    if window is not None:
-        trace.entries = SparseEntries(window[0], window[1], trace.entries, trace.path)
-    return trace
-
-
-def _unpack_one(trace: RankTrace, columns, interned, shared: dict[tuple, list]) -> RankTrace:
-    """One worker result (trace, compact entries, interned lists) back into a trace."""
-    if isinstance(columns, CodedEntries):
-        columns.rows = [tuple(shared.setdefault(_share_key(v), v) if i in _SHARED_ROW_FIELDS and v
-                              else v for i, v in enumerate(row)) for row in columns.rows]
-        trace.entries = EntryColumns(None, columns)
-        return trace
-    if columns and columns[0]:
-        table = [shared.setdefault(_share_key(v), v) for v in interned]
-        for i in _SHARED_FIELDS:
-            if type(columns[i][0]) is int:
-                columns[i] = list(map(table.__getitem__, columns[i]))
-                continue
-            # A trace holds a handful of distinct lists: canonicalize those, then map the column.
-            canon = {}
-            for value in {id(v): v for v in columns[i]}.values():
-                canon[id(value)] = shared.setdefault(_share_key(value), value) if value else value
-            columns[i] = list(map(canon.__getitem__, map(id, columns[i])))
-        # Native traces stay objects (the recorder's are small and hold stacks, errors...).
-        trace.entries = EntryColumns(columns) if trace.source.startswith("flight_recorder") else \
-            list(map(Entry, *columns))
-    return trace
+            check.whole_only.append(got.path)
+    entries = got.entries.held if isinstance(got.entries, SparseEntries) else got.entries
+    if isinstance(entries, Entries):
+        _shared_rows(entries, shared)
+    return got
 
 
 def load_traces(paths: list[str], world_size: int | None = None, jobs: int | None = None,
@@ -363,7 +276,8 @@ def load_traces(paths: list[str], world_size: int | None = None, jobs: int | Non
             shared: dict[tuple, list] = {}
             results = [_unpack(_load_compact(path, stream=True), shared, check) for path in files]
         elif results is None:
-            interner = _Interner()
+            _start_readers(files)
+            interner = Interner()
             results = [_load_one(path, interner) for path in files]
     loaded: list[RankTrace] = []
     for got in results:

@@ -1,7 +1,7 @@
 /* The compiled half of fr_json_scan in C, built when distdoctor is installed (where a C compiler is found; the
- * build is optional). It is fr_json_kernels.py (numba, the `fast` extra) line for line: the same validation,
- * grouping and replay, on the same arrays, with the same results; tests/doctor/test_fr_json_scan.py runs every
- * check on both. Python calls scan() with numpy arrays (fr_json_scan._scan_with); their shapes are checked. */
+ * build is optional, the wheels carry it): validation, grouping and replay of a dump's entries.
+ * tests/doctor/test_fr_json_scan.py checks it against the Python reader. Python calls scan() with numpy arrays
+ * (fr_json_scan._scan_with), the field names among them (from fr_schema); their shapes are checked. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -350,7 +350,7 @@ static int64_t scan_document(const Scan *s) {
     return found;
 }
 
-/* ---- the Python entry point: scan(buf, names, ..., successor) as fr_json_kernels.scan takes them ---- */
+/* ---- the Python entry point: scan(buf, names, ..., successor) as fr_json_scan._scan_with passes them ---- */
 
 typedef struct { const char *name; int ndim; Py_ssize_t itemsize; int writable; } Want;
 
@@ -409,7 +409,7 @@ static PyObject *py_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         if (!ok) {
             PyErr_SetString(PyExc_ValueError, "scan(): the arrays' shapes do not agree");
         } else {
-            Py_BEGIN_ALLOW_THREADS  /* as numba's nogil: each call has its own scratch arrays */
+            Py_BEGIN_ALLOW_THREADS  /* each call has its own scratch arrays */
             n = scan_document(&s);
             Py_END_ALLOW_THREADS
         }

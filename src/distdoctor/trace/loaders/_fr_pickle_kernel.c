@@ -1,9 +1,8 @@
 /* The compiled half of fr_pickle_scan in C, built when distdoctor is installed (where a C compiler is found; the
- * build is optional). It is fr_pickle_kernels.py (numba, the `fast` extra) line for line: run() executes a
- * pickle's opcodes into a node table, entry_codes() gives every value under the entries an id and groups the
- * entries; same arrays, same results (tests/doctor/test_fr_pickle_scan.py runs every check on both). Where numba
- * relies on the callers' array sizes, this file checks every index against its array's length: a caller's
- * mistake or a hostile file gives FAIL, never a read or write out of bounds. */
+ * build is optional, the wheels carry it): run() executes a pickle's opcodes into a node table, entry_codes()
+ * gives every value under the entries an id and groups the entries (tests/doctor/test_fr_pickle_scan.py checks
+ * it against the unpickler's path). Every index is checked against its array's length: a caller's mistake or
+ * a hostile file gives FAIL, never a read or write out of bounds. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -14,205 +13,7 @@
 enum { NONE, FALSE_, TRUE_, INT, BIG, FLOAT, STR, LIST, TUPLE, DICT };  /* node kinds; node 0: a missing key's None */
 enum { INT_OK, INT_NONE, INT_OTHER };  /* fr_coded's: how an entry's integer field was written */
 
-static uint64_t uint_at(const uint8_t *buf, int64_t i, int width) {  /* little-endian, width <= 8 */
-    uint64_t v = 0;
-    for (int k = 0; k < width; k++) v |= (uint64_t)buf[i + k] << (8 * k);
-    return v;
-}
-
-/* The end of the unpickler's buffer after it reads `width` bytes at i, or FAIL (fr_pickle_kernels._read). */
-static int64_t read_at(int64_t i, int64_t width, int64_t avail, int64_t n) {
-    if (width < 0 || i + width > n) return FAIL;
-    if (i + width <= avail) return avail;
-    if (i >= avail) return i + width;
-    return FAIL;
-}
-
-static int utf8_ok(const uint8_t *buf, int64_t i, int64_t e) {  /* 'surrogatepass', as BINUNICODE asks */
-    while (i < e) {
-        uint8_t c = buf[i];
-        int need, lo, hi;
-        if (c < 0x80) { i++; continue; }
-        if (c >= 0xC2 && c <= 0xDF) { need = 1; lo = 0x80; hi = 0xBF; }
-        else if (c == 0xE0) { need = 2; lo = 0xA0; hi = 0xBF; }
-        else if (c >= 0xE1 && c <= 0xEF) { need = 2; lo = 0x80; hi = 0xBF; }
-        else if (c == 0xF0) { need = 3; lo = 0x90; hi = 0xBF; }
-        else if (c >= 0xF1 && c <= 0xF3) { need = 3; lo = 0x80; hi = 0xBF; }
-        else if (c == 0xF4) { need = 3; lo = 0x80; hi = 0x8F; }
-        else return 0;
-        if (i + need >= e) return 0;
-        if (buf[i + 1] < lo || buf[i + 1] > hi) return 0;
-        for (int k = 2; k <= need; k++) if (buf[i + k] < 0x80 || buf[i + k] > 0xBF) return 0;
-        i += need + 1;
-    }
-    return 1;
-}
-
-static int hashable(int8_t kind) { return kind != LIST && kind != DICT && kind != TUPLE; }
-
-typedef struct {
-    const uint8_t *buf; int64_t n;
-    int8_t *kinds; int64_t *ival, *ival2, *head, *tail; int64_t n_nodes;
-    int64_t *child, *nxt; int64_t n_edges; int64_t *stack; int64_t n_stack; int64_t *marks; int64_t n_marks;
-    int64_t *memo; int64_t n_memo; int64_t *root;
-} Run;
-
-#define NEED(cond) do { if (!(cond)) return FAIL; } while (0)
-#define READ(width) do { avail = read_at(i, (width), avail, n); if (avail < 0) return FAIL; } while (0)
-
-static int64_t run(const Run *r) {
-    const uint8_t *buf = r->buf;
-    int64_t n = r->n, nn = 1, ne = 0, sp = 0, mp = 0, fence = 0, memo_len = 0, i = 0, avail = 0;
-    NEED(r->n_nodes > 0);
-    r->kinds[0] = NONE;
-    r->head[0] = -1;
-    while (i < n) {
-        READ(1);
-        uint8_t op = buf[i++];
-        int new = -1;
-        int64_t value = 0, value2 = 0;
-        if (op == 0x68 || op == 0x6A) {  /* BINGET, LONG_BINGET */
-            int width = op == 0x68 ? 1 : 4;
-            READ(width);
-            int64_t idx = (int64_t)uint_at(buf, i, width);
-            i += width;
-            NEED(idx < r->n_memo && r->memo[idx] != 0 && sp < r->n_stack);
-            r->stack[sp++] = r->memo[idx];
-        } else if (op == 0x71 || op == 0x72 || op == 0x94) {  /* BINPUT, LONG_BINPUT, MEMOIZE */
-            NEED(sp > fence);
-            int64_t idx = memo_len;
-            if (op != 0x94) {
-                int width = op == 0x71 ? 1 : 4;
-                READ(width);
-                idx = (int64_t)uint_at(buf, i, width);
-                i += width;
-            }
-            NEED(idx < r->n_memo);
-            if (r->memo[idx] == 0) memo_len++;
-            r->memo[idx] = r->stack[sp - 1];
-            if (idx >= r->root[1]) r->root[1] = idx + 1;
-        } else if (op == 0x4B) {  /* BININT1 */
-            READ(1);
-            new = INT;
-            value = buf[i++];
-        } else if (op == 0x5D || op == 0x7D || op == 0x29) {  /* EMPTY_LIST, EMPTY_DICT, EMPTY_TUPLE */
-            new = op == 0x5D ? LIST : op == 0x7D ? DICT : TUPLE;
-        } else if (op == 0x61 || op == 0x65 || op == 0x73 || op == 0x75 || op == 0x74 || (op >= 0x85 && op <= 0x87)) {
-            /* APPEND, APPENDS, SETITEM, SETITEMS (into the container below the items), TUPLE, TUPLE1-3 (a new one) */
-            int makes_tuple = op == 0x74 || (op >= 0x85 && op <= 0x87);
-            int64_t start, target;
-            if (op == 0x61 || op == 0x73) start = sp - (op == 0x73 ? 2 : 1);
-            else if (op >= 0x85 && op <= 0x87) start = sp - (op - 0x84);
-            else {
-                NEED(mp > 0);
-                start = r->marks[--mp];
-                fence = mp > 0 ? r->marks[mp - 1] : 0;
-            }
-            if (makes_tuple) {
-                NEED(start >= fence && nn < r->n_nodes);
-                target = nn;
-                r->kinds[nn] = TUPLE;
-                r->head[nn++] = -1;
-            } else {
-                NEED(start > fence);  /* the target lies below a MARK (or there is none) */
-                target = r->stack[start - 1];
-                if (op == 0x73 || op == 0x75) {
-                    NEED(r->kinds[target] == DICT && (sp - start) % 2 == 0);
-                    for (int64_t k = start; k < sp; k += 2) NEED(hashable(r->kinds[r->stack[k]]));
-                } else NEED(r->kinds[target] == LIST);
-            }
-            NEED(ne + (sp - start) <= r->n_edges);
-            for (int64_t k = start; k < sp; k++) {  /* the items, appended to the target's list of edges */
-                r->child[ne] = r->stack[k];
-                r->nxt[ne] = -1;
-                if (r->head[target] < 0) r->head[target] = ne;
-                else r->nxt[r->tail[target]] = ne;
-                r->tail[target] = ne++;
-            }
-            sp = start;
-            if (makes_tuple) r->stack[sp++] = target;
-        } else if (op == 0x28) {  /* MARK */
-            NEED(mp < r->n_marks);
-            r->marks[mp++] = sp;
-            fence = sp;
-        } else if (op == 0x8A || op == 0x8B) {  /* LONG1, LONG4: little-endian two's complement of a given length */
-            int width = op == 0x8A ? 1 : 4;
-            READ(width);
-            int64_t size = (int64_t)uint_at(buf, i, width);
-            NEED(!(width == 4 && size >= ((int64_t)1 << 31)));  /* a negative length: the unpickler refuses it */
-            i += width;
-            READ(size);
-            if (size <= 8) {
-                new = INT;
-                if (size > 0) {
-                    uint64_t u = uint_at(buf, i, (int)size);
-                    if (size < 8 && buf[i + size - 1] >= 0x80) u |= ~(uint64_t)0 << (8 * size);  /* sign-extended */
-                    value = (int64_t)u;
-                }
-            } else {
-                new = BIG;
-                value = i;
-                value2 = i + size;
-            }
-            i += size;
-        } else if (op == 0x4A || op == 0x4D) {  /* BININT (4, signed), BININT2 (2) */
-            int width = op == 0x4A ? 4 : 2;
-            READ(width);
-            value = (int64_t)uint_at(buf, i, width);
-            if (width == 4 && value >= ((int64_t)1 << 31)) value -= (int64_t)1 << 32;
-            new = INT;
-            i += width;
-        } else if (op == 0x8C || op == 0x58 || op == 0x8D) {  /* SHORT_BINUNICODE (1), BINUNICODE (4), 8 */
-            int width = op == 0x8C ? 1 : op == 0x58 ? 4 : 8;
-            READ(width);
-            uint64_t size = uint_at(buf, i, width);
-            i += width;
-            NEED(size <= (uint64_t)(n - i));
-            int64_t end = i + (int64_t)size;
-            READ(end - i);
-            NEED(utf8_ok(buf, i, end));
-            new = STR;
-            value = i;
-            value2 = end;
-            i = end;
-        } else if (op == 0x4E || op == 0x88 || op == 0x89) {  /* NONE, NEWTRUE, NEWFALSE */
-            new = op == 0x4E ? NONE : op == 0x88 ? TRUE_ : FALSE_;
-        } else if (op == 0x2E) {  /* STOP */
-            NEED(sp > fence);
-            r->root[0] = r->stack[sp - 1];
-            return nn;
-        } else if (op == 0x47) {  /* BINFLOAT: 8 bytes big-endian; the bits are its identity, the offset its value */
-            READ(8);
-            uint64_t bits = 0;
-            for (int k = 0; k < 8; k++) bits = (bits << 8) | buf[i + k];
-            new = FLOAT;
-            value = (int64_t)bits;
-            value2 = i;
-            i += 8;
-        } else if (op == 0x95) {  /* FRAME: its length, then the frame is read ahead into the buffer */
-            READ(8);
-            uint64_t length = uint_at(buf, i, 8);
-            i += 8;
-            NEED(length <= (uint64_t)(n - i));
-            READ((int64_t)length);  /* (i stays) */
-        } else if (op == 0x80) {  /* PROTO */
-            READ(1);
-            NEED(buf[i] <= 5);
-            i++;
-        } else {
-            return FAIL;  /* an opcode builtin values are not written with here (or a global): the unpickler's */
-        }
-        if (new >= 0) {
-            NEED(nn < r->n_nodes && sp < r->n_stack);
-            r->kinds[nn] = (int8_t)new;
-            r->ival[nn] = value;
-            r->ival2[nn] = value2;
-            r->head[nn] = -1;
-            r->stack[sp++] = nn++;
-        }
-    }
-    return FAIL;  /* no STOP */
-}
+#include "_fr_pickle_run.h"
 
 static uint64_t mix(uint64_t h, uint64_t v) {
     h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
@@ -307,7 +108,7 @@ static int64_t value_id(const Codes *c, int64_t root) {
     return c->vid[root];
 }
 
-/* fr_pickle_kernels.entry_codes: each entry's row, its frames' value id and its integer fields; rows or FAIL. */
+/* entry_codes: each entry's row, its frames' value id and its integer fields; rows or FAIL. */
 static int64_t entry_codes(const Codes *c, int64_t entries) {
     int64_t rows = 0, e = 0, row_mask = c->n_row_table - 1, nf = c->n_fields, ns = c->n_shared;
     /* Every index read from the node table is checked against its array (run() keeps them within bounds; this
@@ -363,7 +164,7 @@ static int64_t entry_codes(const Codes *c, int64_t entries) {
     return rows;
 }
 
-/* ---- the Python side: run, entry_codes and count_items as fr_pickle_kernels has them ---- */
+/* ---- the Python side: run, entry_codes and count_items as fr_pickle_scan calls them ---- */
 
 static int take(PyObject *obj, Py_buffer *v, int ndim, Py_ssize_t itemsize, int writable, const char *name) {
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
@@ -412,7 +213,7 @@ static PyObject *py_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Run r = {v[0].buf, LEN(0), v[1].buf, v[2].buf, v[3].buf, v[4].buf, v[5].buf, nodes, v[6].buf, v[7].buf,
              LEN(6), v[8].buf, LEN(8), v[9].buf, LEN(9), v[10].buf, LEN(10), v[11].buf};
     int64_t got;
-    Py_BEGIN_ALLOW_THREADS  /* as numba's nogil: each thread has its own scratch arrays (fr_pickle_scan) */
+    Py_BEGIN_ALLOW_THREADS  /* each thread has its own scratch arrays (fr_pickle_scan) */
     got = run(&r);
     Py_END_ALLOW_THREADS
     release_all(v, names, 12);

@@ -3,37 +3,33 @@
 A thousand-rank job leaves two million entries. Decoding each into Python objects costs several microseconds,
 most of it on the fields that repeat (group, op name, sizes, dtypes, state, thread): a dump holds a handful of
 distinct combinations of them. Here one compiled pass walks the `entries` array, parses the fields that differ
-per entry (all integers: record id, sequence numbers, times) into arrays and notes where each repeating field's
-value lies; entries are then grouped by the exact bytes of those values (an entry that repeats an earlier one's
-bytes but for its integers is recognised by replaying them, see fr_json_kernels), and one representative entry
-of each group is decoded with the same strict msgspec types as the per-entry reader (flight_recorder._FrEntry).
-Entries of a group differ from their representative only in the integers, so both readers give the same values.
+per entry (fr_schema's INT fields) into arrays and notes where each row field's value lies; entries are then
+grouped by the exact bytes of those values (an entry that repeats an earlier one's bytes but for its integers is
+recognised by replaying them, see _fr_json_kernel.c: replay), and one representative entry of each group is
+parsed and read by the Python reader's row code (fr_reader.from_rows). Entries of a group differ from their
+representative only in the integers, so both readers give the same values.
 
-The pass is compiled twice, to the same arrays and results: in C (_fr_json_kernel.c, built when distdoctor is
-installed, where a C compiler is found) and with numba (fr_json_kernels.py, the `fast` extra), used where the C
-one was not built. It validates the whole file as JSON, as msgspec does when it skips a value. Anything this
+The pass is in C (_fr_json_kernel.c, built when distdoctor is installed, where a C compiler is found; the
+wheels carry it built). It validates the whole file as JSON, as msgspec does when it skips a value. Anything this
 reader does not expect (a backslash in a string, a key twice, non-empty stack frames, an integer field holding a
 float, a negative or a string) makes it return None, and the per-entry reader takes the file; so does every
-file when neither scanner is there."""
+file when the scanner was not built."""
 
 from __future__ import annotations
 
 import functools
 import importlib
 import os
+import sys
 from dataclasses import dataclass
-from typing import Any
-
-import msgspec
 import numpy as np
 
-# Fields whose values differ per entry: parsed here as integers (null allowed except for record_id, as in
-# _FrEntry). The other fields the per-entry reader reads are the repeating ones, taken from a representative.
-OWN_INT_FIELDS = ("record_id", "collective_seq_id", "p2p_seq_id", "time_created_ns",
-                  "time_discovered_started_ns", "time_discovered_completed_ns")
-SHARED_FIELDS = ("process_group", "profiling_name", "input_sizes", "output_sizes", "input_dtypes",
-                 "output_dtypes", "state", "retired", "thread_name", "is_p2p", "frames")
-_FIELDS = OWN_INT_FIELDS + SHARED_FIELDS
+from distdoctor.trace.loaders.fr_schema import INT_FIELDS, kernel_names
+
+# The kernel's field numbering (fr_schema): the integers it parses first, then the fields whose bytes it spans.
+_FIELDS = kernel_names("json")
+OWN_INT_FIELDS = tuple(f.name for f in INT_FIELDS)
+N_SPANNED = len(_FIELDS) - len(OWN_INT_FIELDS)
 
 
 def name_table(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -50,66 +46,51 @@ STACK_DEPTH = 256  # the validator's open containers: deeper nesting is refused,
 FAIL_CAPACITY = -4
 
 
-class FrHeader(msgspec.Struct):
-    """A JSON dump's top-level keys (flight_recorder._FrDump adds the entries)."""
-    version: str
-    entries: tuple[()]  # cut out: the scanner read them
-    pg_config: dict[str, dict[str, Any]] | None = None
-    rank: Any = None
-    pg_status: Any = None
-    nccl_version: Any = None
-    comm_lib_version: Any = None
-
-    def get(self, key: str):
-        return getattr(self, key, None)
-
-
-_HEADER = msgspec.json.Decoder(FrHeader)
-
-
 @dataclass
 class ScannedDump:
-    version: str
-    rank: Any
-    pg_config: Any
+    header: bytes  # the document with its entries cut out (an empty list in their place)
     n: int
     groups: np.ndarray  # entry -> index into `representatives`
-    representatives: list[bytes]  # one entry's JSON text per group of equal repeating fields
-    ints: dict[str, tuple[np.ndarray, np.ndarray]]  # field -> (int64 values, unknown mask: null or absent)
-    header: FrHeader | None = None  # every top-level key
+    representatives: list[bytes]  # one entry's JSON text per group of equal row-field bytes
+    ints: tuple[dict, dict]  # (field -> int64 values, field -> whether the entry wrote an integer: not null or absent)
 
 
 @functools.lru_cache(maxsize=1)
 def kernels():
-    """The compiled scanner: the C one built when distdoctor was installed (_fr_json_kernel.c), else numba's (the
-    `fast` extra: compiled once and cached on disk, the first use after an install takes several seconds more),
-    else None (see first_compiled). Call before forking workers so they inherit it."""
+    """The compiled scanner built when distdoctor was installed (_fr_json_kernel.c), None where it is missing or
+    cannot start (see compiled). Call before forking workers so they inherit it."""
     global FAILURE
-    module, FAILURE = first_compiled(("_fr_json_kernel", "fr_json_kernels"),
-                                     lambda m: _scan_with(m.scan, _WARM_UP) is not None)
+    module, FAILURE = compiled("_fr_json_kernel", lambda m: _scan_with(m.scan, _WARM_UP) is not None)
     return None if module is None else module.scan
 
 
-def first_compiled(names: tuple[str, str], reads_right) -> tuple[object | None, str | None]:
-    """(The first of the C and the numba module named (in trace/loaders) that imports and `reads_right` a known
-    dump, None if none; why one that imported could not run, for the CLI to say). DISTDOCTOR_SCANNER in the
-    environment: `off` for none, `c` or `numba` for only that one (the tests and benchmarks compare them)."""
-    choice = os.environ.get("DISTDOCTOR_SCANNER", "").lower()
-    wanted = {"off": (), "c": names[:1], "numba": names[1:]}.get(choice, names)
-    failure = None
-    for name in wanted:
-        try:  # (numba's: compiles here, or loads from its disk cache)
-            module = importlib.import_module(f"distdoctor.trace.loaders.{name}")
-        except ImportError:  # not built (no C compiler at install), or no numba (the `fast` extra)
-            continue
-        try:
-            if not reads_right(module):
-                raise RuntimeError("it misread a known dump")
-        except Exception as exc:  # it cannot run here: the next one, else the per-entry reader, which says so
-            failure = startup_failure(exc)
-            continue
-        return module, None
-    return None, failure
+# Said once per process on stderr where the C readers were not built (an install without a C compiler).
+MISSING_NOTE = ("distdoctor: note: the compiled Flight Recorder readers were not built (no C compiler at install); "
+                "dumps are read in Python, with about 4x the CPU time (1024 ranks x 2000 entries of JSON: ~15 s "
+                "instead of ~3.5 s). Install a wheel, or reinstall where a C compiler is found, to get them.")
+_noted_missing = False
+
+
+def compiled(name: str, reads_right) -> tuple[object | None, str | None]:
+    """(The C module `name` (in trace/loaders) when it imports and `reads_right` a known dump, else None; why one
+    that imported could not run, for the CLI to say). DISTDOCTOR_SCANNER=off in the environment: none (the tests
+    and benchmarks compare the Python reader with it). A module missing is said once on stderr (MISSING_NOTE)."""
+    global _noted_missing
+    if os.environ.get("DISTDOCTOR_SCANNER", "").lower() in ("off", "0"):
+        return None, None
+    try:
+        module = importlib.import_module(f"distdoctor.trace.loaders.{name}")
+    except ImportError:  # not built: no C compiler at install
+        if not _noted_missing:
+            _noted_missing = True
+            print(MISSING_NOTE, file=sys.stderr)
+        return None, None
+    try:
+        if not reads_right(module):
+            raise RuntimeError("it misread a known dump")
+    except Exception as exc:  # it cannot run here: the Python reader, which the CLI names
+        return None, startup_failure(exc)
+    return module, None
 
 
 def startup_failure(exc: Exception) -> str:
@@ -117,7 +98,7 @@ def startup_failure(exc: Exception) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
-FAILURE: str | None = None  # why a compiled scanner is there but could not start (for the CLI to say)
+FAILURE: str | None = None  # why the compiled scanner is there but could not start (for the CLI to say)
 
 
 _WARM_UP = b'{"version": "2.10", "entries": [{"record_id": 0, "process_group": ["0", ""], "profiling_name": "x"}]}'
@@ -126,14 +107,14 @@ _WARM_UP = b'{"version": "2.10", "entries": [{"record_id": 0, "process_group": [
 
 def scan_fr_json(data: bytes) -> ScannedDump | None:
     """The dump's header, its entries grouped by their repeating fields, and its per-entry integers; None when
-    the file is not laid out as this reader expects or numba is missing (see the module docstring)."""
+    the file is not laid out as this reader expects or the scanner was not built (see the module docstring)."""
     scan = kernels()
     return None if scan is None else _scan_with(scan, data)
 
 
 def _scan_with(scan, data: bytes) -> ScannedDump | None:
     buf = np.frombuffer(data, np.uint8)
-    n_own, n_shared = len(OWN_INT_FIELDS), len(SHARED_FIELDS)
+    n_own, n_shared = len(OWN_INT_FIELDS), N_SPANNED
     capacity = len(data) // 256 + 16  # Flight Recorder entries take 300 bytes or more; else counted below
     for _ in range(2):
         bounds = np.empty((capacity, 2), np.int64)
@@ -160,22 +141,18 @@ def _scan_with(scan, data: bytes) -> ScannedDump | None:
     if n < 0:
         return None  # including more than MAX_GROUPS distinct rows: the per-entry reader
     start, end = region.tolist()
-    try:  # the rest of the document (small): version, pg_config, rank
-        head = _HEADER.decode(data[:start] + b"[]" + data[end:])
-    except (msgspec.DecodeError, ValueError, RecursionError, MemoryError):  # ValueError: bad UTF-8
-        return None
-    got = ScannedDump(head.version, head.rank, head.pg_config, n, groups[:n], [], {}, head)
-    got.representatives = [data[s:e] for s, e in bounds[first[:n_groups[0]]].tolist()]
-    for k, name in enumerate(OWN_INT_FIELDS):
-        got.ints[name] = (own[:n, k], state[:n, k] != 1)
     if n and (state[:n, 0] == 2).any():
-        return None  # a null record_id: the per-entry reader refuses it, the general path says where
-    return got
+        return None  # a null record_id: the Python reader refuses it, naming the entry
+    header = data[:start] + b"[]" + data[end:]  # the rest of the document (small): version, pg_config, rank...
+    representatives = [data[s:e] for s, e in bounds[first[:n_groups[0]]].tolist()]
+    ints = ({name: own[:n, k] for k, name in enumerate(OWN_INT_FIELDS)},
+            {name: state[:n, k] == 1 for k, name in enumerate(OWN_INT_FIELDS)})
+    return ScannedDump(header, n, groups[:n], representatives, ints)
 
 
 def _collision_free_slots(names: tuple[str, ...], size: int = 64) -> tuple[np.ndarray, np.ndarray]:
     """A table from (length * a + first byte * b + last byte) % size to the field, with no two names on one
-    slot (fr_json_kernels.field_of)."""
+    slot (_fr_json_kernel.c: field_of)."""
     for a in range(1, size):
         for b in range(1, size):
             slots = np.full(size, -1, np.int64)
@@ -192,5 +169,5 @@ def _collision_free_slots(names: tuple[str, ...], size: int = 64) -> tuple[np.nd
 
 _SLOTS, _MIX = _collision_free_slots(_FIELDS)
 MAX_GROUPS = 4096  # distinct combinations of repeating fields in one dump; beyond, the per-entry reader
-MAX_PROGRAMS = 512  # groups whose later entries are replayed (fr_json_kernels.replay); the others are scanned
+MAX_PROGRAMS = 512  # groups whose later entries are replayed (_fr_json_kernel.c: replay); the others are scanned
 MAX_OPS = 64  # ops of one replay program (a Flight Recorder entry needs about 20)

@@ -1,19 +1,18 @@
 """Flight Recorder pickles read by a compiled opcode reader, with no Python object per entry.
 
 A 16 384-rank set of pickles holds 33 million entries. CPython's unpickler builds each one's dict, its lists and
-its frame dicts (10 ms or so per 2000-entry dump), only for the compact reader (fr_coded.py) to key them back
-into a few distinct rows. Here one compiled pass (fr_pickle_kernels) executes the opcodes into a table of
+its frame dicts (10 ms or so per 2000-entry dump), only for the Python reader (fr_reader.py) to key them back
+into a few distinct rows. Here one compiled pass (_fr_pickle_kernel.c) executes the opcodes into a table of
 nodes, gives every value under the entries an id (equal kind and content, equal id), and groups the entries by
 the ids of their repeating fields; only one entry of each group, the dump's header and each distinct stack are
-built as Python objects, from the nodes, as the unpickler would build them. fr_coded.parts_from_scan then keys
+built as Python objects, from the nodes, as the unpickler would build them. fr_reader.from_rows then keys
 those rows exactly as it keys the unpickled entries: both readers give the same trace.
 
 Nothing in the file is called or looked up: only builtin scalars and containers are read, and anything else
 (a global, an opcode not written for builtin values, a memo slot never filled, bad UTF-8, a container that
 contains itself, a file over MAX_BYTES) returns None and the safe unpickler takes the file (its reason, if it
-refuses it too, is the one the user sees). The reader is compiled twice, to the same arrays and results: in C
-(_fr_pickle_kernel.c, built when distdoctor is installed, where a C compiler is found) and with numba
-(fr_pickle_kernels.py, the `fast` extra), used where the C one was not built; with neither, it returns None."""
+refuses it too, is the one the user sees). The reader is in C (_fr_pickle_kernel.c, built when distdoctor is
+installed, where a C compiler is found; the wheels carry it built); without it, it returns None."""
 
 from __future__ import annotations
 
@@ -25,13 +24,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# The fields read, in the order fr_pickle_kernels.entry_codes takes them: the repeating ones (fr_coded's), the
-# stack, then the integers (fr_coded's order: record id, sequence numbers, times).
-from distdoctor.trace.loaders.fr_coded import INT_FIELDS, SHARED_FIELDS
-from distdoctor.trace.loaders.fr_json_scan import first_compiled, name_table
+from distdoctor.trace.loaders.fr_json_scan import compiled, name_table
+from distdoctor.trace.loaders.fr_schema import INT_FIELDS, ROW_FIELDS, kernel_names
 
-_FIELDS = (*SHARED_FIELDS, "frames", *INT_FIELDS)
+# The fields read, in the order _fr_pickle_kernel.c's entry_codes takes them (fr_schema): the row fields, the
+# stack, then the integers.
+_FIELDS = kernel_names("pickle")
 _NAMES, _NAME_LEN = name_table(_FIELDS)
+INT_OK, INT_NONE, INT_OTHER = 0, 1, 2  # how the kernel found an integer field: an int, None or absent, else
 
 # Larger files go to the unpickler: the node table reserves about 80 bytes per byte of the file.
 MAX_BYTES = 64 << 20
@@ -43,20 +43,28 @@ class ScannedPickle:
     rows: list[tuple]  # the raw repeating fields of each distinct row, in first-seen order
     codes: np.ndarray  # entry -> row
     ints: np.ndarray  # (entries, INT_FIELDS): int64 values, 0 where None or missing
-    int_state: np.ndarray  # fr_pickle_kernels.INT_OK / INT_NONE / INT_OTHER
+    int_state: np.ndarray  # INT_OK / INT_NONE / INT_OTHER
     stacks: list  # each distinct raw `frames` value, in first-seen order
     stack_codes: np.ndarray  # entry -> index into stacks
+
+    def ints_by_field(self) -> tuple[dict, dict | None]:
+        """(field -> int64 values, field -> whether the entry wrote an integer there); (.., None) where a value is
+        of another type, or a required one (record_id) is None or absent: the Python reader words those."""
+        state = self.int_state
+        required = [j for j, f in enumerate(INT_FIELDS) if f.required]
+        if (state == INT_OTHER).any() or (state[:, required] != INT_OK).any():
+            return {}, None
+        return ({f.name: self.ints[:, j] for j, f in enumerate(INT_FIELDS)},
+                {f.name: state[:, j] == INT_OK for j, f in enumerate(INT_FIELDS)})
 
 
 @functools.lru_cache(maxsize=1)
 def kernels():
-    """The compiled module: the C one built when distdoctor was installed (_fr_pickle_kernel.c), else numba's (the
-    `fast` extra: compiled once and cached on disk), else None (see fr_json_scan.first_compiled). Call before
-    forking workers so they inherit it."""
+    """The compiled module built when distdoctor was installed (_fr_pickle_kernel.c), None where it is missing or
+    cannot start (see fr_json_scan.compiled). Call before forking workers so they inherit it."""
     global FAILURE
     warm = pickle.dumps({"version": "2.10", "entries": [{"record_id": 0, "frames": []}]}, protocol=4)
-    module, FAILURE = first_compiled(("_fr_pickle_kernel", "fr_pickle_kernels"),
-                                     lambda m: _scan_with(m, warm) is not None)
+    module, FAILURE = compiled("_fr_pickle_kernel", lambda m: _scan_with(m, warm) is not None)
     return module
 
 
@@ -104,7 +112,7 @@ def _scan_with(k, data: bytes) -> ScannedPickle | None:
     if entries is None or kinds[entries] != k.LIST or head[entries] < 0:
         return None  # no entries: the general path (cheap) reads the header and says what is missing
     n = k.count_items(entries, head, nxt)
-    n_shared = len(SHARED_FIELDS)
+    n_shared = len(ROW_FIELDS)
     vid = room.take("vid", nn, np.int64, fill=-1)
     table = room.take("table", _pow2(2 * nn), np.int64, fill=-1)
     rep = room.take("rep", nn, np.int64)

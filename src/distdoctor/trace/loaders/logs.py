@@ -222,17 +222,14 @@ def empty_reason() -> str:
     return f"a log, but with no {what} nor NCCL INFO collective lines"
 
 
-def read_markers(data: bytes, log: RankLog, markers: _Markers) -> None:
-    """Fill `log.threads` and `log.ops` from the marker lines of a log (see the module docstring)."""
-    buf = markers.buffer(data)
-    events = markers.findall(buf)
-    if not events:
-        return
+def _count_markers(events: list, log: RankLog, markers: _Markers) -> tuple[dict, dict, list]:
+    """Per (thread, op): [begins, ends, index of the last begin, of the last end], and its distinct marker lines
+    with their kinds; the indexes of the first few unreadable lines (counted in `log.skipped`)."""
     counts = Counter(events)
     last = dict(zip(events, itertools.count()))  # the last index of each distinct marker line
-    per: dict[tuple[str, str], list] = {}  # (thread, op) -> [begins, ends, index of last begin, index of last end]
-    values: dict[tuple[str, str], list] = {}  # (thread, op) -> its distinct marker lines, with their kinds
-    bad: list[int] = []  # indexes of the first few unreadable lines
+    per: dict[tuple[str, str], list] = {}
+    values: dict[tuple[str, str], list] = {}
+    bad: list[int] = []
     for value, n in counts.items():
         got = markers.parts(value)
         op = got[2].strip() if got else ""
@@ -254,6 +251,16 @@ def read_markers(data: bytes, log: RankLog, markers: _Markers) -> None:
             c[1] += n
             c[3] = max(c[3], last[value])
         values.setdefault((thread, op), []).append((value, kind))
+    return per, values, bad
+
+
+def read_markers(data: bytes, log: RankLog, markers: _Markers) -> None:
+    """Fill `log.threads` and `log.ops` from the marker lines of a log (see the module docstring)."""
+    buf = markers.buffer(data)
+    events = markers.findall(buf)
+    if not events:
+        return
+    per, values, bad = _count_markers(events, log, markers)
     first = None  # the first index of each distinct line: needed only where ends outnumber their begins
     wanted: dict[int, None] = dict.fromkeys(sorted(bad)[:SKIPPED_EXAMPLES])  # event indexes whose line is cited
     opens: dict[str, list[tuple[int, str]]] = {}

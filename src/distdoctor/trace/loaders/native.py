@@ -17,7 +17,8 @@ def is_native(first_line: bytes) -> bool:
 
 
 def _int_or_none(v) -> bool:
-    return v is None or (isinstance(v, int) and not isinstance(v, bool))
+    """None, or an integer within int64 (the compact form's arrays, trace/coded.py, hold them)."""
+    return v is None or (isinstance(v, int) and not isinstance(v, bool) and -(1 << 63) <= v < (1 << 63))
 
 
 def _sizes_ok(v) -> bool:

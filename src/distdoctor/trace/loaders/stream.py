@@ -21,11 +21,13 @@ entry (a renderer asking for more history) reloads that rank's file whole (Spars
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from distdoctor.trace.model import AGREE_ON, ENTRY_FIELDS, EntryColumns, Frame, RankTrace, entry_column
+from distdoctor.trace.coded import Entries, frozen
+from distdoctor.trace.model import AGREE_ON, RankTrace
 
 WINDOW = 64  # tail entries kept per rank: the analysis reads at most the last 64 (sites.MAX_RANKS, pending)
 PIN_LIMIT = 4096  # more entries than this to keep besides the window (a p2p-heavy or hung-early rank): keep whole
@@ -82,7 +84,7 @@ class SparseColumn:
         return (self[i] for i in range(self.owner.n))
 
 
-class SparseEntries(EntryColumns):
+class SparseEntries(Sequence):
     """A trace's entries of which only some positions are held (the rest were proven agreed, see the module's
     docstring); positions, length and values are those of the whole trace. Reading a position not held loads
     the rank's file again and keeps it whole (correct for any reader; only renderers asking for long histories
@@ -90,12 +92,16 @@ class SparseEntries(EntryColumns):
 
     __slots__ = ("n", "positions", "where", "held", "path", "_cols")
 
-    def __init__(self, n: int, positions: list[int], held: EntryColumns, path: str) -> None:
-        # EntryColumns' own slots stay unset: every method that reads them is overridden here.
+    def __init__(self, n: int, positions: list[int] | None, held: Entries, path: str) -> None:
         self.n, self.positions, self.held, self.path = n, positions, held, path
-        self.where = {p: k for k, p in enumerate(positions)}  # position -> index in `held`
-        self.coded = None
+        self.where = None if positions is None else {p: k for k, p in enumerate(positions)}  # position -> in held
         self._cols: dict[str, SparseColumn] = {}
+
+    def __getstate__(self):
+        return self.n, self.positions, self.held, self.path
+
+    def __setstate__(self, state) -> None:
+        self.__init__(*state)
 
     def _local(self, i: int) -> int:
         if i < 0:
@@ -116,17 +122,13 @@ class SparseEntries(EntryColumns):
         whole = load_file(self.path).entries
         if len(whole) != self.n:  # the file changed under us: say so rather than mix two dumps
             raise ValueError(f"{self.path} changed while it was being diagnosed")
-        self.held = whole if isinstance(whole, EntryColumns) else EntryColumns([list(c) for c in zip(*whole)])
+        self.held = Entries.of(whole)
         self.positions = self.where = None
         self._cols = {}
 
     def value(self, i: int, name: str):
         k = self._local(i)  # first: a miss replaces `held`
         return self.held.column(name)[k]
-
-    @property
-    def columns(self):
-        return tuple(self.column(name) for name in _FIELDS)
 
     def __len__(self) -> int:
         return self.n
@@ -141,17 +143,16 @@ class SparseEntries(EntryColumns):
         for i in range(self.n):
             yield self[i]
 
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None
+
     def column(self, name: str):
         got = self._cols.get(name)
         if got is None:
             got = self._cols[name] = SparseColumn(self, name)
         return got
-
-
-from distdoctor.trace.coded import CODED_FIELDS, DUMP_FIELDS as _FIELDS  # noqa: E402
-
-# Where a coded row holds each AGREE_ON field (None: root, which Flight Recorder does not record).
-_ROW_AT = tuple(CODED_FIELDS.index(name) if name in CODED_FIELDS else None for name in AGREE_ON)
 
 
 def window_of(trace, summary) -> tuple[list[int] | None, RankDigest | None]:
@@ -190,53 +191,24 @@ def window_of(trace, summary) -> tuple[list[int] | None, RankDigest | None]:
 
 
 def _signatures(trace, digest: RankDigest) -> tuple[np.ndarray, np.ndarray]:
-    """Per entry a local id of what the members of a group must agree on (AGREE_ON, and frames),
-    and whether the entry completed; `digest.keys` gets the values of the ids."""
-    coded = getattr(trace.entries, "coded", None)
-    if coded is not None:  # one key per distinct (row, frame list): the frame lists are the interner's, shared
-        rows, codes = coded.rows, coded.codes
-        stacks: list = [()]
-        if coded.frames is not None:
-            by_id: dict = {}
-            stacks = []
-            for f in coded.frames:
-                if id(f) not in by_id:
-                    by_id[id(f)] = len(stacks)
-                    stacks.append(_frozen(f))
-            codes = codes * len(stacks) + np.fromiter(map(by_id.__getitem__, map(id, coded.frames)), np.intp,
-                                                      len(coded.frames))
-        pairs, inverse = np.unique(codes, return_inverse=True)
-        local: dict = {}
-        ids = []
-        for pair in pairs.tolist():
-            r, stack = rows[pair // len(stacks)], stacks[pair % len(stacks)]
-            key = (*(None if i is None else _frozen(r[i]) for i in _ROW_AT), stack)
-            ids.append(local.setdefault(key, len(local)))
-        digest.keys = list(local)
-        done = np.array([r[7] == "completed" for r in rows] or [False])
-        return np.array(ids or [0], np.int64)[inverse.reshape(-1)], done[coded.codes]
-    cols = [trace.column(name) for name in (*AGREE_ON, "frames")]
-    by_id: dict = {}
-    local = {}
-    out = np.empty(len(trace.entries), np.int64)
-    for i, row in enumerate(zip(*cols)):  # shared lists (the loaders intern them) are keyed by identity first
-        key = (row[0], row[1], *map(id, row[2:]))
-        got = by_id.get(key)
-        if got is None:
-            value = (row[0], row[1], *(_frozen(v) for v in row[2:]))
-            got = by_id[key] = local.setdefault(value, len(local))
-        out[i] = got
+    """Per entry a local id of what the members of a group must agree on (AGREE_ON, and frames), and whether
+    the entry completed; `digest.keys` gets the values of the ids. One key per distinct (row, frame list)."""
+    c = Entries.of(trace.entries)
+    codes = c.codes
+    stacks: list = [()]
+    if c.stacks is not None:
+        stacks = [frozen(stack) for stack in c.stacks]
+        codes = codes * len(stacks) + c.stack_codes
+    pairs, inverse = np.unique(codes, return_inverse=True)
+    local: dict = {}
+    ids = []
+    for pair in pairs.tolist():
+        row, stack = c.rows[pair // len(stacks)], stacks[pair % len(stacks)]
+        key = (*(frozen(getattr(row, name)) for name in AGREE_ON), stack)
+        ids.append(local.setdefault(key, len(local)))
     digest.keys = list(local)
-    return out, np.array([state == "completed" for state in trace.column("state")], bool)
-
-
-def _frozen(value):
-    """A hashable copy of a size/dtype list or a frame list (frames are tuples already)."""
-    if isinstance(value, list):
-        return tuple(_frozen(v) for v in value)
-    if isinstance(value, Frame):
-        return value.name, value.filename, value.line
-    return value
+    done = np.array([row.state == "completed" for row in c.rows] or [False])
+    return np.array(ids or [0], np.int64)[inverse.reshape(-1)], done[c.codes]
 
 
 class PrefixCheck:
@@ -268,7 +240,7 @@ class PrefixCheck:
                 continue
             # The members of a group mostly send the very digest another member sent: once one was compared,
             # every seq of its span is known in `ref` and stays as it is, so an equal one changes nothing.
-            same = (id(table), g.lo, g.hi, g.sigs.tobytes())
+            same = (keys, g.lo, g.hi, g.sigs.tobytes())
             if self._last.get(group) == same:
                 continue
             self._last[group] = same
@@ -343,7 +315,8 @@ _SENT_MEMBERS: set = set()
 def members_by_key(trace: RankTrace) -> None:
     for g in trace.groups.values():
         if len(g.ranks) > LONG_MEMBERS:
-            key = ("members", len(g.ranks), g.ranks[0], g.ranks[-1], hash(tuple(g.ranks)))
+            # (a list parsed from a dump's text carries its key: no pass over the world per trace)
+            key = getattr(g.ranks, "key", None) or ("members", len(g.ranks), hash(tuple(g.ranks)))
             if key in _SENT_MEMBERS:
                 g.ranks = key
             else:
@@ -359,13 +332,3 @@ def members_back(trace: RankTrace, members: dict) -> None:
             g.ranks = members.setdefault(key, g.ranks)
         elif isinstance(g.ranks, tuple):
             g.ranks = members[g.ranks]
-
-
-def held_entries(entries, positions: list[int]):
-    """The entries at `positions` only, in the trace's own form."""
-    coded = getattr(entries, "coded", None)
-    if coded is not None:
-        return EntryColumns(None, coded.take(positions))
-    columns = entries.columns if isinstance(entries, EntryColumns) else \
-        [entry_column(entries, name) for name in ENTRY_FIELDS]
-    return EntryColumns([[c[i] for i in positions] for c in columns])
