@@ -1,0 +1,94 @@
+"""The live path on one host: a 3-rank job with the recorder enabled in code (no distdoctor run), rank 1 stopped
+outside collectives. `diagnose --live` and `watch --once` read every rank through torch's worker servers and the
+job's TCPStore and name rank 1; the metrics say suspected; the servers listen on the job's address only; bad
+endpoints are one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from recorder_helpers import free_port, kill_group
+
+pytestmark = pytest.mark.slow
+
+JOB = Path(__file__).parent / "workers" / "live_job.py"
+
+
+@pytest.fixture(scope="module")
+def stopped_job(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("live")
+    port = free_port()
+    env = dict(os.environ, DUMP_DIR=str(tmp / "dumps"), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", "--master-addr",
+                             "127.0.0.1", "--master-port", str(port), str(JOB)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while "STOP" not in proc.stdout.readline():
+            assert proc.poll() is None and time.time() < deadline, "the job ended before rank 1 stopped"
+        time.sleep(4)  # past the 2 s suspect floor
+        yield port
+    finally:
+        kill_group(proc)
+
+
+def _cli(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "distdoctor", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_diagnose_live_names_the_stopped_rank(stopped_job):
+    done = _cli("diagnose", "--live", f"127.0.0.1:{stopped_job}", "--format", "json")
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["world_size"] == 3 and report["live"]["not_answering"] == []
+    first = report["findings"][0]
+    assert first["kind"] == "missing_ranks" and first["ranks"] == [1], report["findings"]
+    assert "wait_for_the_next_batch" in done.stdout  # rank 1's own stack, served live
+
+
+def test_watch_once_prints_the_verdict_and_the_metrics(stopped_job, tmp_path):
+    metrics = tmp_path / "m.prom"
+    done = _cli("watch", "--master-addr", "127.0.0.1", "--master-port", str(stopped_job), "--once",
+                "--metrics-file", str(metrics), "--job-name", "t")
+    assert done.returncode == 1, done.stderr
+    assert "distdoctor watch: HANG SUSPECTED" in done.stdout
+    assert "1. missing_ranks: ranks [1] at all_reduce #11" in done.stdout, done.stdout
+    text = metrics.read_text()
+    assert 'distdoctor_hang_state{job="t"} 1' in text
+    assert text.count("distdoctor_rank_up{") == 3 and 'distdoctor_rank_hang_state{job="t",rank="1",' in text
+    assert 'distdoctor_rank_collectives_completed{job="t",rank="1",host="' in text and '",group="0"} 10' in text
+
+
+def test_servers_listen_on_the_jobs_address_only(stopped_job):
+    """Every worker server the job's ranks registered listens on 127.0.0.1 (the route to MASTER_ADDR), nowhere
+    else: read back from the kernel's socket table."""
+    from distdoctor.diagnose import live
+
+    job = live.discover(live.connect("127.0.0.1", stopped_job), "127.0.0.1", stopped_job)
+    ports = {int(r.url.rsplit(":", 1)[1]) for r in job.ranks.values()}
+    assert len(ports) == 3 and all(r.url.startswith("http://127.0.0.1:") for r in job.ranks.values())
+    listening = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state == "0A":  # LISTEN
+                addr, port = local.split(":")
+                listening.setdefault(int(port, 16), set()).add(addr)
+    assert all(listening.get(p) == {"0100007F"} for p in ports), {p: listening.get(p) for p in ports}
+
+
+def test_bad_endpoints_are_one_line(tmp_path):
+    done = _cli("diagnose", "--live", "nowhere")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "HOST:PORT" in done.stderr, done.stderr
+    done = _cli("diagnose", "--live", f"127.0.0.1:{free_port()}", timeout=60)
+    assert done.returncode == 2 and "no job store answers there" in done.stderr.splitlines()[-1], done.stderr
+    done = _cli("diagnose", str(tmp_path), "--live", "127.0.0.1:1")
+    assert done.returncode == 2 and "not both" in done.stderr
