@@ -26,25 +26,25 @@ SUSPECT_FLOOR_S = 10.0
 STOP_AFTER_S = 5.0
 
 
-def _payload(rank: int, world: int, t0: float, stop_at: float, bad: int, now: float) -> bytes:
+def _payload(rank: int, world: int, t0: float, stop_at: float, bad: int, now: float, full: bool) -> bytes:
+    """What recorder/live.py would answer for this rank (its own `payload`, the trace model's serializer)."""
+    from distdoctor.recorder.live import payload
     from distdoctor.trace import model
 
     stopped = now >= stop_at
     seq = 100 + (0 if stopped else int((now - t0) * 10))
-    entries = []
     done_to = seq - 1 if stopped else seq
-    for s in (done_to - 1, done_to):
-        entries.append(model.Entry(index=s, group="0", op="all_reduce", seq=s, raw_op="all_reduce",
-                                   in_sizes=[[1024]], out_sizes=[[1024]], in_dtypes=["float32"],
-                                   out_dtypes=["float32"], reduce_op="sum", state="completed",
-                                   t_created=now - 1, t_started=now - 1, t_completed=now - 1,
-                                   frames=[model.Frame("train_step", "/job/train.py", 41)]))
+    frames = [model.Frame("train_step", "/job/train.py", 41), model.Frame("<module>", "/job/train.py", 60)]
+    entries = [model.Entry(index=s, group="0", op="all_reduce", seq=s, raw_op="all_reduce", in_sizes=[[1024]],
+                           out_sizes=[[1024]], in_dtypes=["float32"], out_dtypes=["float32"], reduce_op="sum",
+                           state="completed", t_created=now - 1, t_started=now - 1, t_completed=now - 1,
+                           frames=frames) for s in (done_to - 1, done_to)]
     hang = None
     if stopped and rank != bad:
         entries.append(model.Entry(index=seq, group="0", op="all_reduce", seq=seq, raw_op="all_reduce",
                                    in_sizes=[[1024]], out_sizes=[[1024]], in_dtypes=["float32"],
                                    out_dtypes=["float32"], reduce_op="sum", state="started", t_created=stop_at,
-                                   t_started=stop_at, frames=[model.Frame("train_step", "/job/train.py", 41)]))
+                                   t_started=stop_at, frames=frames))
         if now - stop_at >= SUSPECT_FLOOR_S:
             hang = {"status": "suspected", "detected_by": rank, "detected_at": stop_at + SUSPECT_FLOOR_S,
                     "since": stop_at, "hang_timeout_s": 300, "threshold_s": SUSPECT_FLOOR_S,
@@ -52,15 +52,16 @@ def _payload(rank: int, world: int, t0: float, stop_at: float, bad: int, now: fl
                     "this_rank": {"blocked_in": {"group": "0", "seq": seq, "op": "all_reduce",
                                                  "source": "recorder", "since": stop_at},
                                   "blocked_for_s": now - stop_at, "idle_for_s": now - stop_at}}
-    trace = model.RankTrace(rank=rank, source="native", version=str(model.NATIVE_VERSION), world_size=world,
-                            groups={"0": model.GroupInfo("0", list(range(world)), False, "default_pg")},
-                            entries=entries, dump_reason="live state", dump_time=now, host=f"node{rank // 8}",
-                            pid=100000 + rank, hang=hang)
-    out = {"format": "distdoctor-live", "version": 1, "rank": rank, "host": trace.host, "pid": trace.pid,
-           "time": now, "world_size": world, "last_progress": stop_at if stopped else now,
-           "progress": {"0": {"issued": seq, "completed": done_to}}, "hang": hang, "pg_status": None,
-           "trace": model.dumps(trace)}
-    return json.dumps(out).encode()
+    stacks = {"MainThread (1)": frames if rank != bad else [model.Frame("<module>", "/job/train.py", 60),
+                                                             model.Frame("load_batch", "/job/data.py", 12)]}
+    trace = None
+    if full:
+        trace = model.RankTrace(rank=rank, source="native", version=str(model.NATIVE_VERSION), world_size=world,
+                                groups={"0": model.GroupInfo("0", list(range(world)), False, "default_pg")},
+                                entries=entries, stacks=stacks, dump_reason=model.LIVE_REASON, dump_time=now,
+                                host=f"node{rank // 8}", pid=100000 + rank, hang=hang)
+    progress = {"0": {"issued": seq, "completed": done_to}}
+    return payload(rank, world, hang, progress, stop_at if stopped else now, trace)
 
 
 def serve(args) -> None:
@@ -70,23 +71,26 @@ def serve(args) -> None:
     from torch._C._distributed_c10d import _register_handler, _WorkerServer
     from torch.distributed import TCPStore
 
+    from distdoctor.trace import model
+
     world, lo, hi = args.ranks, args.lo, args.hi
     t0, stop_at, bad = args.t0, args.t0 + args.stop_after, args.bad
     world_groups = None
 
     def handler(req, resp):
         rank = int(req.get_param("rank"))
-        resp.set_content(_payload(rank, world, t0, stop_at, bad, time.time()), "application/json")
+        full = req.get_param("stacks") == "1" or req.get_param("full") == "1"
+        resp.set_content(_payload(rank, world, t0, stop_at, bad, time.time(), full), "application/json")
         resp.set_status(200)
 
-    _register_handler("distdoctor_state", handler)
+    _register_handler(model.LIVE_HANDLER, handler)
     server = _WorkerServer("127.0.0.1", 0)
     store = TCPStore("127.0.0.1", args.port, is_master=False, timeout=datetime.timedelta(seconds=60))
-    keys = [f"distdoctor_live/rank{r}" for r in range(lo, hi)]
+    keys = [f"{model.LIVE_PREFIX}rank{r}" for r in range(lo, hi)]
     values = [json.dumps({"url": f"http://127.0.0.1:{server.port}/?rank={r}", "host": f"node{r // 8}",
                           "pid": 100000 + r, "world_size": world}) for r in range(lo, hi)]
     store.multi_set(keys, values)
-    store.set("distdoctor_live/world_size", str(world))
+    store.set(f"{model.LIVE_PREFIX}world_size", str(world))
     del world_groups
     print("serving", lo, hi, flush=True)
     time.sleep(args.serve_s)
@@ -135,10 +139,13 @@ def main() -> None:
         peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the largest child: the watcher
         header = next((ln for ln in out.splitlines() if "HANG SUSPECTED" in ln), "")
         finding = next((ln for ln in out.splitlines() if ln.startswith("1. ")), "")
-        sample = len(_payload(0, args.ranks, t0, stop_at, bad, stop_at + SUSPECT_FLOOR_S + 1))
+        late = stop_at + SUSPECT_FLOOR_S + 1
+        brief = len(_payload(1, args.ranks, t0, stop_at, bad, late, False))
+        full = len(_payload(1, args.ranks, t0, stop_at, bad, late, True))
         print(json.dumps({"ranks": args.ranks, "servers": args.servers, "cores": os.cpu_count(),
                           "verdict_after_stop_s": round(t_done - stop_at, 2), "suspect_floor_s": SUSPECT_FLOOR_S,
-                          "watcher_peak_mib": round(peak_kib / 1024, 1), "bytes_per_rank_per_poll": sample,
+                          "watcher_peak_mib": round(peak_kib / 1024, 1), "bytes_per_rank_per_poll": brief,
+                          "bytes_per_rank_verdict_poll": full,
                           "named": finding, "header": header, "rc": watch.returncode,
                           "stderr_tail": err[-500:]}, indent=1))
     finally:

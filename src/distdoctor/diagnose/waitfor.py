@@ -126,6 +126,7 @@ def build_waits(ts: TraceSet, views: dict[str, GroupView]) -> tuple[list[Wait], 
     p2p = _p2p_index(ts)
     pending = pending_entries(ts, views, p2p)
     first_pending = {r: {e.stream: e.index for e in es} for r, es in pending.items()}
+    behind: dict[tuple, list[int]] = {}
     waits: list[Wait] = []
     for rank, entries in pending.items():
         for e in entries:
@@ -143,21 +144,31 @@ def build_waits(ts: TraceSet, views: dict[str, GroupView]) -> tuple[list[Wait], 
             view = views.get(e.group)
             if view is None or e.seq is None:
                 continue
-            blockers = []
-            for m in view.members:
-                if m == rank:
-                    continue
-                if m not in ts.ranks:
-                    blockers.append(m)
-                    continue
-                theirs = view.by_rank.get(m, {}).get(e.seq)
-                if theirs is None and probably_inside(ts.ranks[m], e):
-                    continue  # its trace cannot show this call (issued from C++), and it is inside torch
-                if theirs is None or not _reached(m, theirs, first_pending):
-                    blockers.append(m)
+            # Who has not reached the call depends on the call alone (not on who waits): found once per call, so
+            # N ranks blocked on one absent member cost N + members, not N x members (16 384 ranks: 2.7e8 looks).
+            key = (e.group, e.seq, bool(e.raw_op and ":" in e.raw_op))
+            if key not in behind:
+                behind[key] = _behind(ts, view, e, first_pending)
+            blockers = [m for m in behind[key] if m != rank]
             if blockers:
                 waits.append(Wait(rank, e, blockers))
     return waits, pending
+
+
+def _behind(ts: TraceSet, view: GroupView, e: Entry, first_pending: dict[int, dict]) -> list[int]:
+    """The members of e's group that have not reached collective `e`: no trace, never issued it (unless it is
+    probably inside it, its trace unable to show a call issued from C++), or something older still pending."""
+    out = []
+    for m in view.members:
+        if m not in ts.ranks:
+            out.append(m)
+            continue
+        theirs = view.by_rank.get(m, {}).get(e.seq)
+        if theirs is None and probably_inside(ts.ranks[m], e):
+            continue  # its trace cannot show this call (issued from C++), and it is inside torch
+        if theirs is None or not _reached(m, theirs, first_pending):
+            out.append(m)
+    return out
 
 
 def _reached(rank: int, entry: Entry, first_pending: dict[int, dict]) -> bool:

@@ -36,9 +36,8 @@ from distdoctor.recorder.config import warn
 from distdoctor.recorder.dumpfile import all_thread_stacks, ensure_private_dir, fr_enabled, write_atomic
 from distdoctor.trace import model
 
-HANDLER = "distdoctor_state"
-PREFIX = "distdoctor_live/"
-TORCH_PREFIX = "debug_server/"
+HANDLER, PREFIX, TORCH_PREFIX, LIVE_REASON = (model.LIVE_HANDLER, model.LIVE_PREFIX, model.TORCH_DEBUG_PREFIX,
+                                               model.LIVE_REASON)
 RUN_FILE = ".live.json"  # rank 0's store address, for `distdoctor run` on its host (recorder/run_live.py)
 PEER_FILE = ".live-peer.json"  # the same from another rank: the verdict is made on rank 0's host
 TAIL = 2  # completed calls kept per group: the frontier and the one before it
@@ -169,8 +168,7 @@ def publish(name: str, source) -> None:
 def _answer(req, resp) -> None:
     rec = _rec
     try:
-        stacks = _flag(req, "stacks")
-        body = state(rec, stacks)
+        body = state(rec, stacks=_flag(req, "stacks"), full=_flag(req, "full"))
         resp.set_content(body, "application/json")
         resp.set_status(200)
     except Exception as exc:  # a failing handler answers 500 with one line, never takes the rank down
@@ -185,41 +183,65 @@ def _flag(req, name: str) -> bool:
         return False
 
 
-def state(rec, stacks: bool = False) -> bytes:
-    """This rank's compact state (see the module's docstring)."""
-    records = list(rec.buffer)
+def state(rec, stacks: bool = False, full: bool = False) -> bytes:
+    """This rank's compact state (see the module's docstring); the trace only when `full` or `stacks`."""
+    progress, keep = frontiers(list(rec.buffer))
+    hang = rec.watchdog.hang_header() if rec.watchdog is not None else None
+    trace = None
+    if full or stacks:
+        threads = {t.ident: t.name for t in threading.enumerate()}
+        rec._refresh_groups()
+        trace = model.RankTrace(
+            rank=rec.rank if rec.rank is not None else -1, source="native", version=str(model.NATIVE_VERSION),
+            world_size=rec.world_size, groups=dict(rec.group_infos),
+            entries=[rec._entry(r, threads) for r in keep], stacks=_stacks(rec) if stacks else None,
+            dump_reason=LIVE_REASON, dump_time=time.time(), host=socket.gethostname(), pid=os.getpid(), hang=hang,
+            exception=rec.exception)
+    extras = {}
+    for name, source in list(_published.items()):
+        try:
+            extras[name] = source()
+        except Exception as exc:
+            extras[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    return payload(rec.rank, rec.world_size, hang, progress, rec.last_progress, trace, _pg_status(), extras)
+
+
+def frontiers(records: list) -> tuple[dict[str, dict], list]:
+    """Per group the last collective issued and completed; the records worth sending: every call in flight (at
+    most MAX_ACTIVE) and the last TAIL completed calls of each group, in issue order."""
     progress: dict[str, dict] = {}
     kept_done: dict[str, int] = {}
     keep = []
+    active = 0
     for r in reversed(records):
         p = progress.setdefault(r.group, {"issued": None, "completed": None})
         if r.seq is not None:
             p["issued"] = max(p["issued"] or 0, r.seq)
             if r.state == "completed":
                 p["completed"] = max(p["completed"] or 0, r.seq)
-        done = r.state == "completed"
-        if done and kept_done.get(r.group, 0) < TAIL:
-            kept_done[r.group] = kept_done.get(r.group, 0) + 1
-            keep.append(r)
-        elif not done and len(keep) - sum(kept_done.values()) < MAX_ACTIVE:
+        if r.state == "completed":
+            if kept_done.get(r.group, 0) < TAIL:
+                kept_done[r.group] = kept_done.get(r.group, 0) + 1
+                keep.append(r)
+        elif active < MAX_ACTIVE:
+            active += 1
             keep.append(r)
     keep.reverse()
-    threads = {t.ident: t.name for t in threading.enumerate()}
-    rec._refresh_groups()
-    trace = model.RankTrace(
-        rank=rec.rank if rec.rank is not None else -1, source="native", version=str(model.NATIVE_VERSION),
-        world_size=rec.world_size, groups=dict(rec.group_infos), entries=[rec._entry(r, threads) for r in keep],
-        stacks=_stacks(rec) if stacks else None, dump_reason="live state", dump_time=time.time(),
-        host=socket.gethostname(), pid=os.getpid(),
-        hang=rec.watchdog.hang_header() if rec.watchdog is not None else None, exception=rec.exception)
-    out = {"format": "distdoctor-live", "version": 1, "rank": trace.rank, "host": trace.host, "pid": trace.pid,
-           "time": trace.dump_time, "world_size": rec.world_size, "last_progress": rec.last_progress,
-           "progress": progress, "hang": trace.hang, "pg_status": _pg_status(), "trace": model.dumps(trace)}
-    for name, source in list(_published.items()):
-        try:
-            out[name] = source()
-        except Exception as exc:
-            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    return progress, keep
+
+
+def payload(rank, world_size, hang, progress, last_progress, trace=None, pg_status=None, extras=None) -> bytes:
+    """The answer's bytes. A group's member list travels only in its first member's trace (the loaders share one
+    stated list among all members; the default group is the world): a 16 384-rank world's list, about 100 kB,
+    is not repeated by every rank."""
+    out = {"format": "distdoctor-live", "version": 1, "rank": rank, "host": socket.gethostname(), "pid": os.getpid(),
+           "time": time.time(), "world_size": world_size, "last_progress": last_progress, "progress": progress,
+           "hang": hang, "pg_status": pg_status, **(extras or {})}
+    if trace is not None:
+        out["host"], out["pid"] = trace.host, trace.pid
+        trace.groups = {name: g if g.ranks and g.ranks[0] == rank and name != model.DEFAULT_GROUP
+                        else model.GroupInfo(g.name, [], g.inferred, g.desc) for name, g in trace.groups.items()}
+        out["trace"] = model.dumps(trace)
     return json.dumps(out).encode()
 
 
