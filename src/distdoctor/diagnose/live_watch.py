@@ -136,6 +136,7 @@ class LiveWatch:
         self.polls = 0
         self.verdicts = 0
         self.last_poll_s = 0.0
+        self.evidence_s: dict = {}
         self.stop_event = threading.Event()
 
     # ---- connecting ------------------------------------------------------------------------------------------
@@ -223,10 +224,14 @@ class LiveWatch:
         """Poll once more with the stacks (py-spy's for ranks whose Python is silent): (diagnose's report over
         every rank's state, one line each on the ranks that did not answer)."""
         silent = {r for r, a in self.answers.items() if a.state is None}
+        t0 = time.monotonic()
         answers = live.poll(self.job, stacks=True, timeout=self.timeout, pyspy=True)
         for rank in silent - {r for r, a in answers.items() if a.state is None}:
             answers[rank] = self.answers[rank]  # it answered the second time only: keep what it said first
+        t1 = time.monotonic()
         _, report = report_of(self.job, answers)
+        self.evidence_s = {"poll_s": round(t1 - t0, 2), "analysis_s": round(time.monotonic() - t1, 2),
+                           "bytes": sum(a.nbytes for a in answers.values())}
         lines = silence_lines(self.job, answers, self.silent_since)
         missing = sorted(set(range(self.job.world_size)) - set(self.job.ranks))
         if missing:
@@ -250,3 +255,6 @@ class LiveWatch:
         self.shout(render_text(report), nl=False)
         for line in lines:
             self.shout(line if line.endswith(":") else "  " + line)
+        e = self.evidence_s
+        self.say(f"verdict from every rank's state: poll {e['poll_s']:g} s ({e['bytes']} bytes), analysis "
+                 f"{e['analysis_s']:g} s")
