@@ -85,6 +85,38 @@ def test_servers_listen_on_the_jobs_address_only(stopped_job):
     assert all(listening.get(p) == {"0100007F"} for p in ports), {p: listening.get(p) for p in ports}
 
 
+def _torch_debug_server_missing() -> str | None:
+    """torch's start_debug_server imports its frontend's optional dependencies in rank 0."""
+    import importlib.util
+
+    missing = [m for m in ("jinja2", "tabulate") if importlib.util.find_spec(m) is None]
+    return f"torch's debug server needs {', '.join(missing)}" if missing else None
+
+
+@pytest.mark.skipif(_torch_debug_server_missing() is not None, reason=str(_torch_debug_server_missing()))
+def test_diagnose_live_on_a_job_under_torchs_debug_server_only(tmp_path):
+    """Never under distdoctor: the ranks are read through torch's own handlers (Flight Recorder in C++, py-spy)."""
+    port = free_port()
+    env = dict(os.environ, TORCH_FR_BUFFER_SIZE="200", FRONTEND_PORT=str(free_port()), OMP_NUM_THREADS="1",
+               PYTHONUNBUFFERED="1")
+    env.pop("DISTDOCTOR_TRACE", None)
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", "--master-addr",
+                             "127.0.0.1", "--master-port", str(port), str(JOB.parent / "debug_server_job.py")],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while "STOP" not in proc.stdout.readline():
+            assert proc.poll() is None and time.time() < deadline, "the job ended before rank 2 stopped"
+        time.sleep(2)
+        done = _cli("diagnose", "--live", f"127.0.0.1:{port}")
+    finally:
+        kill_group(proc)
+    assert done.returncode == 1, done.stderr
+    assert "1. missing_ranks: ranks [2] at all_reduce #11" in done.stdout, done.stdout
+    assert "did not answer" not in done.stdout  # each answered, through torch's handlers
+
+
 def test_bad_endpoints_are_one_line(tmp_path):
     done = _cli("diagnose", "--live", "nowhere")
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "HOST:PORT" in done.stderr, done.stderr

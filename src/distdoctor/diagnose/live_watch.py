@@ -60,16 +60,14 @@ def silence_lines(job: live.Job, answers: dict[int, live.Answer], since: dict[in
     lines = []
     now = time.time()
     for rank, a in sorted(answers.items()):
-        if a.state is not None:
-            continue
         r = job.ranks.get(rank)
+        if a.state is not None or (a.python_silent and r is not None and not r.served):
+            continue  # answered; a rank under torch's debug server only answers through torch's own handlers
         where = f"rank {rank} ({r.host or '?'}, pid {r.pid or '?'}, {r.url})" if r else f"rank {rank}"
         how_long = f" for {now - since[rank]:.0f} s" if rank in since else ""
-        if a.python_silent and r is not None and r.served:
+        if a.python_silent:
             what = (f"its Python does not answer{how_long} ({a.error}) while torch's C++ server does: the GIL is "
                     "held, or the interpreter is stuck in C code; its Flight Recorder was read from C++")
-        elif a.python_silent:
-            what = "serves no distdoctor state (not under distdoctor run); its Flight Recorder was read from C++"
         else:
             what = f"does not answer{how_long} ({a.error or a.fr_error})"
         stack = (" stack read by py-spy (below)" if a.stack else
