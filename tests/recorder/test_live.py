@@ -117,6 +117,34 @@ def test_diagnose_live_on_a_job_under_torchs_debug_server_only(tmp_path):
     assert "did not answer" not in done.stdout  # each answered, through torch's handlers
 
 
+def test_a_running_job_read_live_gets_no_verdict(tmp_path):
+    """Ranks read at different moments of a job that runs are no single picture (one would seem to lag behind
+    the other): diagnose --live reads every rank twice and, when ranks moved in between, says so, exit 0."""
+    port = free_port()
+    env = dict(os.environ, DUMP_DIR=str(tmp_path / "dumps"), STOP_STEP=str(10**9), OMP_NUM_THREADS="1",
+               PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr",
+                             "127.0.0.1", "--master-port", str(port), str(JOB)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        from distdoctor.diagnose import live
+
+        deadline = time.time() + 120
+        while True:  # until both ranks registered
+            try:
+                if len(live.discover(live.connect("127.0.0.1", port), "127.0.0.1", port).ranks) == 2:
+                    break
+            except Exception:
+                pass
+            assert proc.poll() is None and time.time() < deadline, "the job did not come up"
+            time.sleep(1)
+        done = _cli("diagnose", "--live", f"127.0.0.1:{port}")
+    finally:
+        kill_group(proc)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert done.stdout.startswith("verdict: NONE - the job is moving: ranks 0, 1"), done.stdout
+
+
 def test_bad_endpoints_are_one_line(tmp_path):
     done = _cli("diagnose", "--live", "nowhere")
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "HOST:PORT" in done.stderr, done.stderr

@@ -192,7 +192,7 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
 def _diagnose_live(endpoint: str, paths: tuple[str, ...], fmt: str, world_size: int | None) -> None:
     """`diagnose --live HOST:PORT`: the same analysis over every rank's live state (diagnose/live_watch.py)."""
     from distdoctor.diagnose.live import parse_endpoint
-    from distdoctor.diagnose.live_watch import snapshot
+    from distdoctor.diagnose.live_watch import JobMoving, snapshot
     from distdoctor.report.diagnose_text import render_text
     from distdoctor.report.json_text import indented_json
 
@@ -201,7 +201,16 @@ def _diagnose_live(endpoint: str, paths: tuple[str, ...], fmt: str, world_size: 
     if fmt == "html":
         raise InputError("--format", "html is made from trace files; with --live use text or json")
     addr, port = parse_endpoint(endpoint)
-    ts, report, lines = snapshot(addr, port, world_size)
+    try:
+        ts, report, lines = snapshot(addr, port, world_size)
+    except JobMoving as moving:
+        from distdoctor.diagnose.findings import fmt_ranks
+
+        why = (f"the job is moving: {fmt_ranks(moving.ranks)} completed collectives while every rank was read, so "
+               "there is no single picture to diagnose (distdoctor watch waits for a hang)")
+        click.echo(indented_json({"verdict": "none", "reason": why, "moving_ranks": moving.ranks}) if fmt == "json"
+                   else f"verdict: NONE - {why}")
+        return
     if not ts.ranks:
         raise InputError(endpoint, "no rank answered: " + ("; ".join(lines[:3]) or "nothing registered"))
     if fmt == "json":

@@ -21,6 +21,7 @@ from distdoctor.diagnose import live
 from distdoctor.trace.model import Frame
 
 SILENT_S = 5.0  # a rank silent this long makes the job suspected
+STILL_S = 1.0  # diagnose --live reads every rank twice this far apart: ranks that moved mean a running job
 LEVEL = {"ok": 0, "suspected": 1, "confirmed": 2}
 
 
@@ -100,11 +101,24 @@ def _waiting_on(answers: dict[int, live.Answer], rank: int) -> str:
     return "; ".join(f"{fmt_ranks(rs)} blocked in {what}" for what, rs in blocked.items())
 
 
+class JobMoving(Exception):
+    """Ranks completed collectives while every rank was read: no single picture of the job."""
+
+    def __init__(self, ranks: list[int]) -> None:
+        super().__init__(ranks)
+        self.ranks = ranks
+
+
 def snapshot(addr: str, port: int, world_size: int | None = None, timeout: float = 3.0):
     """One look at a running job (`diagnose --live`): (TraceSet, report, lines on the ranks that did not answer)."""
     store = live.connect(addr, port)
     job = live.discover(store, addr, port, world_size)
+    before = live.poll(job, timeout=timeout)
+    time.sleep(max(0.0, STILL_S - 0.0))  # a job that moves at all moves within this
     answers = live.poll(job, stacks=True, timeout=timeout, pyspy=True)
+    moving = moved(before, answers)
+    if moving:
+        raise JobMoving(moving)
     ts, report = report_of(job, answers)
     lines = silence_lines(job, answers, {})
     missing = sorted(set(range(job.world_size)) - set(job.ranks))
@@ -113,6 +127,21 @@ def snapshot(addr: str, port: int, world_size: int | None = None, timeout: float
 
         lines.append(f"{fmt_ranks(missing)}: never registered a server in the job's store")
     return ts, report, lines
+
+
+def moved(before: dict[int, live.Answer], after: dict[int, live.Answer]) -> list[int]:
+    """The ranks that issued or completed a call between two reads (both answered): their last progress or their
+    completed frontier in some group differs."""
+    out = []
+    for rank, a in after.items():
+        b = before.get(rank)
+        if a.state is None or b is None or b.state is None:
+            continue
+        now, then = a.state.get("progress") or {}, b.state.get("progress") or {}
+        if a.state.get("last_progress") != b.state.get("last_progress") or any(
+                (now.get(g) or {}).get("completed") != (then.get(g) or {}).get("completed") for g in set(now) | set(then)):
+            out.append(rank)
+    return out
 
 
 class LiveWatch:
@@ -135,6 +164,7 @@ class LiveWatch:
         self.verdicts = 0
         self.last_poll_s = 0.0
         self.evidence_s: dict = {}
+        self.moving: list[int] = []  # ranks that progressed while the last verdict's evidence was read
         self.stop_event = threading.Event()
 
     # ---- connecting ------------------------------------------------------------------------------------------
@@ -218,15 +248,21 @@ class LiveWatch:
             worst, why = "suspected", f"{fmt_ranks(silent)} silent for {SILENT_S:g} s or more"
         return worst, why
 
-    def evidence(self):
+    def evidence(self, allow_moving: bool = False):
         """Poll once more with the stacks (py-spy's for ranks whose Python is silent): (diagnose's report over
         every rank's state, one line each on the ranks that did not answer)."""
-        silent = {r for r, a in self.answers.items() if a.state is None}
+        before = dict(self.answers)
+        silent = {r for r, a in before.items() if a.state is None}
         t0 = time.monotonic()
         answers = live.poll(self.job, stacks=True, timeout=self.timeout, pyspy=True)
         for rank in silent - {r for r, a in answers.items() if a.state is None}:
-            answers[rank] = self.answers[rank]  # it answered the second time only: keep what it said first
+            answers[rank] = before[rank]  # it answered the second time only: keep what it said first
         t1 = time.monotonic()
+        self.moving = moved(before, answers)
+        if self.moving and not allow_moving:
+            # Ranks read at different moments of a job that still runs are not one picture: the analysis would
+            # take a rank read a step later for one that went ahead. No verdict from such a read.
+            return None
         _, report = report_of(self.job, answers)
         self.evidence_s = {"poll_s": round(t1 - t0, 2), "analysis_s": round(time.monotonic() - t1, 2),
                            "bytes": sum(a.nbytes for a in answers.values())}
@@ -238,12 +274,26 @@ class LiveWatch:
             lines.append(f"{fmt_ranks(missing)}: never registered a server in the job's store")
         if lines:
             lines.insert(0, "ranks that did not answer:")
+        if self.moving:
+            from distdoctor.diagnose.findings import fmt_ranks
+
+            lines.append(f"note: {fmt_ranks(self.moving)} completed collectives while every rank was read (a part "
+                         "of the job still runs): what is said of them is a moment of a moving job")
         return report, lines
 
     def _verdict(self, level: str, why: str) -> None:
+        got = self.evidence()
+        if got is None and level == "confirmed":  # no progress for the hang timeout where it is stuck: say it
+            self.moving, got = [], self.evidence(allow_moving=True)
+        if got is None:
+            from distdoctor.diagnose.findings import fmt_ranks
+
+            self.say(f"{why}, but {fmt_ranks(self.moving)} completed collectives while every rank was read: the "
+                     "job is moving; no verdict yet")
+            return
         self.state, self.episode_at = level, self.episode_at if self.state != "ok" else time.time()
         self.verdicts += 1
-        report, lines = self.evidence()
+        report, lines = got
         from distdoctor.report.diagnose_text import render_text
 
         self.shout("")

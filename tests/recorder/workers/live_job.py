@@ -20,7 +20,7 @@ dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
 rank = dist.get_rank()
 t = torch.ones(8)
 for step in range(100_000):
-    if step == 10 and rank == 1:
+    if step == int(os.environ.get("STOP_STEP", "10")) and rank == 1:
         print("STOP", flush=True)
         wait_for_the_next_batch()
     dist.all_reduce(t)
