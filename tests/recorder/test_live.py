@@ -14,18 +14,25 @@ from pathlib import Path
 
 import pytest
 
-from recorder_helpers import free_port, kill_group
+from recorder_helpers import free_port, kill_group, kill_job_processes
 
 pytestmark = pytest.mark.slow
 
 JOB = Path(__file__).parent / "workers" / "live_job.py"
 
 
+def _stop(proc: subprocess.Popen, marker: Path) -> None:
+    """torchrun and its workers (each in a session of its own: found by the marker in their environment)."""
+    kill_group(proc)
+    kill_job_processes(marker)
+
+
 @pytest.fixture(scope="module")
 def stopped_job(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("live")
     port = free_port()
-    env = dict(os.environ, DUMP_DIR=str(tmp / "dumps"), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, DUMP_DIR=str(tmp / "dumps"), DISTDOCTOR_DUMP_DIR=str(tmp / "dumps"), OMP_NUM_THREADS="1",
+               PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", "--master-addr",
                              "127.0.0.1", "--master-port", str(port), str(JOB)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, start_new_session=True)
@@ -36,7 +43,7 @@ def stopped_job(tmp_path_factory):
         time.sleep(4)  # past the 2 s suspect floor
         yield port
     finally:
-        kill_group(proc)
+        _stop(proc, tmp / "dumps")
 
 
 def _cli(*args, timeout=60):
@@ -98,7 +105,7 @@ def test_diagnose_live_on_a_job_under_torchs_debug_server_only(tmp_path):
     """Never under distdoctor: the ranks are read through torch's own handlers (Flight Recorder in C++, py-spy)."""
     port = free_port()
     env = dict(os.environ, TORCH_FR_BUFFER_SIZE="200", FRONTEND_PORT=str(free_port()), OMP_NUM_THREADS="1",
-               PYTHONUNBUFFERED="1")
+               PYTHONUNBUFFERED="1", DISTDOCTOR_DUMP_DIR=str(tmp_path / "marker"))
     env.pop("DISTDOCTOR_TRACE", None)
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", "--master-addr",
                              "127.0.0.1", "--master-port", str(port), str(JOB.parent / "debug_server_job.py")],
@@ -111,7 +118,7 @@ def test_diagnose_live_on_a_job_under_torchs_debug_server_only(tmp_path):
         time.sleep(2)
         done = _cli("diagnose", "--live", f"127.0.0.1:{port}")
     finally:
-        kill_group(proc)
+        _stop(proc, tmp_path / "marker")
     assert done.returncode == 1, done.stderr
     assert "1. missing_ranks: ranks [2] at all_reduce #11" in done.stdout, done.stdout
     assert "did not answer" not in done.stdout  # each answered, through torch's handlers
@@ -119,10 +126,11 @@ def test_diagnose_live_on_a_job_under_torchs_debug_server_only(tmp_path):
 
 def test_a_running_job_read_live_gets_no_verdict(tmp_path):
     """Ranks read at different moments of a job that runs are no single picture (one would seem to lag behind
-    the other): diagnose --live reads every rank twice and, when ranks moved in between, says so, exit 0."""
+    the other): diagnose --live reads every rank twice and, when ranks moved in between, says so, exit 0. A job
+    that ends is not a hang either: `watch` says it ended and exits 0."""
     port = free_port()
-    env = dict(os.environ, DUMP_DIR=str(tmp_path / "dumps"), STOP_STEP=str(10**9), OMP_NUM_THREADS="1",
-               PYTHONUNBUFFERED="1")
+    env = dict(os.environ, DUMP_DIR=str(tmp_path / "dumps"), DISTDOCTOR_DUMP_DIR=str(tmp_path / "dumps"),
+               STOP_STEP=str(10**9), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr",
                              "127.0.0.1", "--master-port", str(port), str(JOB)], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
@@ -139,10 +147,20 @@ def test_a_running_job_read_live_gets_no_verdict(tmp_path):
             assert proc.poll() is None and time.time() < deadline, "the job did not come up"
             time.sleep(1)
         done = _cli("diagnose", "--live", f"127.0.0.1:{port}")
+        watch = subprocess.Popen([sys.executable, "-m", "distdoctor", "watch", "--master-addr", "127.0.0.1",
+                                  "--master-port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+        first = watch.stderr.readline()  # it prints this once it knows every rank
+        assert "watching 2 ranks" in first, first
+        time.sleep(2)
     finally:
-        kill_group(proc)
+        _stop(proc, tmp_path / "dumps")
     assert done.returncode == 0, (done.stdout, done.stderr)
     assert done.stdout.startswith("verdict: NONE - the job is moving: ranks 0, 1"), done.stdout
+    # the job ends (every rank at once): the watcher says so and stops; an ended job is no hang
+    out, err = watch.communicate(timeout=60)
+    assert watch.returncode == 0 and "HANG" not in out, (out, first + err)
+    assert "the job has ended" in err, err
 
 
 def test_bad_endpoints_are_one_line(tmp_path):

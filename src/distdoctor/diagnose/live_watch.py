@@ -21,6 +21,7 @@ from distdoctor.diagnose import live
 from distdoctor.trace.model import Frame
 
 SILENT_S = 5.0  # a rank silent this long makes the job suspected
+GONE_S = 10.0  # nothing answered this long: the job has ended
 STILL_S = 1.0  # diagnose --live reads every rank twice this far apart: ranks that moved mean a running job
 LEVEL = {"ok": 0, "suspected": 1, "confirmed": 2}
 
@@ -164,6 +165,7 @@ class LiveWatch:
         self.verdicts = 0
         self.last_poll_s = 0.0
         self.evidence_s: dict = {}
+        self.last_heard: float | None = None
         self.moving: list[int] = []  # ranks that progressed while the last verdict's evidence was read
         self.stop_event = threading.Event()
 
@@ -200,8 +202,17 @@ class LiveWatch:
                 self.say(f"warning: a live poll failed ({type(exc).__name__}: {exc})")
             if once and self.verdicts:
                 break
+            if self.gone() and not self.passive:
+                self.say(f"no rank has answered for {GONE_S:g} s: the job has ended (or its network is gone)")
+                break
             self.stop_event.wait(max(0.0, self.interval - (time.monotonic() - t0)))
         return LEVEL[self.state]
+
+    def gone(self) -> bool:
+        """Nothing answered (not even torch's C++ server) in any poll for GONE_S, after ranks had answered."""
+        if self.answers and any(a.state is not None or a.fr is not None for a in self.answers.values()):
+            self.last_heard = time.time()
+        return self.last_heard is not None and time.time() - self.last_heard >= GONE_S
 
     def step(self) -> None:
         if len(self.job.ranks) < self.job.world_size or any(r.url is None for r in self.job.ranks.values()):
@@ -242,7 +253,8 @@ class LiveWatch:
                         f"{mine.get('blocked_for_s') or 0:.1f} s") if where else "no collective progress"
                 worst, why = status, f"rank {rank}: {what}"
         silent = sorted(r for r, t in self.silent_since.items() if now - t >= SILENT_S)
-        if silent and worst == "ok":
+        if silent and worst == "ok" and any(a.state is not None or a.fr is not None for a in answers.values()):
+            # silence is suspicious beside ranks that answer; when nothing answers at all the job has ended
             from distdoctor.diagnose.findings import fmt_ranks
 
             worst, why = "suspected", f"{fmt_ranks(silent)} silent for {SILENT_S:g} s or more"
