@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "diagnose": ("distdoctor.diagnose.command:diagnose_command", "Explain a hang or desync from per-rank traces."),
     "lint": ("distdoctor.lint.command:lint_command", "Latent deadlock hazards in the dumps of a run that did not hang."),
     "run": ("distdoctor.recorder.command:run_command", "Run a training command with the distdoctor recorder on."),
+    "watch": ("distdoctor.diagnose.watch_command:watch_command", "Watch a running job through its store; a verdict when it hangs."),
     "sim": ("distdoctor.sim.command:sim_group", "Simulate a parallel plan: deadlocks, bubbles, needless waits."),
     "scaling": ("distdoctor.health.scaling:scaling_command", "Measured and projected data-parallel scaling efficiency."),
     "parity": ("distdoctor.health.parity:parity_command", "Data-parallel training gives the same parameters as one process."),

@@ -110,7 +110,7 @@ def _collector_paused(command):
 
 
 @click.command("diagnose")
-@click.argument("paths", nargs=-1, required=True)
+@click.argument("paths", nargs=-1, required=False)
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "html"]), default="text", show_default=True,
               help="json: one JSON document on stdout and nothing else there; html: one self-contained file.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
@@ -130,10 +130,13 @@ def _collector_paused(command):
                    "(?P<thread>...) (default: glog lines '... <tid> file:line] before: <op>').")
 @click.option("--end", "end", metavar="REGEX", default=None,
               help="Per-rank logs: the line that ends an op, with the same groups as --begin (default: 'after: <op>').")
+@click.option("--live", "live", metavar="HOST:PORT", default=None,
+              help="Read a running job's state from every rank through its store (MASTER_ADDR:MASTER_PORT) "
+                   "instead of trace files: ranks under distdoctor run or torch's start_debug_server.")
 @_collector_paused
 def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chrome_trace: str | None,
                      world_size: int | None, recursive: bool, log_rank: str | None, begin: str | None,
-                     end: str | None) -> None:
+                     end: str | None, live: str | None = None) -> None:
     """Explain a hang or desync from per-rank traces (Flight Recorder dumps, distdoctor traces, per-rank logs).
 
     PATH is a trace file or a directory of them, in any mix of formats.
@@ -153,6 +156,11 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
     except ValueError as exc:  # the message names the flag
         flag, _, why = str(exc).partition(": ")
         raise InputError(flag, why) from None
+    if live is not None:
+        return _diagnose_live(live, paths, fmt, world_size)
+    if not paths:
+        raise InputError("PATH", "give trace files or directories (or --live HOST:PORT for a running job)")
+
     def load(deep: bool, stream="auto"):
         with using_format(log_format):
             return load_traces(list(paths), world_size=world_size, recursive=deep, stream=stream)
@@ -215,4 +223,42 @@ def diagnose_command(paths: tuple[str, ...], fmt: str, out_dir: str | None, chro
             raise InputError(chrome_trace, f"cannot write the trace ({exc.strerror})") from None
     click.echo(renderers[fmt](report), nl=False)
     if report.verdict != "ok":
+        raise CheckFailed(1)
+
+
+def _diagnose_live(endpoint: str, paths: tuple[str, ...], fmt: str, world_size: int | None) -> None:
+    """`diagnose --live HOST:PORT`: the same analysis over every rank's live state (diagnose/live_watch.py)."""
+    from distdoctor.diagnose.live import parse_endpoint
+    from distdoctor.diagnose.live_watch import JobMoving, snapshot
+    from distdoctor.report.diagnose_text import render_text
+    from distdoctor.report.json_text import indented_json
+
+    if paths:
+        raise InputError("--live", "reads a running job instead of trace files: give PATH or --live, not both")
+    if fmt == "html":
+        raise InputError("--format", "html is made from trace files; with --live use text or json")
+    addr, port = parse_endpoint(endpoint)
+    try:
+        ts, report, lines = snapshot(addr, port, world_size)
+    except JobMoving as moving:
+        from distdoctor.findings.kinds import fmt_ranks
+
+        why = (f"the job is moving: {fmt_ranks(moving.ranks)} completed collectives while every rank was read, so "
+               "there is no single picture to diagnose (distdoctor watch waits for a hang)")
+        click.echo(indented_json({"verdict": "none", "reason": why, "moving_ranks": moving.ranks}) if fmt == "json"
+                   else f"verdict: NONE - {why}")
+        return
+    if not ts.ranks:
+        raise InputError(endpoint, "no rank answered: " + ("; ".join(lines[:3]) or "nothing registered"))
+    if fmt == "json":
+        doc = report.to_json()
+        doc["live"] = {"store": f"{addr}:{port}", "not_answering": lines}
+        click.echo(indented_json(doc))
+    else:
+        click.echo(render_text(report), nl=False)
+        if lines:
+            click.echo("ranks that did not answer:")
+            for line in lines:
+                click.echo("  " + line)
+    if report.verdict != "ok" or lines:
         raise CheckFailed(1)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from distdoctor.collectives import canonical_op
 from distdoctor.findings.kinds import fmt_ranks
 from distdoctor.diagnose.progress import where_now
-from distdoctor.trace.model import Entry, TraceSet
+from distdoctor.trace.model import LIVE_REASON, Entry, TraceSet
 
 if TYPE_CHECKING:
     from distdoctor.diagnose.match import GroupView
@@ -75,6 +75,8 @@ def summarize(ts: TraceSet) -> dict | None:
         "blocked_ranks": sorted(blocked),
         "idle_ranks": sorted(r for r in mine if r not in blocked),
         "not_dumped": sorted(r for r in ts.ranks if r not in headers),
+        # traces read live from the ranks (diagnose/live.py), not dumps: a rank without a header saw no hang itself
+        "live": bool(ts.ranks) and all(t.dump_reason == LIVE_REASON for t in ts.ranks.values()),
         "blocked_in": {str(r): m["blocked_in"] for r, m in blocked.items()},
         "now": {str(r): w for r in mine if r not in blocked and (w := where_now(ts.ranks[r]))},
     }
@@ -108,7 +110,8 @@ def describe(hang: dict) -> str:
             now = "; ".join(f"rank {r} now at {w}" for r, w in list(hang["now"].items())[:3])
             parts.append(f"{fmt_ranks(hang['idle_ranks'])} in no collective" + (f" ({now})" if now else ""))
         if hang["not_dumped"]:
-            parts.append(f"{fmt_ranks(hang['not_dumped'])} did not dump for it")
+            parts.append(f"{fmt_ranks(hang['not_dumped'])} " + ("saw no hang themselves" if hang.get("live")
+                                                                  else "did not dump for it"))
         parts.append(by)
     if hang["status"] == "confirmed":
         parts.append(f"no progress for the hang timeout ({hang.get('hang_timeout_s') or 0:g} s)")

@@ -107,6 +107,9 @@ class HealthMonitor:
         self.last_stragglers: dict | None = None
         self.last_memory: dict | None = None
         self.timer.start()
+        from distdoctor.recorder import live  # the live watcher's metrics carry these signals (docs/live.md)
+
+        live.publish("health", self.summary)
 
     # ---- the training-loop API -------------------------------------------------------------------------
     @property

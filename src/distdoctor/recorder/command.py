@@ -203,6 +203,7 @@ def run_command(dump_dir, hang_timeout, suspect_floor, suspect_factor, kill_on_h
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+    watch.live.stop()
     if rc < 0:
         rc = 128 - rc
     watch.stop_orphans()

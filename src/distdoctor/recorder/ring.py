@@ -238,6 +238,9 @@ class Recorder:
 
         self.watchdog = Watchdog(self)
         self.watchdog.start()
+        from distdoctor.recorder import live
+
+        live.start(self)  # serve this rank's state through torch's worker server (recorder/live.py)
 
     def _after_fork_in_child(self) -> None:
         self.active = False

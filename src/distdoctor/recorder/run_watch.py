@@ -28,6 +28,7 @@ import time
 
 from distdoctor.recorder import layout
 from distdoctor.recorder.dumpfile import write_atomic
+from distdoctor.recorder.run_live import RunLive
 from distdoctor.recorder.watchdog import REQUEST_FILE
 
 POLL_S = 0.25
@@ -109,11 +110,15 @@ class JobWatch:
         self.printed_stamps: dict | None = None  # the dump files a printed verdict was made from
         self._requests = 0
         self._kill_at: float | None = None
+        self.live = RunLive(dump_dir, say)  # every rank's state through the job's store (recorder/run_live.py)
 
     # ---- while the job runs --------------------------------------------------------------------------------
     def poll(self) -> None:
         for rank in self._scan():
             self._consider(self.headers[rank])
+        self.live.look()
+        for header in self.live.hang_headers():  # a rank on any host that reports a hang opens the episode here
+            self._consider(header)
         ep = self.episode
         if ep is not None and not ep["printed"] and (self._all_dumped(ep) or time.time() >= ep["deadline"]):
             self._print_verdict(ep)
@@ -211,7 +216,9 @@ class JobWatch:
                    "rank was asked to dump"
                    + (f" ({_ranks(late)} did not within {FANOUT_WAIT_S:g} s)" if late else "")
                    + (". The job keeps running." if status == "suspected" or not self.kill_on_hang else "."))
-        self.shout(self.report_text(problem=f"hang {status}"), nl=False)
+        pointer = self.live.pointer()
+        self.shout(f"distdoctor run: {pointer}" if pointer else self.report_text(problem=f"hang {status}", live=True),
+                   nl=pointer is not None)
         self.verdicts += 1
         self.printed_stamps = dict(self._stamps)
         if status == "confirmed" and self.kill_on_hang and self.child.poll() is None:
@@ -245,21 +252,27 @@ class JobWatch:
         return sorted(left)
 
     # ---- analysis ------------------------------------------------------------------------------------------
-    def report_text(self, problem: str | None = None) -> str:
-        """diagnose's text report of the dumps; when `problem` is known (a hang, a crash, a failed command) and
-        the traces alone look fine, the verdict line says the problem instead of OK."""
+    def report_text(self, problem: str | None = None, live: bool = False) -> str:
+        """diagnose's text report of the dumps (`live`: of every rank's live state, when rank 0 runs here and its
+        store answers); when `problem` is known (a hang, a crash, a failed command) and the traces alone look
+        fine, the verdict line says the problem instead of OK."""
         try:
             from distdoctor.diagnose.analyze import analyze
             from distdoctor.report.diagnose_text import render_text
             from distdoctor.trace.loaders import load_traces
         except ImportError:
             return ""
+        extra: list[str] = []
         try:
-            traces = load_traces([self.dump_dir])
-            if not traces.ranks:
-                return ""
-            report = analyze(traces)
-            text = render_text(report)
+            got = self.live.evidence() if live else None
+            if got is not None:
+                report, extra = got
+            else:
+                traces = load_traces([self.dump_dir])
+                if not traces.ranks:
+                    return ""
+                report = analyze(traces)
+            text = render_text(report) + "".join(ln + "\n" if ln.endswith(":") else f"  {ln}\n" for ln in extra)
         except Exception as exc:  # the job's exit code and the dumps matter more than this summary
             self.say(f"warning: could not analyze the dumps ({type(exc).__name__}: {exc})")
             return ""
@@ -295,8 +308,10 @@ class JobWatch:
             self.shout("distdoctor run: the job ended with exit code 0.")
 
     def clean_up(self, created_dir: bool) -> None:
-        """Remove what ranks left behind here (remove_leftovers); the directory itself when empty and made by us."""
+        """Remove what ranks left behind here (remove_leftovers) and the live watcher's files; the directory itself
+        when empty and made by us."""
         remove_leftovers(self.dump_dir)
+        self.live.clean_up()
         if created_dir:
             try:
                 for sub in layout.host_dirs(self.dump_dir):

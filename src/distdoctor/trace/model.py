@@ -33,6 +33,12 @@ State = Literal["issued", "started", "completed"]
 
 NATIVE_FORMAT = "distdoctor-trace"
 NATIVE_VERSION = 1
+# A rank's state served live through torch's worker server (recorder/live.py serves it, diagnose/live.py reads it):
+# the handler's name, the job-store keys of the ranks' addresses, and the dump_reason of a trace served live.
+LIVE_HANDLER = "distdoctor_state"
+LIVE_PREFIX = "distdoctor_live/"
+TORCH_DEBUG_PREFIX = "debug_server/"  # torch.distributed.debug's own keys
+LIVE_REASON = "live state"
 DEFAULT_GROUP = "0"
 
 
