@@ -109,6 +109,7 @@ class JobWatch:
         self.printed_stamps: dict | None = None  # the dump files a printed verdict was made from
         self._requests = 0
         self._kill_at: float | None = None
+        self.last_findings: list | None = None  # the findings of the last verdict printed
 
     # ---- while the job runs --------------------------------------------------------------------------------
     def poll(self) -> None:
@@ -255,6 +256,7 @@ class JobWatch:
             if not traces.ranks:
                 return ""
             report = analyze(traces)
+            self.last_findings = report.findings
             text = render_text(report)
         except Exception as exc:  # the job's exit code and the dumps matter more than this summary
             self.say(f"warning: could not analyze the dumps ({type(exc).__name__}: {exc})")
@@ -275,8 +277,7 @@ class JobWatch:
                    if _crash(h)}
         problem = None
         if crashed or rc != 0:
-            problem = "; ".join([f"rank {r} crashed: {_crash(h)}" for r, h in crashed.items()]
-                                + ([f"the command exited with code {rc}"] if rc != 0 else []))
+            problem = "; ".join(_crash_lines(crashed) + ([f"the command exited with code {rc}"] if rc != 0 else []))
         before = self.printed_stamps or {}
         changed = [p for p, st in self._stamps.items() if before.get(p) != st]
         # dumps only rewritten to say a printed hang resumed: run already said so, and they still show that moment
@@ -285,6 +286,9 @@ class JobWatch:
         if self.headers and changed and (problem or not resumes_only):
             self.shout("")
             self.shout(self.report_text(problem), nl=False)
+        if problem and self.last_findings:  # the verdict's culprit, not every rank that raised after it
+            problem = "; ".join([_culprit(self.last_findings[0], crashed)]
+                                + ([f"the command exited with code {rc}"] if rc != 0 else []))
         if problem:
             self.shout(f"distdoctor run: the job failed: {problem}.")
         elif self.verdicts:
@@ -323,6 +327,39 @@ def _crash(header: dict) -> str | None:
         return f"{exc['type']}: {str(exc.get('message', ''))[:200]}{thread}{where}"
     reason = header.get("dump_reason") or ""
     return reason[len("exception: "):] if reason.startswith("exception: ") else None
+
+
+def _crash_lines(crashed: dict) -> list[str]:
+    """Without a verdict: the ranks that crashed on their own, else (all of them died of communicating) the
+    first to die; the others are counted, not named, since they died of it."""
+    from distdoctor.world.failures import is_comm_failure
+
+    own = [r for r, h in crashed.items() if not is_comm_failure(_crash(h) or "")]
+    named = own or list(crashed)[:1]
+    lines = [f"rank {r} crashed: {_crash(crashed[r])}" for r in named]
+    if len(crashed) > len(named):
+        lines.append(f"{len(crashed) - len(named)} other rank(s) died after it of a communication failure")
+    return lines
+
+
+def _culprit(finding, crashed: dict) -> str:
+    """The verdict's first finding, in the closing line: its ranks and kind (and the exception, if one of them
+    crashed); the ranks that died after it are counted, not named."""
+    who = _ranks(finding.ranks)
+    own = [r for r in finding.ranks if r in crashed]
+    if finding.kind == "crashed" and own:
+        text = f"{who} crashed: {_crash(crashed[own[0]])}"
+    else:
+        text = f"{who}: {finding.kind.replace('_', ' ')}"
+        if finding.op:
+            text += f" at {finding.op}" + (f" #{finding.seq}" if finding.seq is not None else "") \
+                + (f" on group '{finding.group}'" if finding.group is not None else "")
+        if own:
+            text += f" ({_crash(crashed[own[0]])})"
+    others = [r for r in crashed if r not in finding.ranks]
+    if others:
+        text += f"; {len(others)} other rank(s) died after it"
+    return text
 
 
 def _hang_timeout(headers: dict) -> str:
