@@ -7,6 +7,10 @@ closed the connection, the collective timed out), or whose exception is a commun
 where the wave of waiting reached it, not where it began: that rank is explained by what it waited for
 (diagnose/explain.py, which still reports it as `crashed` if nothing else does). Every other crash is a finding
 of its own; ranks that crashed alike (same exception type and message) share one.
+
+A rank stopped from outside (KeyboardInterrupt: a Ctrl-C to the job, typically once it hung) did not fail of its
+own either: the stop is what ended it, not what went wrong; the finding that explains the job's state accounts
+for it (explain.py), and it is reported as crashed only when nothing else is found.
 """
 
 from __future__ import annotations
@@ -28,10 +32,19 @@ def crashed_ranks(ts: TraceSet) -> dict[int, dict]:
     return out
 
 
+STOPS = ("KeyboardInterrupt",)  # exceptions a stop from outside raises in a rank (Ctrl-C)
+
+
+def stopped(crash: dict) -> bool:
+    """The rank was stopped from outside (Ctrl-C), not failed."""
+    return str(crash.get("type") or "").rsplit(".", 1)[-1] in STOPS
+
+
 def on_its_own(rank: int, crash: dict, waiting: set[int]) -> bool:
     """A crash that is no echo of other ranks' trouble: not raised inside a call that waited for other ranks,
-    and not a communication failure."""
-    return not ((rank in waiting and crash.get("in_call") is not None) or COMM_FAILURE.search(crash["text"]))
+    not a communication failure, not a stop from outside."""
+    return not ((rank in waiting and crash.get("in_call") is not None) or COMM_FAILURE.search(crash["text"])
+                or stopped(crash))
 
 
 def crash_findings(ts: TraceSet, crashes: dict[int, dict], waiting: set[int], echoes: bool = False) -> list[Finding]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from distdoctor.diagnose.crash import COMM_FAILURE, crash_findings
+from distdoctor.diagnose.crash import COMM_FAILURE, crash_findings, stopped
 from distdoctor.diagnose.findings import PRIORITY, PRODUCER_ORDERED, Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.progress import describe_rank
@@ -130,6 +130,9 @@ class Explainer:
             if gone is not None:
                 by.update((r, gone) for r in subjects if r not in by and r in self.crashes
                           and COMM_FAILURE.search(self.crashes[r]["text"]))
+            if findings:  # a rank stopped from outside (Ctrl-C) is accounted for by what the job was doing then
+                by.update((r, findings[0]) for r in subjects if r not in by and r in self.crashes
+                          and stopped(self.crashes[r]))
             left = [r for r in subjects if r not in by]
             if not left:
                 return findings, by
