@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from distdoctor.diagnose import hang_status, p2p, streams
-from distdoctor.diagnose.crash import crash_findings, crashed_ranks
+from distdoctor.diagnose.crash import crash_findings, crashed_ranks, stopped
 from distdoctor.diagnose.explain import Explainer, consequences_of, sort_findings
 from distdoctor.diagnose.findings import Finding, fmt_group, fmt_ranks, group_desc
 from distdoctor.diagnose.match import Divergence, GroupView, build_views, callsite_divergence, divergences
@@ -128,8 +128,8 @@ def analyze(ts: TraceSet) -> Report:
             idle = [r for r in d.ranks if r not in waiting and r not in on_cycle and not after_parting(r)]
             # A rank that died of a communication failure (a peer closed its connection) before it issued the call
             # is an echo of the lost peers, not an absent rank of its own: the explainer names it (as crashed if
-            # nothing else explains it).
-            echoes = [r for r in idle if r in crashes and r not in crash_finding]
+            # nothing else explains it). A rank stopped from outside (Ctrl-C) where it stood is absent all the same.
+            echoes = [r for r in idle if r in crashes and r not in crash_finding and not stopped(crashes[r])]
             idle = [r for r in idle if r not in echoes]
             crashed = [r for r in idle if r in crash_finding]
             call = views[d.group].by_rank[d.present[0]][d.seq]
