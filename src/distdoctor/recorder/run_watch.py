@@ -110,6 +110,7 @@ class JobWatch:
         self._requests = 0
         self._kill_at: float | None = None
         self.last_findings: list | None = None  # the findings of the last verdict printed
+        self.live: tuple | None = None  # (detected_at, findings) of the verdict printed while the job hung
 
     # ---- while the job runs --------------------------------------------------------------------------------
     def poll(self) -> None:
@@ -161,6 +162,7 @@ class JobWatch:
                            "; still watching.")
                 self.closed_at = max(hang.get("resumed_at") or 0, time.time() - 1)
                 self.episode = None
+                self.live = None
             return
         if (hang.get("detected_at") or 0) <= self.closed_at:
             return  # a dump made for an episode that has resumed since
@@ -209,6 +211,7 @@ class JobWatch:
                    + (f" ({_ranks(late)} did not within {FANOUT_WAIT_S:g} s)" if late else "")
                    + (". The job keeps running." if status == "suspected" or not self.kill_on_hang else "."))
         self.shout(self.report_text(problem=f"hang {status}"), nl=False)
+        self.live = (ep["detected_at"], list(self.last_findings or []))
         self.verdicts += 1
         self.printed_stamps = dict(self._stamps)
         if status == "confirmed" and self.kill_on_hang and self.child.poll() is None:
@@ -287,12 +290,24 @@ class JobWatch:
             self.shout("")
             self.shout(self.report_text(problem), nl=False)
         if problem and self.last_findings:  # the verdict's culprit, not every rank that raised after it
-            problem = "; ".join([_culprit(self.last_findings[0], crashed)]
+            problem = "; ".join([_culprit(self._closing_first(), crashed)]
                                 + ([f"the command exited with code {rc}"] if rc != 0 else []))
         if problem:
             self.shout(f"distdoctor run: the job failed: {problem}.")
         elif self.verdicts:
             self.shout("distdoctor run: the job ended with exit code 0.")
+
+    def _closing_first(self):
+        """The closing verdict's first finding, unless it blames ranks that crashed only after the hang was seen
+        (they cannot have caused it): then the finding printed while the job hung, whose evidence is closer to
+        the cause. Never less right than the live verdict."""
+        first = self.last_findings[0]
+        if self.live is None or not self.live[1] or first.kind != "crashed":
+            return first
+        seen_at = self.live[0]
+        if all((self.headers.get(r) or {}).get("dump_time", 0) > seen_at for r in first.ranks):
+            return self.live[1][0]
+        return first
 
     def clean_up(self, created_dir: bool) -> None:
         """Remove what ranks left behind here: pid files (of ranks killed before they could), the request, and
