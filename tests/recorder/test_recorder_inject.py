@@ -151,3 +151,14 @@ def test_a_drill_under_torchrun_is_caught_and_its_truth_kept(tmp_path, cli_env):
     first = next(ln for ln in out.splitlines() if ln.startswith("1. "))
     assert "ranks [2" in first or "ranks [2]" in first, out[-3000:]
     assert f"the record: {dumps / '.injected.json'}" in done.stderr
+
+
+@pytest.mark.slow
+def test_a_rank_that_sends_to_the_wrong_peer_is_named_alone(tmp_path, cli_env):
+    """rank 1's ring send goes to rank 3 instead of rank 2: rank 3 never posted a recv from it, rank 2 waits in
+    a recv from it. Both sides' claims weighed: rank 1 chose the wrong peer; neither rank 3 nor rank 2 is blamed."""
+    done, dumps, truth = run_drill(tmp_path, cli_env, "repeer:1@call=12")
+    [fired] = truth["fired"]
+    assert fired["call"]["op"] == "send" and fired["change"] == {"dst": [2, 3]}, fired
+    firsts = [ln for ln in done.stdout.splitlines() if ln.startswith("1. ")]
+    assert firsts and all(ln.startswith("1. p2p_deadlock: ranks [1] at send") for ln in firsts), done.stdout[-3000:]
