@@ -52,7 +52,7 @@ FAULTS = {
 # functional collectives, which the call-counted faults cannot reach)
 CALLS = {"ddp": 1, "fsdp": 1, "hsdp": 1, "tp": 5, "pipeline": 0, "moe": 6, "dcp": 0, "objects": 4}  # per step
 MODES = ("live", "closing", "recorder", "fr_pickle", "fr_json")
-RUN_ARGS = ["--suspect-floor", "2", "--hang-timeout", "8", "--kill-on-hang"]
+RUN_ARGS = ["--suspect-floor", "2", "--hang-timeout", "8", "--kill-on-hang", "--dump-on-exit"]  # healthy runs dump too
 
 
 def free_port() -> int:
@@ -98,6 +98,8 @@ def run_one(case: dict, work: Path, timeout: float) -> dict:
     truth = json.loads(truth_path.read_text()) if truth_path.exists() else {"fired": []}
     result["fired"] = [f.get("fault") for f in truth.get("fired", [])]
     result["modes"] = score_modes(case, out, dumps)
+    if case["spec"] is None:  # healthy: exit 0 and no verdict printed, live or closing
+        result["modes"]["closing"] = {"ok": proc.returncode == 0 and not _verdicts(out), "first": None}
     result["closing_line"] = next((ln for ln in out.splitlines() if ln.startswith("distdoctor run: the job failed")),
                                   None)
     if result["modes"].get("closing") and case["rank"] is not None and result["closing_line"]:
