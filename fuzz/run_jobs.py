@@ -98,8 +98,10 @@ def run_one(case: dict, work: Path, timeout: float) -> dict:
     truth = json.loads(truth_path.read_text()) if truth_path.exists() else {"fired": []}
     result["fired"] = [f.get("fault") for f in truth.get("fired", [])]
     result["modes"] = score_modes(case, out, dumps)
-    if case["spec"] is None:  # healthy: exit 0 and no verdict printed, live or closing
-        result["modes"]["closing"] = {"ok": proc.returncode == 0 and not _verdicts(out), "first": None}
+    if case["spec"] is None:  # healthy: exit 0, no hang, and no verdict with a finding
+        blocks = _verdicts(out)
+        result["modes"]["closing"] = {"ok": proc.returncode == 0 and all(b[1] is None for b in blocks)
+                                      and "HANG" not in out, "first": blocks[-1][1] if blocks else None}
     result["closing_line"] = next((ln for ln in out.splitlines() if ln.startswith("distdoctor run: the job failed")),
                                   None)
     if result["modes"].get("closing") and case["rank"] is not None and result["closing_line"]:
