@@ -52,7 +52,7 @@ FAULTS = {
 # functional collectives, which the call-counted faults cannot reach)
 CALLS = {"ddp": 1, "fsdp": 1, "hsdp": 1, "tp": 5, "pipeline": 0, "moe": 6, "dcp": 0, "objects": 4}  # per step
 MODES = ("live", "closing", "recorder", "fr_pickle", "fr_json")
-RUN_ARGS = ["--suspect-floor", "2", "--hang-timeout", "8", "--kill-on-hang", "--dump-on-exit"]  # healthy runs dump too
+RUN_ARGS = ["--suspect-floor", "2", "--hang-timeout", "12", "--kill-on-hang", "--dump-on-exit"]  # healthy runs dump too
 
 
 def free_port() -> int:
