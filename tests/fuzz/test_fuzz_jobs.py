@@ -40,11 +40,18 @@ def test_the_first_finding_names_the_injected_rank_in_every_mode(case, tmp_path)
 
 
 def test_the_scoreboard_counts_each_mode_per_program_and_fault():
-    results = [{"program": "ddp", "fault": "hang", "spec": "hang:1@step=2", "fired": ["hang:1@step=2"],
-                "modes": {"live": {"ok": True}, "closing": {"ok": True, "line_names_only_it": False}}},
+    results = [{"program": "ddp", "fault": "hang", "spec": "hang:1@step=2", "rank": 1, "fired": ["hang:1@step=2"],
+                "modes": {"live": {"ok": True, "first": ["missing_ranks", [1]]},
+                          "closing": {"ok": True, "first": ["missing_ranks", [1]], "line_names_only_it": False},
+                          "recorder": {"ok": True, "first": ["missing_ranks", [0, 1]]}}},
+               {"program": "ddp", "fault": "raise", "spec": "raise:2@step=2", "rank": 2, "fired": ["raise:2@step=2"],
+                "modes": {"fr_pickle": {"ok": False, "first": ["missing_ranks", [2]]},
+                          "recorder": {"ok": False, "first": ["missing_ranks", [2]]}}},
                {"program": "ddp", "fault": "healthy", "spec": None, "modes": {"recorder": {"ok": True}}},
                {"program": "tp", "fault": "hang", "spec": "hang:1@step=2", "fired": [], "modes": {"live": {"ok": True}}}]
     table = run_jobs.scoreboard(results).splitlines()
-    assert "| ddp | hang | 1/1 | 0/1 | - | - | - |" in table  # a closing line naming another rank is wrong
+    assert "| ddp | hang | 1/1 | 0/1 | 0/1 | - | - |" in table  # a closing line naming another rank is wrong
+    # Flight Recorder keeps no exception: a rank that raised reads as absent there, and only there
+    assert "| ddp | raise | - | - | 0/1 | 1/1 | - |" in table
     assert "| all | healthy | - | - | 1/1 | - | - |" in table
     assert not any(row.startswith("| tp |") for row in table)  # a fault that never fired is not scored
