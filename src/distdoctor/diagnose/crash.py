@@ -69,3 +69,28 @@ def crash_findings(ts: TraceSet, crashes: dict[int, dict], waiting: set[int], ec
                            evidence={"exception": {str(r): {k: v for k, v in crashes[r].items() if k != "in_call"}
                                                    for r in ranks}}))
     return out
+
+
+SIGNAL_PREFIX = "signal: "  # the recorder's dump_reason when a signal (SIGTERM, SIGINT) ended the rank
+
+
+def killed_first(ts: TraceSet, comm: dict[int, dict]) -> Finding | None:
+    """The rank a signal ended (its dump says `signal: SIGTERM`) before every rank of `comm` (crashed of a
+    communication failure, nothing else explaining them) dumped: the peer their connections lost, and so the
+    culprit. Only when it alone was ended that early: a launcher stopping every rank at once is a consequence."""
+    first_crash = min((ts.ranks[r].dump_time or float("inf")) for r in comm)
+    early = sorted((t.dump_time, r) for r, t in ts.ranks.items() if r not in comm and t.dump_time
+                   and (t.dump_reason or "").startswith(SIGNAL_PREFIX) and t.dump_time < first_crash)
+    if len(early) != 1:
+        return None
+    when, rank = early[0]
+    sig = ts.ranks[rank].dump_reason[len(SIGNAL_PREFIX):]
+    e = last_completed(ts.ranks[rank])
+    where = f" Its last completed call was {e.op} #{e.seq if not e.is_p2p else e.p2p_seq} on group '{e.group}'." \
+        if e is not None else ""
+    first = comm[min(comm, key=lambda r: ts.ranks[r].dump_time or 0)]
+    return Finding("crashed", [rank], group=e.group if e else None, seq=(e.seq if not e.is_p2p else e.p2p_seq)
+                   if e else None, op=e.op if e else None, t=when,
+                   detail=(f"rank {rank} was ended by {sig} (its dump says so), {first_crash - when:.1f} s before "
+                           f"{fmt_ranks(comm)} failed talking to it ({first['text'][:120]}).{where}"),
+                   evidence={"signal": sig, "then_failed": sorted(comm)})
