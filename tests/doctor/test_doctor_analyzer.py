@@ -4,6 +4,7 @@ type mismatches, stacks that say where an absent rank is, and simulated traces e
 import json
 
 from distdoctor.diagnose import analyze
+from distdoctor.report.diagnose_text import render_text
 from distdoctor.trace.loaders import load_traces
 from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace, dumps
 
@@ -245,13 +246,31 @@ def test_divergence_inside_a_long_agreed_run_is_found_where_it_is(tmp_path):
     assert _fr_json_dumps(tmp_path, 1000, tweak) == [("size_mismatch", [2], 701, "all_gather")]
 
 
-def test_a_size_relation_every_rank_breaks_alike_is_still_found(tmp_path):
-    """all_gather over 4 ranks needs out = 4 x in; when all ranks pass the same wrong output, the columns agree,
-    yet the relation check inside the proof must stop at it."""
-    def tweak(rank, i, e):
+def test_a_size_relation_is_checked_across_members_not_per_call(tmp_path):
+    """all_gather over 4 ranks needs out = 4 x in, per member; but when every member recorded the very same sizes,
+    the transport agreed with them (tensor parallel + FSDP2: a DTensor's all_gather records an output with a
+    leading dimension of its own): no size_mismatch. One member that breaks the relation alone is still found,
+    deep inside the agreed prefix."""
+    def alike(rank, i, e):
         if i == 400:  # an all_gather (i % 3 == 1)
             e["output_sizes"] = [[48]]
-    assert _fr_json_dumps(tmp_path, 900, tweak) == [("size_mismatch", [0, 1, 2, 3], 401, "all_gather")]
+    assert _fr_json_dumps(tmp_path, 900, alike) == []  # (NCCL: every member reached the last all_reduce: in flight)
+
+    def one(rank, i, e):
+        if i == 400 and rank == 1:
+            e["output_sizes"] = [[48]]
+    assert _fr_json_dumps(tmp_path, 900, one) == [("size_mismatch", [1], 401, "all_gather")]
+
+
+def test_calls_every_member_reached_under_nccl_are_in_flight_never_ok(tmp_path):
+    """An NCCL dump whose ranks all sit in a collective every member reached: no finding blames anyone (a healthy
+    job dumped mid-flight looks so), yet the verdict is not `ok` (a hang inside the transport looks so too)."""
+    assert _fr_json_dumps(tmp_path, 30, lambda rank, i, e: None) == []
+    report = analyze(load_traces([str(tmp_path)]))
+    assert report.verdict == "in_flight" and report.in_flight_ranks() == [0, 1, 2, 3]
+    text = render_text(report)
+    assert text.startswith("verdict: IN FLIGHT - 0 findings") and "ranks 0-3 run collectives every member" in text
+    assert "No desync, hang or straggler found" not in text
 
 
 def test_a_long_healthy_run_with_one_rank_still_in_the_last_collective(tmp_path):

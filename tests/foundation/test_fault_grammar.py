@@ -12,13 +12,13 @@ import torch.nn as nn
 from distdoctor.errors import InputError
 from distdoctor.health.inject import Injector, parse_injection
 from distdoctor.health.parity import _parse_inject
-from distdoctor.world.faults import HEALTH_KINDS, KINDS, PARITY_KINDS, VALIDATE_KINDS, Fault, parse_fault
+from distdoctor.world.faults import HEALTH_KINDS, KINDS, PARITY_KINDS, RUN_KINDS, VALIDATE_KINDS, Fault, parse_fault
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "validate.md"
 
 
 def test_every_kind_is_planted_by_some_command_and_documented_once():
-    assert set(VALIDATE_KINDS) | set(HEALTH_KINDS) | set(PARITY_KINDS) == set(KINDS)
+    assert set(VALIDATE_KINDS) | set(HEALTH_KINDS) | set(PARITY_KINDS) | set(RUN_KINDS) == set(KINDS)
     table = re.findall(r"^\| `(\w+):R", DOCS.read_text(), re.MULTILINE)
     assert sorted(table) == sorted(KINDS), table  # one row per kind, none twice
 
@@ -36,7 +36,7 @@ def test_the_same_text_is_the_same_fault_everywhere():
     ("drift:1", VALIDATE_KINDS, "unknown kind 'drift' here (one of corrupt, delay, crash, skip); drift is planted "
                                 "by the health monitor and parity"),
     ("crash:1", HEALTH_KINDS, "unknown kind 'crash' here (one of drift, nan, slow, mem); crash is planted by "
-                              "validate and check"),
+                              "validate, check and distdoctor run"),
     ("nan:1:fc2", PARITY_KINDS, "unknown kind 'nan' here (one of drift); nan is planted by the health monitor"),
     ("slow:x", HEALTH_KINDS, "RANK 'x' is not an integer"),
     ("mem:0:lots", HEALTH_KINDS, "MIB 'lots' is not a number"),

@@ -128,9 +128,9 @@ CASES = [
     (["diagnose", "{d}/ws_neg_rank_1.jsonl"], ["ws_neg_rank_1.jsonl", "world_size -4"]),
     (["diagnose", "{d}/seq_neg_rank_1.jsonl"], ["seq_neg_rank_1.jsonl", "seq -5"]),
     (["diagnose", "{d}/rank_neg.jsonl"], ["rank_neg.jsonl", "rank -3"]),
-    (["lint", "{d}/seq_huge_rank_1.jsonl"], ["seq_huge_rank_1.jsonl", "sequence number"]),
-    (["lint", "{d}/fr_huge_rank_0"], ["fr_huge_rank_0", "sequence number"]),
-    (["lint", "{d}/fr_huge_rank_0.json"], ["fr_huge_rank_0.json", "sequence number"]),
+    (["lint", "{d}/seq_huge_rank_1.jsonl"], ["seq_huge_rank_1.jsonl", "seq 9", "64-bit"]),
+    (["lint", "{d}/fr_huge_rank_0"], ["fr_huge_rank_0", "collective_seq_id", "64-bit"]),
+    (["lint", "{d}/fr_huge_rank_0.json"], ["fr_huge_rank_0.json", "collective_seq_id", "64-bit"]),
     (["diagnose", "{d}/fr_neg_rank_0.json"], ["fr_neg_rank_0.json", "seq -5"]),
     # numbers: NaN, infinity, negative, past the cap, each kind of option
     (["sim", "pipeline", "--fwd-us", "nan"], ["--fwd-us", "finite"]),

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from distdoctor.diagnose import hang_status, nccl_frontier, p2p, streams
-from distdoctor.diagnose.crash import crash_findings, crashed_ranks
+from distdoctor.diagnose.crash import crash_findings, crashed_ranks, stopped
 from distdoctor.diagnose.explain import Explainer, consequences_of, sort_findings
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks, group_desc
 from distdoctor.diagnose.match import Divergence, GroupView, build_views, callsite_divergence, divergences
@@ -61,7 +61,15 @@ class Report:
 
     @property
     def verdict(self) -> str:
-        return "problem" if self.findings else "ok"
+        """`problem` with a finding; `in_flight` with none while some rank's GPU is inside calls every member
+        reached (NCCL: nothing in the dumps holds them up, but nothing shows they end either: a dump taken while
+        the job ran, or a hang inside the transport or a device); else `ok`."""
+        if self.findings:
+            return "problem"
+        return "in_flight" if self.in_flight_ranks() else "ok"
+
+    def in_flight_ranks(self) -> list[int]:
+        return sorted(int(r) for r, p in self.ranks.items() if p.get("state") == "in_flight")
 
     def to_json(self) -> dict:
         return {
@@ -103,7 +111,7 @@ def analyze(ts: TraceSet) -> Report:
     counted = p2p.count_disagreements(cycles, explainer.waits_of)
     findings.extend(counted)
     for c in cycles:
-        if not c.p2p_only and not any(f.ranks == c.ranks for f in counted):
+        if not c.p2p_only and not any(set(f.ranks) <= set(c.ranks) for f in counted):
             findings.append(_order_deadlock(c, views))
     findings.extend(p2p.cycle_findings(cycles))
     findings.extend(p2p.pair_disagreements(ts))
@@ -139,8 +147,8 @@ def analyze(ts: TraceSet) -> Report:
                     and r not in busy]  # NCCL: a CPU behind whose GPU still runs will get there
             # A rank that died of a communication failure (a peer closed its connection) before it issued the call
             # is an echo of the lost peers, not an absent rank of its own: the explainer names it (as crashed if
-            # nothing else explains it).
-            echoes = [r for r in idle if r in crashes and r not in crash_finding]
+            # nothing else explains it). A rank stopped from outside (Ctrl-C) where it stood is absent all the same.
+            echoes = [r for r in idle if r in crashes and r not in crash_finding and not stopped(crashes[r])]
             idle = [r for r in idle if r not in echoes]
             crashed = [r for r in idle if r in crash_finding]
             call = views[d.group].by_rank[d.present[0]][d.seq]
@@ -374,7 +382,7 @@ def _from_divergence(d: Divergence, views: dict[str, GroupView]) -> Finding:
         verb = {"type": "issued a different collective", "size": "passed different sizes",
                 "dtype": "passed a different dtype", "root": "named a different root"}[what]
         detail = f"at {d.op} #{d.seq} on {group} {fmt_ranks(d.ranks)} {verb} than the other members: {d.detail}."
-        if d.evidence.get("undecided"):
-            detail = (f"at {d.op} #{d.seq} on {group} one of {fmt_ranks(d.ranks)} {verb} than the others: as many "
-                      f"members passed each, so the traces cannot tell which ({d.detail}).")
+        if d.evidence.get("tie", {}).get("undecided"):
+            detail = (f"one of {fmt_ranks(d.ranks)}: at {d.op} #{d.seq} on {group} the members disagree: "
+                      f"{d.detail}.")
     return Finding(d.kind, d.ranks, group=d.group, seq=d.seq, op=d.op, t=d.t, detail=detail, evidence=d.evidence)

@@ -7,6 +7,10 @@ closed the connection, the collective timed out), or whose exception is a commun
 where the wave of waiting reached it, not where it began: that rank is explained by what it waited for
 (diagnose/explain.py, which still reports it as `crashed` if nothing else does). Every other crash is a finding
 of its own; ranks that crashed alike (same exception type and message) share one.
+
+A rank stopped from outside (KeyboardInterrupt: a Ctrl-C to the job, typically once it hung) did not fail of its
+own either: the stop is what ended it, not what went wrong; the finding that explains the job's state accounts
+for it (explain.py), and it is reported as crashed only when nothing else is found.
 """
 
 from __future__ import annotations
@@ -28,10 +32,19 @@ def crashed_ranks(ts: TraceSet) -> dict[int, dict]:
     return out
 
 
+STOPS = ("KeyboardInterrupt",)  # exceptions a stop from outside raises in a rank (Ctrl-C)
+
+
+def stopped(crash: dict) -> bool:
+    """The rank was stopped from outside (Ctrl-C), not failed."""
+    return str(crash.get("type") or "").rsplit(".", 1)[-1] in STOPS
+
+
 def on_its_own(rank: int, crash: dict, waiting: set[int]) -> bool:
     """A crash that is no echo of other ranks' trouble: not raised inside a call that waited for other ranks,
-    and not a communication failure."""
-    return not ((rank in waiting and crash.get("in_call") is not None) or COMM_FAILURE.search(crash["text"]))
+    not a communication failure, not a stop from outside."""
+    return not ((rank in waiting and crash.get("in_call") is not None) or COMM_FAILURE.search(crash["text"])
+                or stopped(crash))
 
 
 def crash_findings(ts: TraceSet, crashes: dict[int, dict], waiting: set[int], echoes: bool = False) -> list[Finding]:
@@ -56,3 +69,28 @@ def crash_findings(ts: TraceSet, crashes: dict[int, dict], waiting: set[int], ec
                            evidence={"exception": {str(r): {k: v for k, v in crashes[r].items() if k != "in_call"}
                                                    for r in ranks}}))
     return out
+
+
+SIGNAL_PREFIX = "signal: "  # the recorder's dump_reason when a signal (SIGTERM, SIGINT) ended the rank
+
+
+def killed_first(ts: TraceSet, comm: dict[int, dict]) -> Finding | None:
+    """The rank a signal ended (its dump says `signal: SIGTERM`) before every rank of `comm` (crashed of a
+    communication failure, nothing else explaining them) dumped: the peer their connections lost, and so the
+    culprit. Only when it alone was ended that early: a launcher stopping every rank at once is a consequence."""
+    first_crash = min((ts.ranks[r].dump_time or float("inf")) for r in comm)
+    early = sorted((t.dump_time, r) for r, t in ts.ranks.items() if r not in comm and t.dump_time
+                   and (t.dump_reason or "").startswith(SIGNAL_PREFIX) and t.dump_time < first_crash)
+    if len(early) != 1:
+        return None
+    when, rank = early[0]
+    sig = ts.ranks[rank].dump_reason[len(SIGNAL_PREFIX):]
+    e = last_completed(ts.ranks[rank])
+    where = f" Its last completed call was {e.op} #{e.seq if not e.is_p2p else e.p2p_seq} on group '{e.group}'." \
+        if e is not None else ""
+    first = comm[min(comm, key=lambda r: ts.ranks[r].dump_time or 0)]
+    return Finding("crashed", [rank], group=e.group if e else None, seq=(e.seq if not e.is_p2p else e.p2p_seq)
+                   if e else None, op=e.op if e else None, t=when,
+                   detail=(f"rank {rank} was ended by {sig} (its dump says so), {first_crash - when:.1f} s before "
+                           f"{fmt_ranks(comm)} failed talking to it ({first['text'][:120]}).{where}"),
+                   evidence={"signal": sig, "then_failed": sorted(comm)})

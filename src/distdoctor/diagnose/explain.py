@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from distdoctor.diagnose.crash import COMM_FAILURE, crash_findings
+from distdoctor.diagnose.crash import COMM_FAILURE, crash_findings, killed_first, stopped
 from distdoctor.findings.kinds import PRIORITY, PRODUCER_ORDERED, Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.progress import describe_rank
@@ -130,6 +130,9 @@ class Explainer:
             if gone is not None:
                 by.update((r, gone) for r in subjects if r not in by and r in self.crashes
                           and COMM_FAILURE.search(self.crashes[r]["text"]))
+            if findings:  # a rank stopped from outside (Ctrl-C) is accounted for by what the job was doing then
+                by.update((r, findings[0]) for r in subjects if r not in by and r in self.crashes
+                          and stopped(self.crashes[r]))
             left = [r for r in subjects if r not in by]
             if not left:
                 return findings, by
@@ -145,12 +148,17 @@ class Explainer:
     def suspected(self, left: list[int], named: dict[int, Finding]) -> list[Finding]:
         out: list[Finding] = []
         crashed = [r for r in left if r in self.crashes and not self.waits_of.get(r)]
+        comm = {r: self.crashes[r] for r in crashed if COMM_FAILURE.search(self.crashes[r]["text"])}
+        killed = killed_first(self.ts, comm) if comm else None
+        if killed is not None:  # they lost the peer a signal ended first: that finding explains them next round
+            out.append(killed)
+            crashed = [r for r in crashed if r not in comm]
         out.extend(crash_findings(self.ts, {r: self.crashes[r] for r in crashed}, set(), echoes=True))
         idle_at: dict[tuple, dict] = {}  # (group, seq, op) -> waiters, idle ranks, entry
         lost: set[int] = set()
         stuck: dict[tuple, list[int]] = {}
         for r in left:
-            if r in crashed:
+            if r in crashed or (killed is not None and r in comm):
                 continue
             if not self.waits_of.get(r):
                 if r not in self.alone or not any(r in w.waits_for for q in left for w in self.waits_of.get(q, [])):

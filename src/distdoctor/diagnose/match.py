@@ -26,6 +26,7 @@ from operator import itemgetter
 
 from distdoctor.collectives import get_spec
 from distdoctor.collectives.names import as_recorded, backend_of, dtype_signature
+from distdoctor.diagnose.ties import break_tie, tied
 from distdoctor.trace.code_origin import is_user_code
 from distdoctor.trace.model import AGREE_ON, Entry, TraceSet, entry_column, numel
 from distdoctor.trace.summary import summarize
@@ -132,9 +133,9 @@ def build_views(ts: TraceSet) -> dict[str, GroupView]:
 
 def _minority(values: dict[int, object], ties: bool = True) -> tuple[list[int], object, dict]:
     """Ranks outside the largest class of equal values. When several classes are largest (one rank against one),
-    nothing tells which is wrong: every rank of the tied classes is named (undecided(), the finding says "one
-    of"); the reference, the class holding the lowest rank, then only names the collective. `ties` False: the
-    reference's class is taken as right even so (roots, which only some traces record)."""
+    the count cannot tell which is wrong: every rank of the tied classes is named (ties.break_tie then weighs the
+    evidence, else the finding says "one of"); the reference, the class holding the lowest rank, then only names
+    the collective. `ties` False: the reference's class is taken as right even so (roots)."""
     classes: dict[object, list[int]] = {}
     if not values:
         return [], None, {}
@@ -145,12 +146,6 @@ def _minority(values: dict[int, object], ties: bool = True) -> tuple[list[int], 
     tied = [v for v, rs in classes.items() if len(rs) == top]
     culprits = sorted(r for v, rs in classes.items() if (v != reference or (ties and len(tied) > 1)) for r in rs)
     return culprits, reference, {str(v): rs for v, rs in classes.items()}
-
-
-def undecided(culprits: list[int], classes: dict) -> bool:
-    """_minority named every rank of several equally large classes: the evidence cannot tell which is wrong."""
-    sizes = sorted((len(rs) for rs in classes.values()), reverse=True)
-    return len(sizes) > 1 and sizes[0] == sizes[1] and bool(culprits)
 
 
 def _uniform(present: dict[int, Entry], n: int, relation_ok: dict) -> bool:
@@ -192,7 +187,7 @@ def _compare(view: GroupView, seq: int, present: dict[int, Entry]) -> list[Diver
     culprits, ref_op, classes = _minority(seen_as)
     if culprits:
         out.append(Divergence(view.name, seq, str(ref_op), "type_mismatch", culprits, sorted(present),
-                              f"{_who(classes)}", {"ops": classes, "undecided": undecided(culprits, classes)}, t))
+                              f"{_who(classes)}", _tie_marked({"ops": classes}, "op", classes), t))
         return out  # different collectives: comparing their sizes would say nothing more
     holders = sorted(present)
     if len(set(ops.values())) > 1:  # one call seen under two names: its sizes are recorded differently too
@@ -219,8 +214,11 @@ def _compare_sizes(view: GroupView, seq: int, present: dict[int, Entry], t, hold
     op = next(iter(present.values())).op
     n = len(view.members) or len(present)
     size_bad: list[int] = []
-    why, tie = "", False
-    if op in ("all_gather", "reduce_scatter"):
+    why, tie = "", {}
+    agree = len({(repr(e.in_sizes), repr(e.out_sizes)) for e in present.values()}) == 1
+    if op in ("all_gather", "reduce_scatter") and not (agree and len(present) > 1):
+        # Checked across members: when every member passed the very same sizes, the transport agreed with them
+        # (a DTensor's all_gather may record an output with a leading dimension of its own).
         spec = get_spec(op)
         for r, e in present.items():
             if e.in_sizes and e.out_sizes and numel(e.out_sizes) != spec.out_numel(numel(e.in_sizes), n):
@@ -232,11 +230,11 @@ def _compare_sizes(view: GroupView, seq: int, present: dict[int, Entry], t, hold
         sizes = {r: repr(e.in_sizes) for r, e in present.items() if e.in_sizes or op != "barrier"}
         bad, ref, classes = _minority(sizes)
         if bad:
-            size_bad, why, tie = bad, f"input sizes: {_who(classes)}", undecided(bad, classes)
+            size_bad, why, tie = bad, f"input sizes: {_who(classes)}", classes
     if size_bad:
-        out.append(Divergence(view.name, seq, op, "size_mismatch", size_bad, holders, why,
-                              {"in_sizes": {r: present[r].in_sizes for r in present},
-                               "out_sizes": {r: present[r].out_sizes for r in present}, "undecided": tie}, t))
+        out.append(Divergence(view.name, seq, op, "size_mismatch", size_bad, holders, why, _tie_marked(
+            {"in_sizes": {r: present[r].in_sizes for r in present},
+             "out_sizes": {r: present[r].out_sizes for r in present}}, "in_sizes", tie), t))
     return out
 
 
@@ -247,14 +245,21 @@ def _compare_meta(view: GroupView, seq: int, op: str, present: dict[int, Entry],
     bad, _, classes = _minority(dtypes) if dtypes else ([], None, {})
     if bad:
         out.append(Divergence(view.name, seq, op, "dtype_mismatch", bad, holders, f"dtypes: {_who(classes)}",
-                              {"dtypes": classes, "undecided": undecided(bad, classes)}, t))
+                              _tie_marked({"dtypes": classes}, "dtypes", classes), t))
     roots = {r: e.root for r, e in present.items() if e.root is not None}
     if len(roots) > 1:
         bad, _, classes = _minority(roots, ties=False)
         if bad:
             out.append(Divergence(view.name, seq, op, "root_mismatch", bad, holders,
-                                  f"roots: {_who(classes)}", {"roots": classes}, t))
+                                  f"roots: {_who(classes)}", _tie_marked({"roots": classes}, "root", classes), t))
     return out
+
+
+def _tie_marked(evidence: dict, key: str, classes: dict) -> dict:
+    """The evidence, marked for ties.py when the vote was even (what was compared, and the classes)."""
+    if classes and tied(classes):
+        evidence["tie"] = {"key": key, "classes": {str(v): rs for v, rs in classes.items()}}
+    return evidence
 
 
 def _who(classes: dict) -> str:
@@ -395,6 +400,8 @@ def divergences(ts: TraceSet, views: dict[str, GroupView] | None = None) -> list
     for name in sorted(views, key=_group_key):
         d = first_divergence(views[name])
         if d is not None:
+            for part in (d, *getattr(d, "extra", [])):
+                break_tie(part, views[name], views)
             out.append(d)
             out.extend(getattr(d, "extra", []))
     return out

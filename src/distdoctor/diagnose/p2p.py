@@ -6,6 +6,8 @@ from s. Two ways they never can:
   found by the wait-for graph (waitfor.py); every rank on it is in `ranks`.
 - peers disagree on a pair that did meet: the k-th send and the k-th recv carry different sizes or dtypes
   (the receiver reads garbage or the transport aborts).
+Both sides' claims are weighed: a rank waiting on a peer that never posted a single matching call, while other
+ranks wait for that rank with exactly that call, chose the wrong peer: it alone is named.
 Flight Recorder over Gloo records no p2p at all, so these findings need the recorder's or simulator's traces.
 """
 
@@ -56,6 +58,10 @@ def count_disagreements(cycles: list[Cycle], waits_of: dict) -> list[Finding]:
             nth, posted = w.p2p[0] + 1, w.p2p[1]
             other = "recv" if e.op == "send" else "send"
             moved = theirs[0].entry
+            wrong = _wrong_peer(a, b, e, other, posted, waits_of, c.groups)
+            if wrong is not None:
+                out.append(wrong)
+                break
             out.append(Finding(
                 "p2p_deadlock", c.ranks, group=e.group, groups=c.groups, seq=e.p2p_seq, op=e.op, t=e.t_created,
                 detail=(f"rank {a} waits in {e.op} #{e.p2p_seq} {'to' if e.op == 'send' else 'from'} rank {b} on "
@@ -67,6 +73,25 @@ def count_disagreements(cycles: list[Cycle], waits_of: dict) -> list[Finding]:
                 evidence={"cycle": [[x, y] for x, y, _ in c.steps], "messages": {"expected": nth, "posted": posted}}))
             break
     return out
+
+
+def _wrong_peer(a: int, b: int, e, other: str, posted: int, waits_of: dict, groups) -> Finding | None:
+    """Both sides' claims weighed: rank a waits on b, b never posted a single matching call, and other ranks wait
+    for a with that very call (they expect a's message, or to take one from a): a chose the wrong peer, not b."""
+    if posted:
+        return None
+    expecting = sorted({r for r, ws in waits_of.items() if r not in (a, b) for v in ws
+                        if v.entry.is_p2p and v.entry.op == other and v.entry.peer == a and v.entry.group == e.group})
+    if not expecting:
+        return None
+    to = "to" if e.op == "send" else "from"
+    return Finding(
+        "p2p_deadlock", [a], group=e.group, groups=groups, seq=e.p2p_seq, op=e.op, t=e.t_created,
+        detail=(f"rank {a} waits in {e.op} #{e.p2p_seq} {to} rank {b} on group '{e.group}', but rank {b} never "
+                f"posted a single {other} {'from' if e.op == 'send' else 'to'} rank {a}, while {fmt_ranks(expecting)} "
+                f"wait{'s' if len(expecting) == 1 else ''} in a {other} {'from' if e.op == 'send' else 'to'} rank "
+                f"{a}: rank {a} chose the wrong peer (a stage's neighbour computed wrong?), not rank {b}."),
+        evidence={"claims": {"rank": a, "peer": b, "expected_by": expecting}})
 
 
 def _nth(n: int) -> str:

@@ -12,6 +12,7 @@ import signal
 import click
 
 from distdoctor.errors import CheckFailed, InputError
+from distdoctor.options import PORT, count, seconds
 
 
 def _say(message: str) -> None:
@@ -25,13 +26,13 @@ def _shout(message: str, nl: bool = True) -> None:
 
 @click.command("watch")
 @click.option("--master-addr", required=True, help="The job's MASTER_ADDR (where its TCPStore listens).")
-@click.option("--master-port", required=True, type=int, help="The job's MASTER_PORT.")
-@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds between polls.")
-@click.option("--timeout", type=float, default=1.5, show_default=True,
+@click.option("--master-port", required=True, type=PORT, help="The job's MASTER_PORT.")
+@click.option("--interval", type=seconds(0.05, 3600.0), default=1.0, show_default=True, help="Seconds between polls.")
+@click.option("--timeout", type=seconds(0.05, 600.0), default=1.5, show_default=True,
               help="How long one rank may take to answer a poll; a rank slower than this is not waited for.")
-@click.option("--world-size", type=click.IntRange(min=1), default=None,
+@click.option("--world-size", type=count("ranks", 1, 1 << 20), default=None,
               help="The job's world size, when its store does not say (a job under torch's debug server only).")
-@click.option("--attach-timeout", type=float, default=60.0, show_default=True,
+@click.option("--attach-timeout", type=seconds(0.0, 86400.0), default=60.0, show_default=True,
               help="How long to wait for the job's store and its ranks to appear.")
 @click.option("--once", is_flag=True, help="Exit after the first verdict (exit 1) instead of watching on.")
 @click.option("--metrics-file", type=click.Path(dir_okay=False), default=None,

@@ -22,7 +22,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from distdoctor.findings.kinds import Finding
 from distdoctor.trace.model import Site, StreamState
 
 Node = tuple  # (rank, stream name or None)

@@ -16,6 +16,7 @@ written, signals sent, the next command to try) goes to stderr.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -29,7 +30,7 @@ from distdoctor.errors import InputError
 from distdoctor.options import Number, count, seconds
 from distdoctor.recorder import layout
 from distdoctor.recorder.config import (DEFAULT_BUFFER, DEFAULT_HANG_TIMEOUT, DEFAULT_SUSPECT_FACTOR,
-                                       DEFAULT_SUSPECT_FLOOR)
+                                       DEFAULT_SUSPECT_FLOOR, INJECT_ENV)
 from distdoctor.recorder.dumpfile import ensure_private_dir, write_atomic
 from distdoctor.recorder.run_watch import POLL_S, JobWatch, read_header, remove_leftovers, signal_ranks
 
@@ -142,9 +143,13 @@ def _preload_analyzer() -> None:
 @click.option("--dump-layout", type=click.Choice(layout.LAYOUTS), default="flat", show_default=True,
               help="flat: every rank's files in --dump-dir; host: one subdirectory per host (host-<name>/), for "
                    f"large jobs on shared file systems; auto: host from {layout.AUTO_HOST_RANKS} ranks up.")
+@click.option("--inject", "inject_specs", multiple=True, metavar="KIND:RANK[:ARG][@WHEN]",
+              help="A drill: plant a fault at the torch.distributed boundary (repeatable), e.g. hang:1@step=3, "
+                   "kill:2:SIGTERM@call=40, skip:0@call=7,group=1. What each rank did is written to "
+                   "DUMP_DIR/.injected.json. Kinds and WHEN: docs/recorder.md, \"Drills\".")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run_command(dump_dir, hang_timeout, suspect_floor, suspect_factor, kill_on_hang, buffer, no_stacks,
-                dump_on_exit, dump_layout, command) -> int:
+                dump_on_exit, dump_layout, inject_specs, command) -> int:
     """Run COMMAND (after --) with the distdoctor recorder on in every process that uses torch.distributed.
 
     \b
@@ -159,6 +164,9 @@ def run_command(dump_dir, hang_timeout, suspect_floor, suspect_factor, kill_on_h
             raise InputError(name, f"must be >= 0, got {value:g}")
     if buffer < 1:
         raise InputError("--buffer", f"must be at least 1 call, got {buffer}")
+    from distdoctor.world.faults import RUN_KINDS, parse_faults
+
+    faults = parse_faults(inject_specs, RUN_KINDS)  # a bad spec: one line, exit 2, before anything starts
     if shutil.which(command[0]) is None:
         raise InputError(command[0], "command not found")
     if dump_dir is None:
@@ -172,6 +180,8 @@ def run_command(dump_dir, hang_timeout, suspect_floor, suspect_factor, kill_on_h
 
     env = child_env(dump_dir, hang_timeout, buffer, not no_stacks, dump_on_exit, suspect_floor, suspect_factor)
     env["DISTDOCTOR_DUMP_LAYOUT"] = dump_layout
+    if faults:
+        env[INJECT_ENV] = json.dumps([str(f) for f in faults])
     try:
         child = subprocess.Popen(list(command), env=env)
     except OSError as exc:
@@ -218,6 +228,13 @@ def run_command(dump_dir, hang_timeout, suspect_floor, suspect_factor, kill_on_h
         _say(f"next: distdoctor diagnose {dump_dir}")
     else:
         _say(f"no dumps written (no hang, no uncaught exception, nothing pending at exit); dump dir {dump_dir}")
+    if faults:
+        from distdoctor.recorder import inject
+
+        truth = inject.gather_truth(dump_dir, [str(f) for f in faults])
+        fired = ", ".join(f"{r['fault']} ({r.get('call', {}).get('op') or r['where']})" for r in truth["fired"])
+        _say(f"injected: {fired or 'nothing (no fault found its moment)'}; the record: "
+             f"{os.path.join(dump_dir, inject.TRUTH_FILE)}")
     watch.clean_up(created)
     if rc != 0:
         _say(f"command exited with code {rc}")

@@ -16,6 +16,7 @@ DEFAULT_SUSPECT_FLOOR = 10.0  # a hang is suspected after max(floor, factor x th
 DEFAULT_SUSPECT_FACTOR = 3.0
 DEFAULT_DUMP_DIR = "distdoctor-dumps"
 CALLER_FRAMES = 4
+INJECT_ENV = "DISTDOCTOR_INJECT"  # `run --inject`: the fault specs, a JSON list (recorder/inject.py plants them)
 
 
 def warn(message: str) -> None:

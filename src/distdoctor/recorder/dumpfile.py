@@ -103,6 +103,28 @@ def flight_recorder_dump() -> bytes | None:
     return None
 
 
+FR_JSON_DIR = ".fr-json"  # DISTDOCTOR_FR_JSON=1: Flight Recorder's JSON form too, hidden (one form per set)
+
+
+def flight_recorder_json() -> bytes | None:
+    """Flight Recorder's JSON dump (torch's `_dump_fr_trace_json`), when DISTDOCTOR_FR_JSON=1 asks for it too: the
+    same trace in the form torch writes for NCCL's JSON dumps, kept apart from the pickle (FR_JSON_DIR) so a
+    dump directory holds one form of each rank."""
+    if os.environ.get("DISTDOCTOR_FR_JSON", "0") != "1" or not fr_enabled():
+        return None
+    try:
+        import torch
+
+        c = torch._C._distributed_c10d
+        if hasattr(c, "_dump_fr_trace_json"):
+            out = c._dump_fr_trace_json(True, False)
+            return out.encode() if isinstance(out, str) else bytes(out)
+    except Exception as exc:
+        print(f"distdoctor.recorder: warning: Flight Recorder JSON dump failed: {type(exc).__name__}: {exc}",
+              file=sys.stderr, flush=True)
+    return None
+
+
 def frames_of(frame, limit: int = MAX_STACK_DEPTH) -> list[Frame]:
     """The stack ending at `frame`, innermost last (like a traceback)."""
     out = []

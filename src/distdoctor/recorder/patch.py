@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import functools
 import importlib.abc
+import os
 import sys
 import threading
 import time
 
 from distdoctor.recorder import creations
+from distdoctor.recorder.config import INJECT_ENV
 from distdoctor.recorder.describe import DESCRIBERS, describe_p2p_op
 from distdoctor.trace.code_origin import is_library
 
@@ -281,6 +283,10 @@ def patch() -> None:
                 wrappers[name] = factory(getattr(c10d, name))
         if hasattr(c10d, "_check_op"):
             wrappers["_check_op"] = _check_op
+        if os.environ.get(INJECT_ENV):  # a drill (`distdoctor run --inject`): faults planted here
+            from distdoctor.recorder import inject
+
+            inject.install(c10d, wrappers, DESCRIBERS, lambda: current)
         for name, wrapper in wrappers.items():
             orig = getattr(c10d, name)
             _originals[name] = orig

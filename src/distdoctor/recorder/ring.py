@@ -43,7 +43,8 @@ from collections import deque
 from distdoctor.recorder import creations, layout, patch
 from distdoctor.recorder.config import RecorderConfig, warn
 from distdoctor.recorder.describe import Call
-from distdoctor.recorder.dumpfile import all_thread_stacks, ensure_private_dir, flight_recorder_dump, write_atomic
+from distdoctor.recorder.dumpfile import (FR_JSON_DIR, all_thread_stacks, ensure_private_dir, flight_recorder_dump,
+                                         flight_recorder_json, write_atomic)
 from distdoctor.trace import model
 
 WAITS_KEPT = 256  # completed collectives whose wait times set the adaptive threshold
@@ -363,6 +364,11 @@ class Recorder:
                 fr = flight_recorder_dump()
                 if fr is not None:
                     write_atomic(fr_path, fr)
+                fr_json = flight_recorder_json()
+                if fr_json is not None:
+                    json_dir = os.path.join(os.path.dirname(path), FR_JSON_DIR)
+                    ensure_private_dir(json_dir)
+                    write_atomic(os.path.join(json_dir, f"rank_{self.rank}.fr.json"), fr_json)
                 self.dumps_written += 1
             except Exception as exc:
                 warn(f"dump to {self.config.dump_dir} failed: {type(exc).__name__}: {exc}")

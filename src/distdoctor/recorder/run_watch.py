@@ -111,6 +111,8 @@ class JobWatch:
         self._requests = 0
         self._kill_at: float | None = None
         self.live = RunLive(dump_dir, say)  # every rank's state through the job's store (recorder/run_live.py)
+        self.last_findings: list | None = None  # the findings of the last verdict printed
+        self.hung_verdict: tuple | None = None  # (detected_at, findings) printed while the job hung
 
     # ---- while the job runs --------------------------------------------------------------------------------
     def poll(self) -> None:
@@ -165,6 +167,7 @@ class JobWatch:
                            "; still watching.")
                 self.closed_at = max(hang.get("resumed_at") or 0, time.time() - 1)
                 self.episode = None
+                self.hung_verdict = None
             return
         if (hang.get("detected_at") or 0) <= self.closed_at:
             return  # a dump made for an episode that has resumed since
@@ -219,6 +222,7 @@ class JobWatch:
         pointer = self.live.pointer()
         self.shout(f"distdoctor run: {pointer}" if pointer else self.report_text(problem=f"hang {status}", live=True),
                    nl=pointer is not None)
+        self.hung_verdict = (ep["detected_at"], list(self.last_findings or []))
         self.verdicts += 1
         self.printed_stamps = dict(self._stamps)
         if status == "confirmed" and self.kill_on_hang and self.child.poll() is None:
@@ -272,6 +276,7 @@ class JobWatch:
                 if not traces.ranks:
                     return ""
                 report = analyze(traces)
+            self.last_findings = report.findings
             text = render_text(report) + "".join(ln + "\n" if ln.endswith(":") else f"  {ln}\n" for ln in extra)
         except Exception as exc:  # the job's exit code and the dumps matter more than this summary
             self.say(f"warning: could not analyze the dumps ({type(exc).__name__}: {exc})")
@@ -292,8 +297,7 @@ class JobWatch:
                    if _crash(h)}
         problem = None
         if crashed or rc != 0:
-            problem = "; ".join([f"rank {r} crashed: {_crash(h)}" for r, h in crashed.items()]
-                                + ([f"the command exited with code {rc}"] if rc != 0 else []))
+            problem = "; ".join(_crash_lines(crashed) + ([f"the command exited with code {rc}"] if rc != 0 else []))
         before = self.printed_stamps or {}
         changed = [p for p, st in self._stamps.items() if before.get(p) != st]
         # dumps only rewritten to say a printed hang resumed: run already said so, and they still show that moment
@@ -302,10 +306,25 @@ class JobWatch:
         if self.headers and changed and (problem or not resumes_only):
             self.shout("")
             self.shout(self.report_text(problem), nl=False)
+        if problem and self.last_findings:  # the verdict's culprit, not every rank that raised after it
+            problem = "; ".join([_culprit(self._closing_first(), crashed)]
+                                + ([f"the command exited with code {rc}"] if rc != 0 else []))
         if problem:
             self.shout(f"distdoctor run: the job failed: {problem}.")
         elif self.verdicts:
             self.shout("distdoctor run: the job ended with exit code 0.")
+
+    def _closing_first(self):
+        """The closing verdict's first finding, unless it blames ranks that crashed only after the hang was seen
+        (they cannot have caused it): then the finding printed while the job hung, whose evidence is closer to
+        the cause. Never less right than the live verdict."""
+        first = self.last_findings[0]
+        if self.hung_verdict is None or not self.hung_verdict[1] or first.kind != "crashed":
+            return first
+        seen_at = self.hung_verdict[0]
+        if all((self.headers.get(r) or {}).get("dump_time", 0) > seen_at for r in first.ranks):
+            return self.hung_verdict[1][0]
+        return first
 
     def clean_up(self, created_dir: bool) -> None:
         """Remove what ranks left behind here (remove_leftovers) and the live watcher's files; the directory itself
@@ -329,6 +348,39 @@ def _crash(header: dict) -> str | None:
         return f"{exc['type']}: {str(exc.get('message', ''))[:200]}{thread}{where}"
     reason = header.get("dump_reason") or ""
     return reason[len("exception: "):] if reason.startswith("exception: ") else None
+
+
+def _crash_lines(crashed: dict) -> list[str]:
+    """Without a verdict: the ranks that crashed on their own, else (all of them died of communicating) the
+    first to die; the others are counted, not named, since they died of it."""
+    from distdoctor.world.failures import is_comm_failure
+
+    own = [r for r, h in crashed.items() if not is_comm_failure(_crash(h) or "")]
+    named = own or list(crashed)[:1]
+    lines = [f"rank {r} crashed: {_crash(crashed[r])}" for r in named]
+    if len(crashed) > len(named):
+        lines.append(f"{len(crashed) - len(named)} other rank(s) died after it of a communication failure")
+    return lines
+
+
+def _culprit(finding, crashed: dict) -> str:
+    """The verdict's first finding, in the closing line: its ranks and kind (and the exception, if one of them
+    crashed); the ranks that died after it are counted, not named."""
+    who = _ranks(finding.ranks)
+    own = [r for r in finding.ranks if r in crashed]
+    if finding.kind == "crashed" and own:
+        text = f"{who} crashed: {_crash(crashed[own[0]])}"
+    else:
+        text = f"{who}: {finding.kind.replace('_', ' ')}"
+        if finding.op:
+            text += f" at {finding.op}" + (f" #{finding.seq}" if finding.seq is not None else "") \
+                + (f" on group '{finding.group}'" if finding.group is not None else "")
+        if own:
+            text += f" ({_crash(crashed[own[0]])})"
+    others = [r for r in crashed if r not in finding.ranks]
+    if others:
+        text += f"; {len(others)} other rank(s) died after it"
+    return text
 
 
 def _hang_timeout(headers: dict) -> str:

@@ -7,7 +7,7 @@ trace gives a LoadError naming the line instead of failing later inside the anal
 from __future__ import annotations
 
 from distdoctor.collectives import canonical_dtype
-from distdoctor.trace.model import NATIVE_FORMAT, RankTrace, loads
+from distdoctor.trace.model import NATIVE_FORMAT, RankTrace, loads, trace_problem
 
 _STATES = ("issued", "started", "completed")
 
@@ -43,8 +43,11 @@ def _check(trace: RankTrace) -> None:
         if e.state not in _STATES:
             raise ValueError(f"{where}: state {e.state!r} is not one of {', '.join(_STATES)}")
         for name in ("index", "seq", "p2p_seq", "root", "peer"):
-            if not _int_or_none(getattr(e, name)) or (name == "index" and e.index is None):
-                raise ValueError(f"{where}: {name} {getattr(e, name)!r} is not an integer")
+            v = getattr(e, name)
+            if not _int_or_none(v) or (name == "index" and v is None):
+                what = "is beyond a 64-bit integer" if isinstance(v, int) and not isinstance(v, bool) else \
+                    "is not an integer"
+                raise ValueError(f"{where}: {name} {v!r} {what}")
         for name in ("in_sizes", "out_sizes"):
             if not _sizes_ok(getattr(e, name)):
                 raise ValueError(f"{where}: {name} must be a list of shapes (lists of integers)")
@@ -68,7 +71,10 @@ def load_native(data: bytes, path: str) -> RankTrace:
         raise ValueError(f"not UTF-8 text (byte {exc.start})") from None
     try:
         trace = loads(text, path=path)
-        _check(trace)
+        _check(trace)  # the types first: its messages name the line
+        problem = trace_problem(trace)
+        if problem:
+            raise ValueError(f"malformed distdoctor trace ({problem})")
         _canonical_dtypes(trace)
     except RecursionError:
         raise ValueError("nested too deeply") from None

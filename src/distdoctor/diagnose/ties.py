@@ -1,0 +1,136 @@
+"""Even votes: when the members of a group split evenly (one against one in a group of two), the count cannot say
+who is odd. The evidence can:
+
+- sibling groups: the groups of the same size and description (a DeviceMesh dimension's groups, the TP groups
+  of every data-parallel replica), disjoint from this one, ran the same program; what their members issued at
+  the same sequence number is what this group's members should have issued;
+- completed calls: when only one side's call completed, it met members that agreed with it (members whose
+  traces do not record what is compared, Flight Recorder's roots, do not vote); for roots, when only the root
+  one side names completed its call;
+- a rank-conditional call site: a call issued from inside an `if` that tests the rank (`if rank == 0:` around a
+  log line's all_gather) is the odd one beside a call that is not.
+
+Where neither tells, the finding names every tied rank and says so ("one of ranks 0, 1: ..."), never a coin toss.
+match.py marks a tie in the divergence's evidence (`tie`: what was compared and the classes); this module decides.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+from collections import Counter
+
+from distdoctor.collectives.names import dtype_signature
+from distdoctor.trace.code_origin import is_user_code
+
+_RANK_TEST = re.compile(r"^\s*(?:el)?if\b.*\brank\b")
+
+
+def tied(classes: dict) -> bool:
+    """The two largest classes of a vote are as large as each other."""
+    sizes = sorted((len(rs) for rs in classes.values()), reverse=True)
+    return len(sizes) > 1 and sizes[0] == sizes[1]
+
+
+def value_of(key: str, e, members: list[int]) -> str | None:
+    """What a member's entry says about `key`, spelled as match.py's classes spell it (roots as group ranks)."""
+    if key == "op":
+        return str(e.op)
+    if key == "in_sizes":
+        return repr(e.in_sizes)
+    if key == "dtypes":
+        return str(dtype_signature(e.in_dtypes, e.out_dtypes))
+    if key == "root":
+        return str(members.index(e.root)) if e.root in members else None
+    return None
+
+
+def sibling_votes(view, views: dict, seq: int, key: str) -> Counter:
+    """What the members of this group's siblings issued at `seq`, counted by value."""
+    votes: Counter = Counter()
+    mine = set(view.members)
+    for other in views.values():
+        if other is view or len(other.members) != len(view.members) or other.desc != view.desc \
+                or mine & set(other.members):
+            continue
+        for m in other.members:
+            e = other.by_rank.get(m, {}).get(seq)
+            if e is not None:
+                value = value_of(key, e, other.members)
+                if value is not None:
+                    votes[value] += 1
+    return votes
+
+
+def rank_conditional(e) -> str | None:
+    """`file:line` of the `if ... rank ...` around the user's call that issued `e`, when there is one."""
+    frames = [f for f in reversed(e.frames or []) if is_user_code(f.filename)]
+    for f in frames[:3]:
+        line = linecache.getline(f.filename, f.line)
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        for n in range(f.line - 1, max(0, f.line - 40), -1):
+            text = linecache.getline(f.filename, n)
+            if not text.strip() or text.lstrip().startswith("#"):
+                continue
+            outer = len(text) - len(text.lstrip())
+            if outer < indent:
+                if _RANK_TEST.match(text):
+                    return f"{f.filename.rsplit('/', 1)[-1]}:{n}: {text.strip()}"
+                indent = outer
+                if outer == 0:
+                    break
+    return None
+
+
+def break_tie(d, view, views: dict) -> None:
+    """Decide a tied divergence `d` of group `view` by the evidence, or name every tied rank (in place)."""
+    tie = d.evidence.get("tie")
+    if not tie:
+        return
+    key, classes = tie["key"], tie["classes"]
+    local = (lambda v: str(view.members.index(int(v))) if int(v) in view.members else v) if key == "root" \
+        else (lambda v: v)
+    votes = sibling_votes(view, views, d.seq, key)
+    scores = {v: votes.get(local(v), 0) for v in classes}
+    best = max(scores.values(), default=0)
+    winners = [v for v, s in scores.items() if s == best]
+    if best > 0 and len(winners) == 1:
+        odd = sorted(r for v, rs in classes.items() if v != winners[0] for r in rs)
+        d.ranks = odd
+        tie["decided_by"] = "sibling groups"
+        d.detail += (f"; the members split evenly, and {best} member(s) of the sibling groups issued what "
+                     f"{_ranks(classes[winners[0]])} issued at #{d.seq}")
+        return
+    present = {r: view.by_rank.get(r, {}).get(d.seq) for rs in classes.values() for r in rs}
+    done = [v for v, rs in classes.items() if all(present[r] is not None and view.is_done(r, present[r]) for r in rs)]
+    if key == "root" and not done:  # the root a side names completed its call: it sent what that side expects
+        done = [v for v in classes if _completed(view, int(v), d.seq)]
+    if len(done) == 1:  # only one side's call completed: it found members that agreed with it
+        d.ranks = sorted(r for v, rs in classes.items() if v != done[0] for r in rs)
+        tie["decided_by"] = "completed calls"
+        d.detail += (f"; the members split evenly, and only {_ranks(classes[done[0]])}'s call completed (it met "
+                     "members that agreed with it)")
+        return
+    conditional = {r: site for r, e in present.items() if e is not None for site in [rank_conditional(e)] if site}
+    if conditional and len(conditional) < len(present):
+        d.ranks = sorted(conditional)
+        tie["decided_by"] = "rank-conditional call site"
+        d.detail += "; the members split evenly, and " + "; ".join(
+            f"rank {r}'s call comes from a branch on the rank ({site})" for r, site in sorted(conditional.items()))
+        return
+    d.ranks = sorted(present)
+    tie["undecided"] = d.evidence["undecided"] = True  # (the top-level mark every finding that cannot tell carries)
+    d.detail += ("; the members split evenly and nothing in the traces (sibling groups, rank-conditional call "
+                 "sites) says which of them is odd")
+
+
+def _completed(view, rank: int, seq: int) -> bool:
+    e = view.by_rank.get(rank, {}).get(seq)
+    return e is not None and view.is_done(rank, e)
+
+
+def _ranks(ranks) -> str:
+    ranks = sorted(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))

@@ -1,0 +1,57 @@
+"""The real-job fuzzer's fixed small sample (fuzz/run_jobs.py; the long run's scoreboard is in docs/diagnose.md):
+real programs under `distdoctor run --inject`, each scored in every mode — the live verdict, the closing verdict
+and line, diagnose of the recorder's dumps, of Flight Recorder's pickles and of its JSON dumps. An injected run
+is right when the first finding names exactly the injected rank with a kind that fits the fault; a healthy run
+when no mode has a finding."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from distdoctor.world.faults import RUN_KINDS, parse_fault
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fuzz"))
+import run_jobs  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+CASES = [
+    {"program": "ddp", "nproc": 4, "fault": "hang", "spec": "hang:3@step=3", "rank": 3},
+    {"program": "objects", "nproc": 4, "fault": "sigterm", "spec": "kill:0:SIGTERM@step=4", "rank": 0},
+    {"program": "tp", "nproc": 4, "fault": "sigkill", "spec": "kill:1:SIGKILL@step=3", "rank": 1},
+    {"program": "moe", "nproc": 4, "fault": "healthy", "spec": None, "rank": None},
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['program']}-{c['fault']}")
+def test_the_first_finding_names_the_injected_rank_in_every_mode(case, tmp_path):
+    result = run_jobs.run_one(case, tmp_path, timeout=200)
+    assert "error" not in result, result
+    if case["spec"]:
+        assert result["fired"] == [str(parse_fault(case["spec"], RUN_KINDS))], result
+        assert {"closing", "recorder"} <= set(result["modes"]), result
+    else:
+        assert result["rc"] == 0 and {"closing", "recorder", "fr_pickle", "fr_json"} <= set(result["modes"]), result
+    wrong = {m: j for m, j in result["modes"].items() if not (j["ok"] and j.get("line_names_only_it", True))}
+    assert not wrong, (wrong, result.get("closing_line"))
+
+
+def test_the_scoreboard_counts_each_mode_per_program_and_fault():
+    results = [{"program": "ddp", "fault": "hang", "spec": "hang:1@step=2", "rank": 1, "fired": ["hang:1@step=2"],
+                "modes": {"live": {"ok": True, "first": ["missing_ranks", [1]]},
+                          "closing": {"ok": True, "first": ["missing_ranks", [1]], "line_names_only_it": False},
+                          "recorder": {"ok": True, "first": ["missing_ranks", [0, 1]]}}},
+               {"program": "ddp", "fault": "raise", "spec": "raise:2@step=2", "rank": 2, "fired": ["raise:2@step=2"],
+                "modes": {"fr_pickle": {"ok": False, "first": ["missing_ranks", [2]]},
+                          "recorder": {"ok": False, "first": ["missing_ranks", [2]]}}},
+               {"program": "ddp", "fault": "healthy", "spec": None, "modes": {"recorder": {"ok": True}}},
+               {"program": "tp", "fault": "hang", "spec": "hang:1@step=2", "fired": [], "modes": {"live": {"ok": True}}}]
+    table = run_jobs.scoreboard(results).splitlines()
+    assert "| ddp | hang | 1/1 | 0/1 | 0/1 | - | - |" in table  # a closing line naming another rank is wrong
+    # Flight Recorder keeps no exception: a rank that raised reads as absent there, and only there
+    assert "| ddp | raise | - | - | 0/1 | 1/1 | - |" in table
+    assert "| all | healthy | - | - | 1/1 | - | - |" in table
+    assert not any(row.startswith("| tp |") for row in table)  # a fault that never fired is not scored
