@@ -123,7 +123,11 @@ def test_pipeline_stages_that_disagree_on_the_number_of_micro_batches(tmp_path):
     r1 = trace(1, [p2p(0, "recv", 0, 1, "completed", "pp"), p2p(1, "recv", 0, 2, "completed", "pp"),
                    coll(2, 1, state="started")], groups=groups, world=2)
     report = load(tmp_path, [r0, r1])
-    assert found(report) == [("p2p_deadlock", [0, 1], "pp", 3, "send")]
+    # rank 1 deviates (it stopped short and went on): it is named first, and the evidence says so
+    assert found(report) == [("p2p_deadlock", [1, 0], "pp", 3, "send")]
+    assert report.findings[0].evidence["deviating"] == 1
+    assert "1. p2p_deadlock: ranks [1, 0] at send #3 on group 'pp'" in render_text(report)
+    assert json.loads(json.dumps(report.to_json()))["findings"][0]["ranks"] == [1, 0]
     assert "rank 1 posted only 2 matching recvs and went on to all_reduce #1" in report.findings[0].detail
 
 
@@ -221,3 +225,15 @@ def test_stages_that_both_receive_after_disagreeing_on_micro_batches(tmp_path):
     report = load(tmp_path, [r0, r1])
     assert found(report) == [("p2p_deadlock", [0, 1], "pp", 1, "recv")]
     assert "rank 0 sent only 2 messages to rank 1, which waits for its 3rd" in report.findings[0].detail
+
+
+def test_a_send_and_recv_that_disagree_on_size_name_sender_then_receiver_undecided(tmp_path):
+    """Rank 2 sends 8 floats to rank 0, which posted a recv for 4: two sides and no majority, so the finding lists
+    them in rank order and says one of them is wrong, never which."""
+    r0 = trace(0, [p2p(0, "recv", 2, 1, "completed")], world=4)
+    r0.entries[0].out_sizes = [[4]]
+    r2 = trace(2, [p2p(0, "send", 0, 1, "completed")], world=4)
+    report = load(tmp_path, [r0, trace(1, [], world=4), r2, trace(3, [], world=4)])
+    f = next(f for f in report.findings if f.kind == "p2p_deadlock")
+    assert f.ranks == [0, 2]
+    assert "one of ranks 0, 2 is wrong" in f.detail and "cannot tell which" in f.detail

@@ -103,7 +103,7 @@ def analyze(ts: TraceSet) -> Report:
     counted = p2p.count_disagreements(cycles, explainer.waits_of)
     findings.extend(counted)
     for c in cycles:
-        if not c.p2p_only and not any(f.ranks == c.ranks for f in counted):
+        if not c.p2p_only and not any(sorted(f.ranks) == c.ranks for f in counted):
             findings.append(_order_deadlock(c, views))
     findings.extend(p2p.cycle_findings(cycles))
     findings.extend(p2p.pair_disagreements(ts))
