@@ -237,3 +237,18 @@ def test_a_send_and_recv_that_disagree_on_size_name_sender_then_receiver_undecid
     f = next(f for f in report.findings if f.kind == "p2p_deadlock")
     assert f.ranks == [0, 2]
     assert "one of ranks 0, 2 is wrong" in f.detail and "cannot tell which" in f.detail
+
+
+def test_a_stale_mark_does_not_put_a_rank_fifteen_collectives_back(tmp_path):
+    """Ranks 0, 1, 3 never saw all_reduce #1-#15 marked completed (async calls never waited on), though rank 2
+    completed every one of them with them, then went on to #16 alone. Before, the verdict said ranks 0, 1, 3 were
+    still in all_reduce #1 and that the others went on to #16: two numbers 15 calls apart in one sentence. Taking
+    part in a collective a peer completed shows a rank left the one before: they are in #15, the step before #16."""
+    traces = [trace(r, [coll(i, i + 1) for i in range(15)] + [coll(15, 16, state="started")]) if r == 2 else
+              trace(r, [coll(i, i + 1, state="started") for i in range(15)]) for r in WORLD]
+    report = load(tmp_path, traces)
+    assert found(report)[0] == ("state_mismatch", [0, 1, 3], "0", 15, "all_reduce")
+    assert report.findings[0].detail.startswith(
+        "all_reduce #15 on the default group '0' completed on rank 2 but ranks 0, 1, 3 are still in it. The others "
+        "went on to all_reduce #16, which ranks 0, 1, 3 never reached.")
+    assert all(report.ranks[str(r)]["pending"][0]["seq"] == 15 for r in (0, 1, 3))
