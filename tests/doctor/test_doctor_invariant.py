@@ -252,3 +252,15 @@ def test_a_stale_mark_does_not_put_a_rank_fifteen_collectives_back(tmp_path):
         "all_reduce #15 on the default group '0' completed on rank 2 but ranks 0, 1, 3 are still in it. The others "
         "went on to all_reduce #16, which ranks 0, 1, 3 never reached.")
     assert all(report.ranks[str(r)]["pending"][0]["seq"] == 15 for r in (0, 1, 3))
+
+
+def test_a_call_site_numbered_in_another_group_says_which_group(tmp_path):
+    """Rank 1 never joins all_reduce #1 on the default group; its last call was all_reduce #7 on its own group
+    '1'. The code line must say the group its #7 belongs to, not read as a #7 of the default group."""
+    last = coll(0, 7, group="1")
+    last.frames = [Frame("<module>", "train.py", 1), Frame("log_metrics", "train.py", 12)]
+    r0 = trace(0, [coll(0, 1, state="started")], groups={"0": [0, 1]}, world=2)
+    r1 = trace(1, [last], groups={"0": [0, 1], "1": [1]}, world=2)
+    report = load(tmp_path, [r0, r1])
+    assert found(report) == [("missing_ranks", [1], "0", 1, "all_reduce")]
+    assert "rank 1 last called all_reduce #7 on group '1' from log_metrics (train.py:12)" in report.findings[0].detail
