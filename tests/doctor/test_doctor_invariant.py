@@ -123,7 +123,11 @@ def test_pipeline_stages_that_disagree_on_the_number_of_micro_batches(tmp_path):
     r1 = trace(1, [p2p(0, "recv", 0, 1, "completed", "pp"), p2p(1, "recv", 0, 2, "completed", "pp"),
                    coll(2, 1, state="started")], groups=groups, world=2)
     report = load(tmp_path, [r0, r1])
-    assert found(report) == [("p2p_deadlock", [0, 1], "pp", 3, "send")]
+    # rank 1 deviates (it stopped short and went on): it is named first, and the evidence says so
+    assert found(report) == [("p2p_deadlock", [1, 0], "pp", 3, "send")]
+    assert report.findings[0].evidence["deviating"] == 1
+    assert "1. p2p_deadlock: ranks [1, 0] at send #3 on group 'pp'" in render_text(report)
+    assert json.loads(json.dumps(report.to_json()))["findings"][0]["ranks"] == [1, 0]
     assert "rank 1 posted only 2 matching recvs and went on to all_reduce #1" in report.findings[0].detail
 
 
@@ -221,3 +225,42 @@ def test_stages_that_both_receive_after_disagreeing_on_micro_batches(tmp_path):
     report = load(tmp_path, [r0, r1])
     assert found(report) == [("p2p_deadlock", [0, 1], "pp", 1, "recv")]
     assert "rank 0 sent only 2 messages to rank 1, which waits for its 3rd" in report.findings[0].detail
+
+
+def test_a_send_and_recv_that_disagree_on_size_name_sender_then_receiver_undecided(tmp_path):
+    """Rank 2 sends 8 floats to rank 0, which posted a recv for 4: two sides and no majority, so the finding lists
+    them in rank order and says one of them is wrong, never which."""
+    r0 = trace(0, [p2p(0, "recv", 2, 1, "completed")], world=4)
+    r0.entries[0].out_sizes = [[4]]
+    r2 = trace(2, [p2p(0, "send", 0, 1, "completed")], world=4)
+    report = load(tmp_path, [r0, trace(1, [], world=4), r2, trace(3, [], world=4)])
+    f = next(f for f in report.findings if f.kind == "p2p_deadlock")
+    assert f.ranks == [0, 2]
+    assert "one of ranks 0, 2 is wrong" in f.detail and "cannot tell which" in f.detail
+
+
+def test_a_stale_mark_does_not_put_a_rank_fifteen_collectives_back(tmp_path):
+    """Ranks 0, 1, 3 never saw all_reduce #1-#15 marked completed (async calls never waited on), though rank 2
+    completed every one of them with them, then went on to #16 alone. Before, the verdict said ranks 0, 1, 3 were
+    still in all_reduce #1 and that the others went on to #16: two numbers 15 calls apart in one sentence. Taking
+    part in a collective a peer completed shows a rank left the one before: they are in #15, the step before #16."""
+    traces = [trace(r, [coll(i, i + 1) for i in range(15)] + [coll(15, 16, state="started")]) if r == 2 else
+              trace(r, [coll(i, i + 1, state="started") for i in range(15)]) for r in WORLD]
+    report = load(tmp_path, traces)
+    assert found(report)[0] == ("state_mismatch", [0, 1, 3], "0", 15, "all_reduce")
+    assert report.findings[0].detail.startswith(
+        "all_reduce #15 on the default group '0' completed on rank 2 but ranks 0, 1, 3 are still in it. The others "
+        "went on to all_reduce #16, which ranks 0, 1, 3 never reached.")
+    assert all(report.ranks[str(r)]["pending"][0]["seq"] == 15 for r in (0, 1, 3))
+
+
+def test_a_call_site_numbered_in_another_group_says_which_group(tmp_path):
+    """Rank 1 never joins all_reduce #1 on the default group; its last call was all_reduce #7 on its own group
+    '1'. The code line must say the group its #7 belongs to, not read as a #7 of the default group."""
+    last = coll(0, 7, group="1")
+    last.frames = [Frame("<module>", "train.py", 1), Frame("log_metrics", "train.py", 12)]
+    r0 = trace(0, [coll(0, 1, state="started")], groups={"0": [0, 1]}, world=2)
+    r1 = trace(1, [last], groups={"0": [0, 1], "1": [1]}, world=2)
+    report = load(tmp_path, [r0, r1])
+    assert found(report) == [("missing_ranks", [1], "0", 1, "all_reduce")]
+    assert "rank 1 last called all_reduce #7 on group '1' from log_metrics (train.py:12)" in report.findings[0].detail

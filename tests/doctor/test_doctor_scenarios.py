@@ -61,7 +61,7 @@ EXPECTED_NATIVE = dict(
     EXPECTED, p2p=[("p2p_deadlock", [0, 1], "0", 1, "recv", ["0"])],
     bcast_obj=[("root_mismatch", [3], "0", 5, "broadcast", ["0"])],
     crash=[("crashed", [2], "0", 2, "all_reduce", ["0"])],
-    pipeline=[("p2p_deadlock", [0, 1], "1", ANY, "send", ["0", "1"])])
+    pipeline=[("p2p_deadlock", [1, 0], "1", ANY, "send", ["0", "1"])])  # rank 1, which received fewer, first
 
 
 def _report(scenario_dumps, name, form):

@@ -72,6 +72,29 @@ def test_no_blocked_or_crashed_rank_goes_unexplained(job):
         assert "crashed" in line and "in no collective" not in line
 
 
+@CHECKS
+@given(jobs(late=False, stale=True))
+def test_a_rank_still_in_a_collective_took_part_in_no_later_one(job):
+    """Some ranks' collectives never show completed (async, never waited on). A rank said to be still in
+    collective #n (state_mismatch) did not take part in #n+1 where a peer's completed mark shows it did (a
+    collective needs every member): else one verdict would say 'still in #1' beside 'went on to #16'. And the
+    ranks said never to reach the collective the others went on to stopped inside #n: one numbering, #n then
+    the next."""
+    ran, ts, report = _diagnose(job)
+    for f in report.findings:
+        if f.kind != "state_mismatch":
+            continue
+        view = report.views[f.group]
+        for r in f.ranks:
+            nxt = view.by_rank[r].get(f.seq + 1)
+            took_part = nxt is not None and nxt.op not in ("broadcast", "scatter") and any(
+                view.last_completed.get(m, -1) > f.seq for m in view.by_rank if m != r)
+            assert not took_part, (job, f.detail)
+        later = f.evidence.get("then_absent_from")
+        if later:
+            assert later["seq"] > f.seq and all(view.hi(r) == f.seq for r in later["ranks"]), (job, f.detail)
+
+
 ONE_FAULT = ("stop", "crash", "no_dump", "size", "dtype", "op")
 
 

@@ -55,12 +55,15 @@ class Job:
     late: set[int] = field(default_factory=set)  # ranks whose last completed call is shown in flight (Gloo)
     flips: set[tuple[int, int]] = field(default_factory=set)  # (rank, call): the dump shows the other state
     crash_text: str = "RuntimeError: boom"  # what a crashed rank died of (a communication failure, or not)
+    stale: set[int] = field(default_factory=set)  # ranks whose collectives never show completed (async, not waited)
 
 
 @st.composite
 def jobs(draw, max_world: int = 8, faults=FAULTS, max_faults: int = 3, late: bool = True,
-         noise: bool = False) -> Job:
-    """`noise`: the dumps also show a few calls in the wrong state (evidence that agrees with no execution)."""
+         noise: bool = False, stale: bool = False) -> Job:
+    """`noise`: the dumps also show a few calls in the wrong state (evidence that agrees with no execution).
+    `stale`: some ranks (never all) show none of their collectives completed, as calls made with async_op=True
+    whose Work nobody waited on."""
     world = draw(st.integers(1, max_world))
     groups = {"0": list(range(world))}
     descs = {"0": "default_pg"}
@@ -87,7 +90,9 @@ def jobs(draw, max_world: int = 8, faults=FAULTS, max_faults: int = 3, late: boo
         if noise else set()
     crash_text = draw(st.sampled_from(["RuntimeError: boom", "ValueError: bad shape [8] vs [4]",
                                        "RuntimeError: [pair.cc:534] Connection closed by peer [127.0.0.1]:4515"]))
-    return Job(world, groups, descs, steps, fault_map, draw(st.booleans()), late_ranks, flips, crash_text)
+    stale_ranks = set(draw(st.sets(st.integers(0, world - 1), max_size=world - 1))) if stale else set()
+    return Job(world, groups, descs, steps, fault_map, draw(st.booleans()), late_ranks, flips, crash_text,
+               stale_ranks)
 
 
 # ---- running the program -----------------------------------------------------------------------------------
@@ -229,6 +234,8 @@ def traces(job: Job, ran: dict) -> dict[int, RankTrace]:
             state = "completed" if c.done else "started"
             if r in job.late and c.done and i == issued - 1 and c.op not in ("send", "recv"):
                 state = "started"  # Gloo marks it completed a moment after the call returned
+            if r in job.stale and c.op not in ("send", "recv"):
+                state = "started"  # an async collective whose Work was never waited on
             if (r, i) in job.flips:
                 state = "started" if state == "completed" else "completed"
             frames = [Frame("<module>", USER, 1), Frame("step", USER, c.line)]

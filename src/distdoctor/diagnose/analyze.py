@@ -33,7 +33,7 @@ from distdoctor.diagnose import hang_status, nccl_frontier, p2p, streams
 from distdoctor.diagnose.crash import crash_findings, crashed_ranks, stopped
 from distdoctor.diagnose.explain import Explainer, consequences_of, sort_findings
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks, group_desc
-from distdoctor.diagnose.match import Divergence, GroupView, build_views, callsite_divergence, divergences
+from distdoctor.diagnose.match import ROOTED, Divergence, GroupView, build_views, callsite_divergence, divergences
 from distdoctor.diagnose.progress import (describe_rank, is_gloo_fr, last_completed, probably_inside,
                                          rank_progress, where_now)
 from distdoctor.diagnose.rankstate import rank_states
@@ -45,7 +45,6 @@ from distdoctor.findings.sentences import describe_cycle
 from distdoctor.trace.model import Entry, TraceSet
 
 MISMATCHES = ("type_mismatch", "size_mismatch", "dtype_mismatch", "root_mismatch")
-ROOTED = ("broadcast", "reduce", "gather", "scatter")  # collectives with a root
 
 
 @dataclass

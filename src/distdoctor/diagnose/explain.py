@@ -40,7 +40,7 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
     """Root cause first (PRIORITY), then by when the evidence happened, then by ranks; kinds whose producer
     already orders them strongest first (PRODUCER_ORDERED) keep that order among themselves (the sort is stable)."""
     return sorted(findings, key=lambda f: (PRIORITY[f.kind], f.t if f.t is not None else float("inf"),
-                                           [] if f.kind in PRODUCER_ORDERED else f.ranks))
+                                           [] if f.kind in PRODUCER_ORDERED else sorted(f.ranks)))
 
 
 def _seq(e: Entry):

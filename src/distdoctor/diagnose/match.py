@@ -31,6 +31,8 @@ from distdoctor.trace.code_origin import is_user_code
 from distdoctor.trace.model import AGREE_ON, Entry, TraceSet, entry_column, numel
 from distdoctor.trace.summary import summarize
 
+ROOTED = ("broadcast", "reduce", "gather", "scatter")  # collectives with a root: one can complete on some ranks only
+
 SAME_INPUT_SIZE = {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather", "barrier"}
 
 
@@ -75,6 +77,7 @@ class GroupView:
     relation_ok: dict = field(default_factory=dict)  # cache of size-relation checks by (op, sizes identity)
     desc: str = ""  # what the user called the group (DeviceMesh dimension, group_desc), when a trace says
     _lowest: tuple | None = field(default=None, repr=False, compare=False)  # see least_completed_by_others
+    _highest: list | None = field(default=None, repr=False, compare=False)  # see most_completed_by_others
 
     def hi(self, rank: int) -> int:
         seqs = self.by_rank.get(rank)
@@ -92,7 +95,27 @@ class GroupView:
         return lowest[1][0] if lowest[0][1] == rank else lowest[0][0]
 
     def is_done(self, rank: int, entry: Entry) -> bool:
-        return entry.state == "completed" or (entry.seq is not None and self.last_completed.get(rank, -1) > entry.seq)
+        return entry.state == "completed" or (entry.seq is not None and (
+            self.last_completed.get(rank, -1) > entry.seq or self.took_part_after(rank, entry.seq)))
+
+    def took_part_after(self, rank: int, seq: int) -> bool:
+        """The rank issued the group's next collective (not a rooted one) and another member completed it: the
+        rank took part in it, so it had left collective `seq`, whatever its own mark says (an async call never
+        waited on; Gloo retiring an entry late). Holds under NCCL too: a stream runs a group's collectives in
+        order. Without it, a rank is said to be still in #1 beside peers that completed #2-#15 with it."""
+        nxt = seq + 1
+        if nxt > self.most_completed_by_others(rank):
+            return False
+        e = self.by_rank.get(rank, {}).get(nxt)
+        return e is not None and not e.is_p2p and e.op not in ROOTED
+
+    def most_completed_by_others(self, rank: int) -> int:
+        """The highest seq some member other than `rank` completed (-1 when none did)."""
+        if self._highest is None:
+            self._highest = sorted(((s, m) for m, s in self.last_completed.items() if m in self.by_rank),
+                                   reverse=True)[:2]
+        top = [s for s, m in self._highest if m != rank]
+        return top[0] if top else -1
 
 
 @dataclass
@@ -358,10 +381,13 @@ def first_divergence(view: GroupView) -> Divergence | None:
             return divs[0] if len(divs) == 1 else _merge(divs)
         ref = next(iter(present.values()))
         if absent:
-            if state_div is not None and set(absent) <= set(state_div.ranks) and not _late_mark(view, state_div):
-                # The ranks absent here are still inside an earlier collective the others completed: that is
-                # where the group parted ways (e.g. a broadcast whose root differs between ranks completes on
-                # some of them only).
+            if state_div is not None and set(absent) <= set(state_div.ranks) and not _late_mark(view, state_div) \
+                    and all(his[r] == state_div.seq for r in absent):
+                # The ranks absent here are still inside an earlier collective the others completed, their last
+                # call on the group: that is where the group parted ways (e.g. a broadcast whose root differs
+                # between ranks completes on some of them only). Ranks that issued later collectives on the
+                # group left that one (a mark that lags, an async call never waited on): they stopped here,
+                # and the verdict speaks of this collective alone, not of one 15 calls back.
                 state_div.evidence["then_absent_from"] = {"seq": seq, "op": ref.op, "ranks": sorted(absent)}
                 return state_div
             t = min((e.t_created for e in present.values() if e.t_created), default=None)

@@ -70,7 +70,9 @@ def count_disagreements(cycles: list[Cycle], waits_of: dict) -> list[Finding]:
                         f"to {moved.op} #{moved.seq} on group '{moved.group}': the two sides disagree on how many "
                         f"messages pass between them (pipeline stages configured with different numbers of "
                         f"micro-batches, a send or recv only some ranks make). Cycle: {describe_cycle(c.path)}."),
-                evidence={"cycle": [[x, y] for x, y, _ in c.steps], "messages": {"expected": nth, "posted": posted}}))
+                evidence={"cycle": [[x, y] for x, y, _ in c.steps], "messages": {"expected": nth, "posted": posted},
+                          "deviating": b}))
+            out[-1].ranks = _first(b, out[-1].ranks)  # b deviates (it stopped short and went on): it leads
             break
     return out
 
@@ -92,6 +94,10 @@ def _wrong_peer(a: int, b: int, e, other: str, posted: int, waits_of: dict, grou
                 f"wait{'s' if len(expecting) == 1 else ''} in a {other} {'from' if e.op == 'send' else 'to'} rank "
                 f"{a}: rank {a} chose the wrong peer (a stage's neighbour computed wrong?), not rank {b}."),
         evidence={"claims": {"rank": a, "peer": b, "expected_by": expecting}})
+
+
+def _first(rank: int, ranks: list[int]) -> list[int]:
+    return [rank] + [r for r in ranks if r != rank]
 
 
 def _nth(n: int) -> str:
@@ -117,7 +123,9 @@ def pair_disagreements(ts: TraceSet) -> list[Finding]:
                 out.append(Finding(
                     "p2p_deadlock", [src, dst], group=group, seq=s.p2p_seq, op="send", t=s.t_created,
                     detail=f"send #{k} from rank {src} to rank {dst} carries {s.in_sizes} {s.in_dtypes} but the "
-                           f"matching recv on rank {dst} expects {r.out_sizes} {r.out_dtypes}: the peers disagree.",
+                           f"matching recv on rank {dst} expects {r.out_sizes} {r.out_dtypes}: the peers disagree, "
+                           f"and one of {fmt_ranks([src, dst])} is wrong (two sides, no majority: the traces "
+                           f"cannot tell which).",
                     evidence={"send": [src, s.index], "recv": [dst, r.index]}))
                 break
     return out

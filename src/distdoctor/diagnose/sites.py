@@ -119,7 +119,7 @@ class Sites:
             site = entry_site(e)
             if site:
                 seq = e.p2p_seq if e.is_p2p else e.seq
-                return f"last called {e.op} #{seq} from", site
+                return f"last called {e.op} #{seq} on group '{e.group}' from", site  # its number is that group's
         return None
 
     # ---- per finding ----------------------------------------------------------------------------------------
@@ -153,7 +153,8 @@ class Sites:
             add(self.blocked(f.ranks), "blocked in a call from")
         elif f.kind == "crashed" and ev.get("others_wait_in"):
             w = ev["others_wait_in"]
-            add(self.at(w["ranks"], w["group"], w["seq"]), f"waiting for it in {w['op']} #{w['seq']}, called from")
+            add(self.at(w["ranks"], w["group"], w["seq"]),
+                f"waiting for it in {w['op']} #{w['seq']} on group '{w['group']}', called from")
         elif f.kind == "missing_dump":
             if ev.get("blocked"):
                 add(self.blocked(ev["blocked"]), "waiting for it in a call from")

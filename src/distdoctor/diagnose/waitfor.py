@@ -78,7 +78,8 @@ def _incomplete(rank: int, e: Entry, views: dict[str, GroupView], ts: TraceSet) 
         return False
     if e.seq is not None and not e.is_p2p:
         view = views.get(e.group)
-        if view is not None and (view.last_completed.get(rank, -1) > e.seq or completed_by_peers(rank, e, view, ts)):
+        if view is not None and (view.last_completed.get(rank, -1) > e.seq or completed_by_peers(rank, e, view, ts)
+                                 or view.took_part_after(rank, e.seq)):
             return False
     return True
 

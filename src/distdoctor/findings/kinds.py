@@ -21,7 +21,9 @@
 - state_mismatch: some members completed the collective while others are still in it; `ranks` are the stuck ones.
 - missing_dump: a member rank has no trace at all; `ranks` are those ranks.
 - order_deadlock: a cycle of waits across process groups; `ranks` all ranks on the cycle, `groups` the groups.
-- p2p_deadlock: send/recv that can never match; `ranks` the ranks involved.
+- p2p_deadlock: send/recv that can never match; `ranks` the ranks involved, ascending, except that the rank the
+  evidence shows deviating (it posted fewer matching calls and went on; `evidence.deviating`) comes first. Where
+  it cannot tell (a send/recv pair that disagrees on sizes) they stay ascending and the detail says "one of ranks".
 - crashed: a rank died of an exception (the recorder's dump says which, and where); `ranks` the ranks that crashed
   first (ranks that failed later inside a collective, waiting for them, are consequences).
 - stuck_collective: ranks are blocked in a collective that nothing visible holds up: every member reached it (the
@@ -71,7 +73,7 @@ class Finding:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown finding kind {self.kind!r}")
-        self.ranks = sorted(set(self.ranks))
+        self.ranks = sorted(set(self.ranks))  # a producer that knows better reorders them after (p2p.py)
         if self.group is not None and not self.groups:
             self.groups = [self.group]
 

@@ -60,11 +60,15 @@ class RunLive:
                 if a.state is not None and isinstance(a.state.get("hang"), dict)]
 
     def evidence(self):
-        """(diagnose's report over every rank's live state, lines on the ranks that did not answer), or None."""
+        """(diagnose's report over every rank's live state, lines on the ranks that did not answer), or None: also
+        when fewer ranks answered than left their dump files in this directory (the dump files' verdict then)."""
         watch = self.watch
         if watch is None or watch.job is None:
             return None
-        return watch.evidence()
+        got = watch.evidence()
+        if got is not None and len(got[0].traces.ranks) < len(layout.find(self.dump_dir, "rank_*.jsonl")):
+            return None  # fewer ranks answered than left dumps here (they ended since): the dumps say more
+        return got
 
     def pointer(self) -> str | None:
         """Where the verdict over every rank is printed, when it is not here."""

@@ -30,6 +30,9 @@ os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")  # must be set before the 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch._C._distributed_c10d import _dump_fr_trace, _dump_fr_trace_json  # noqa: E402  (before fork: imports are slow)
+# Before the fork too: imported in each rank it took longer than STALL_S on a loaded host, and the rank's watchdog
+# then dumped an empty trace before the pipeline had started.
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B  # noqa: E402
 
 WORLD = 4
 STALL_S = float(os.environ.get("SCENARIO_STALL_S", "3"))
@@ -301,8 +304,6 @@ def s_ddp(rank: int, w: Watch) -> None:
 def s_pipeline(rank: int, w: Watch) -> None:
     """Two 2-stage pipelines ({0,1} and {2,3}, torch.distributed.pipelining, 1F1B) of micro-batches of 2 rows;
     rank 1's config says 2 micro-batches where rank 0's says 4. Then every rank syncs at the end of the step."""
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
-
     pipes = [dist.new_group([0, 1]), dist.new_group([2, 3])]
     torch.manual_seed(0)
     stage_idx = rank % 2
