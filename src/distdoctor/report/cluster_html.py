@@ -319,7 +319,7 @@ def _bars(values: dict[int, float], caption: str, fmt: str, mark: float, red_abo
     if zoom:
         caption += f" (all far below {fmt.format(mark)}: drawn to the largest, {fmt.format(largest)})"
     for i, r in enumerate(ranks):
-        h = values[r] / top * 150
+        h = values[r] / top * 150 or 0.0  # (never -0.0: SVG heights are >= 0)
         # A rank early at the barrier has a negative lateness: a short bar below the axis (SVG heights are >= 0).
         y, h = (base - h, h) if h >= 0 else (base, min(-h, 12.0))
         x = 60 + i * bar_w

@@ -47,6 +47,7 @@ class Watch:
         self.last = time.monotonic()
         self.lock = threading.Lock()
         self.dumped = False
+        self.setting_up = False  # making process groups (new_group): not a stall
         threading.Thread(target=self._run, daemon=True).start()
 
     def tick(self) -> None:
@@ -55,7 +56,7 @@ class Watch:
     def _run(self) -> None:
         while not self.dumped:
             time.sleep(0.1)
-            if time.monotonic() - self.last > STALL_S:
+            if not self.setting_up and time.monotonic() - self.last > STALL_S:
                 self.dump(f"no collective returned for {STALL_S:.0f} s")
 
     def dump_flight_recorder(self, pickled: bytes | None = None) -> None:
@@ -107,6 +108,18 @@ def _native_dump(reason: str) -> None:
 
 
 # ---- the planted faults ----------------------------------------------------------------------------------------
+
+def new_group(w: Watch, ranks: list[int]):
+    """dist.new_group, not counted as a stall: making a group waits for every rank to arrive, which on a loaded
+    host (every scenario's ranks start at once) took longer than STALL_S, and the watchdog then dumped traces
+    with no collective in them."""
+    w.setting_up = True
+    try:
+        return dist.new_group(ranks)
+    finally:
+        w.setting_up = False
+        w.tick()
+
 
 def ar(w: Watch, t: torch.Tensor, group=None) -> None:
     w.tick()
@@ -172,8 +185,8 @@ def s_size(rank: int, w: Watch) -> None:
 
 def s_order(rank: int, w: Watch) -> None:
     """Two groups over the same ranks; in step 1 ranks 2 and 3 use them in the other order."""
-    a = dist.new_group(list(range(WORLD)))
-    b = dist.new_group(list(range(WORLD)))
+    a = new_group(w, list(range(WORLD)))
+    b = new_group(w, list(range(WORLD)))
     for step in range(2):
         order = (b, a) if (step == 1 and rank >= 2) else (a, b)
         for g in order:
@@ -183,7 +196,7 @@ def s_order(rank: int, w: Watch) -> None:
 def s_mesh(rank: int, w: Watch) -> None:
     """2x2 mesh [[0,1],[2,3]]: shard groups {0,1} '1', {2,3} '2'; replicate groups {0,2} '3', {1,3} '4'.
     In step 1, ranks 1 and 2 reduce over replicate before shard: 0 -> 1 -> 3 -> 2 -> 0 wait on each other."""
-    groups = [dist.new_group(r) for r in ([0, 1], [2, 3], [0, 2], [1, 3])]
+    groups = [new_group(w, r) for r in ([0, 1], [2, 3], [0, 2], [1, 3])]
     shard = groups[0] if rank in (0, 1) else groups[1]
     replicate = groups[2] if rank in (0, 2) else groups[3]
     for step in range(2):
@@ -247,7 +260,7 @@ def s_late(rank: int, w: Watch) -> None:
 def s_lone(rank: int, w: Watch) -> None:
     """A metrics group every rank made (new_group is collective) but only rank 2 reduces on, at step 1; the
     others go on into the next gradient all_reduce. From Gloo's dumps the group looks like rank 2's alone."""
-    metrics = dist.new_group(list(range(WORLD)))
+    metrics = new_group(w, list(range(WORLD)))
     for step in range(3):
         ar(w, torch.ones(8))
         if rank == 2 and step == 1:
@@ -304,7 +317,7 @@ def s_ddp(rank: int, w: Watch) -> None:
 def s_pipeline(rank: int, w: Watch) -> None:
     """Two 2-stage pipelines ({0,1} and {2,3}, torch.distributed.pipelining, 1F1B) of micro-batches of 2 rows;
     rank 1's config says 2 micro-batches where rank 0's says 4. Then every rank syncs at the end of the step."""
-    pipes = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    pipes = [new_group(w, [0, 1]), new_group(w, [2, 3])]
     torch.manual_seed(0)
     stage_idx = rank % 2
     stage = PipelineStage(torch.nn.Linear(8, 8), stage_idx, 2, torch.device("cpu"), group=pipes[rank // 2])
