@@ -10,8 +10,10 @@ at once when sends are eager), until nothing moves. Then `traces` writes what ea
 issued, completed or not; Gloo's late completion mark (a finished call shown in flight) where the job says so.
 `ground_truth` tells which ranks are really blocked and which crashed - what the verdict must account for.
 
-Written forms: the recorder's (`native`), an NCCL-style Flight Recorder dump (pickle or JSON: `nccl:` names,
-`Float` dtypes, members in pg_config, no roots), or both of one rank (merged by the loader).
+Written forms: the recorder's (`native`), a Flight Recorder dump (pickle or JSON: `gloo:` names, `Float` dtypes,
+members in pg_config, no roots), or both of one rank (merged by the loader). The calls block, as Gloo's do: named
+`nccl:`, their order would read as NCCL's asynchronous one (trace/frontier.py), which these jobs do not have;
+NCCL's semantics have their own generator (sim/fr_nccl.py, tests/fuzz/test_fuzz_nccl.py).
 """
 
 from __future__ import annotations
@@ -284,7 +286,7 @@ def _sizes(op: str, size: int, n: int, is_root: bool = False) -> tuple[list, lis
 
 
 def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False) -> dict:
-    """The NCCL-style Flight Recorder dump of the same calls: `nccl:` names, C++ dtype names, no roots, members
+    """The Flight Recorder dump of the same calls: `gloo:` names (the calls block), C++ dtype names, no roots, members
     in pg_config, group-local p2p peers in the profiling name; each call's stack with `frames` (the pickle)."""
     entries = []
     p2p_seq: dict[str, int] = {}
@@ -293,9 +295,9 @@ def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False
         if e.is_p2p:
             p2p_seq[e.group] = p2p_seq.get(e.group, 0) + 1
             me, peer = members.index(trace.rank), members.index(e.peer)
-            name = f"nccl:send {me}->{peer}" if e.op == "send" else f"nccl:recv {me}<-{peer}"
+            name = f"gloo:send {me}->{peer}" if e.op == "send" else f"gloo:recv {me}<-{peer}"
         else:
-            name = f"nccl:{e.op}"
+            name = f"gloo:{e.op}"
         entries.append({
             "record_id": i, "process_group": [e.group, "default_pg" if e.group == "0" else "undefined"],
             "collective_seq_id": 0 if e.is_p2p else e.seq, "p2p_seq_id": p2p_seq.get(e.group, 0) if e.is_p2p else 0,
