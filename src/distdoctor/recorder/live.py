@@ -50,6 +50,8 @@ _rec = None  # the recorder whose state the handler serves
 _published: dict = {}  # name -> callable giving JSON-ready data served with the state (publish)
 _server = None  # our own _WorkerServer, when we started one
 _started_for: int | None = None  # the pid that registered (a forked child must register again)
+_starter: threading.Thread | None = None  # the thread that starts the server and registers it
+_exiting = False  # the interpreter is ending: start no server any more
 
 
 def start(rec) -> None:
@@ -59,7 +61,10 @@ def start(rec) -> None:
     if os.environ.get("DISTDOCTOR_LIVE", "1") == "0" or _started_for == os.getpid():
         return
     _started_for = os.getpid()
-    threading.Thread(target=_start, args=(rec,), name="distdoctor-live", daemon=True).start()
+    global _starter
+    _starter = threading.Thread(target=_start, args=(rec,), name="distdoctor-live", daemon=True)
+    atexit.register(stop)  # also when the process ends while the server is being started (a short job)
+    _starter.start()
 
 
 def _start(rec) -> None:
@@ -109,8 +114,9 @@ def _server_url(master_addr: str) -> str:
     from torch._C._distributed_c10d import _WorkerServer
 
     if _server is None:
-        _server = _WorkerServer(addr, 0)
-        atexit.register(stop)  # its threads must end before the interpreter does (else the process aborts)
+        if _exiting:
+            raise RuntimeError("the process is ending")
+        _server = _WorkerServer(addr, 0)  # stop() ends its threads before the interpreter does (else it aborts)
     return f"http://{host}:{_server.port}"
 
 
@@ -118,7 +124,11 @@ def stop() -> None:
     """Shut our worker server down before the interpreter finalizes: a request served then would call our Python
     handler without an interpreter, and abort the process. shutdown() waits for the server's thread, which may
     be waiting for the GIL, so it runs on a thread of its own while this one waits with the GIL released."""
-    global _server
+    global _server, _exiting
+    _exiting = True
+    starter = _starter
+    if starter is not None and starter is not threading.current_thread():
+        starter.join(SHUTDOWN_WAIT_S)  # a server half made while the interpreter ends aborts the process
     server, _server = _server, None
     if server is not None:
         t = threading.Thread(target=_shutdown, args=(server,), daemon=True)
