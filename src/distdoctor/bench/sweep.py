@@ -25,6 +25,7 @@ from distdoctor.collectives import SPECS, get_spec
 from distdoctor.collectives.base import DTYPES, REDOPS, GroupView, itemsize, tolerance
 from distdoctor.errors import InputError
 from distdoctor.world import WorldConfig, resolve_nproc, run_job
+from distdoctor.world.config import min_world
 
 BENCH_OPS = tuple(name for name, spec in SPECS.items() if spec.has_data)
 MAX_LINK_BYTES = 4 << 30  # one message buffer per rank of the link probe
@@ -359,8 +360,8 @@ def run_bench(cfg: WorldConfig, opts: BenchOptions, on_event=None, baseline: dic
     """Run the sweep (and --links); `baseline` (baseline.load_baseline): compare and fail the sizes below it."""
     opts.validate()
     n = resolve_nproc(cfg)
-    if n is not None and n < 2:
-        raise InputError("--nproc", "bench needs a world of at least 2 ranks")
+    if n is not None and n < min_world(cfg.backend):
+        raise InputError("--nproc", "bench needs a world of at least 2 ranks (one GPU with --backend nccl)")
     if n is not None:
         check_root(opts, n)
         check_memory(opts, n, cfg)

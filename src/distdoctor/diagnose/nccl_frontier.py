@@ -228,7 +228,84 @@ def findings(ts: TraceSet, views: dict[str, GroupView], st: Standing) -> list[Fi
     if cpu_ranks:
         cpu = {g: {r: n for r, n in lag.items() if r in cpu_ranks} for g, lag in cpu.items()}
         out.append(_finding("cpu_stopped", {g: lag for g, lag in cpu.items() if lag}, ts, views, st))
+    return out + stalled_together(ts, views, st, {r for f in out for r in f.ranks})
+
+
+def _watched(ts: TraceSet) -> dict[int, dict]:
+    """rank -> the call its recorder's watchdog saw in flight past the hang threshold (a suspected or confirmed
+    hang), with for how long: the dump was made because that call did not complete."""
+    out = {}
+    for r, t in ts.ranks.items():
+        h = t.hang if isinstance(t.hang, dict) else None
+        mine = (h or {}).get("this_rank") or {}
+        call = mine.get("blocked_in")
+        if h and h.get("status") in ("suspected", "confirmed") and isinstance(call, dict) and call.get("group"):
+            out[r] = {**call, "group": str(call["group"]), "for_s": mine.get("blocked_for_s")}
     return out
+
+
+def stalled_together(ts: TraceSet, views: dict[str, GroupView], st: Standing, named: set[int]) -> list[Finding]:
+    """A collective every member of its group enqueued and none completed, which a member's watchdog saw in flight
+    past the hang threshold. Peers' frontiers cannot single anyone out here (they stand level), so the rest of the
+    evidence speaks: members whose stream has not started it while another's has (collective timing on) are the
+    stopped GPUs; every member started it and none completed: the collective itself is stuck (transport); no
+    start known: one of the members' GPUs stopped - exactly that one on a group of one (a one-rank world)."""
+    out = []
+    for g, calls in _by_group(_watched(ts)).items():
+        view = views.get(g)
+        members = list(view.members) if view is not None else sorted(calls)
+        fs = {r: st.by_rank.get(r, {}).get(g) for r in members}
+        if not fs or named & set(fs) or any(f is None or f.source != "pg_status" or f.enqueued is None
+                                            or f.completed is None for f in fs.values()):
+            continue
+        done = {f.completed for f in fs.values()}
+        seq = min(done) + 1
+        if len(done) != 1 or any(f.enqueued < seq for f in fs.values()):
+            continue  # some member is ahead or behind: the frontier rules above speak for this group
+        out.append(_stalled(g, seq, fs, calls, ts, views))
+    return out
+
+
+def _by_group(watched: dict[int, dict]) -> dict[str, dict[int, dict]]:
+    out: dict[str, dict[int, dict]] = {}
+    for r, call in sorted(watched.items()):
+        out.setdefault(call["group"], {})[r] = call
+    return out
+
+
+def _stalled(g: str, seq: int, fs: dict[int, Frontier], calls: dict[int, dict], ts: TraceSet,
+             views: dict[str, GroupView]) -> Finding:
+    started = {r: f.started for r, f in fs.items()}
+    timed = all(v is not None for v in started.values())
+    inside = sorted(r for r, v in started.items() if timed and v >= seq)
+    ranks = sorted(r for r in fs if r not in inside) if inside and len(inside) < len(fs) else sorted(fs)
+    kind = "stuck_collective" if timed and len(inside) == len(fs) else "gpu_stopped"
+    desc = views[g].desc if g in views else ""
+    op = _op_at(ts, g, seq, sorted(fs)) or next(iter(calls.values())).get("op")
+    longest = max((c.get("for_s") or 0.0 for c in calls.values()), default=0.0)
+    where = f"{op or 'collective'} #{seq} on {fmt_group(g, desc)}"
+    head = (f"{fmt_ranks(ranks)}: " if len(ranks) == 1 else f"one of {fmt_ranks(ranks)}: ")
+    frontier = ", ".join(f"rank {r} enqueued up to #{f.enqueued}, completed up to #{f.completed}"
+                         for r, f in sorted(fs.items())[:4]) + (" ..." if len(fs) > 4 else "")
+    if kind == "stuck_collective":
+        why = (f"every member's GPU started {where} and none completed it for {longest:.1f} s ({frontier}): the "
+               "collective itself is stuck (transport, or NCCL inside it), not a rank that stopped.")
+    elif len(ranks) == 1 and len(fs) == 1:
+        why = (f"its GPU stopped completing work: {where} was enqueued and its GPU has not completed it for "
+               f"{longest:.1f} s ({frontier}); it is the group's only member, so nothing but its own GPU holds it "
+               "(a kernel queued ahead of it that does not end, or a GPU fault).")
+    elif inside:
+        why = (f"{'its' if len(ranks) == 1 else 'their'} GPU stream has not started {where} while "
+               f"{fmt_ranks(inside)} started it and wait; none completed it for {longest:.1f} s ({frontier}).")
+    else:
+        why = (f"every member enqueued {where} and none completed it for {longest:.1f} s ({frontier}); a GPU that "
+               "stopped on one of them holds them all, and which one is not shown: with collective timing on "
+               "(TORCH_NCCL_ENABLE_TIMING=1) the started frontier tells.")
+    evidence = {"frontiers": {g: {str(r): _fjson(f) for r, f in sorted(fs.items())}}, "group_desc": desc,
+                "watched": {str(r): c for r, c in sorted(calls.items())}}
+    if len(ranks) > 1 and kind == "gpu_stopped":
+        evidence["undecided"] = True
+    return Finding(kind, ranks, group=g, groups=[g], seq=seq, op=op, detail=head + why, evidence=evidence)
 
 
 def _finding(kind: str, lags: dict[str, dict[int, int]], ts: TraceSet, views: dict[str, GroupView],

@@ -11,11 +11,13 @@ is taken here too.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import sys
 import threading
 import traceback
 
+from distdoctor.trace.frontier import read_pg_status
 from distdoctor.trace.model import Frame
 
 _tmp_counter = itertools.count()
@@ -79,6 +81,39 @@ def fr_enabled() -> bool:
     return False
 
 
+def _uses_nccl() -> bool:
+    """A process group of this job speaks NCCL: its calls are in NCCL's Flight Recorder (with `pg_status`), not
+    in the one Gloo and the other CPU backends share."""
+    try:
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_initialized():
+            return False
+        backends = {str(dist.get_backend(pg)).lower() for pg in getattr(dist.distributed_c10d, "_world").pg_map}
+        return any("nccl" in b for b in backends)
+    except Exception:
+        return False
+
+
+def fr_dumper(form: str):
+    """The function of torch that dumps this job's Flight Recorder in `form` ("pickle" or "json"), or None.
+
+    torch keeps two recorders: NCCL's (`_dump_nccl_trace*`, which also holds each group's `pg_status`: what its
+    CPU enqueued and its GPU started and completed) and the one Gloo and other CPU backends share
+    (`_dump_fr_trace*`). A job with an NCCL group is read from NCCL's."""
+    try:
+        import torch
+
+        c = torch._C._distributed_c10d
+    except Exception:
+        return None
+    suffix = "_json" if form == "json" else ""
+    names = [f"_dump_fr_trace{suffix}", f"_dump_nccl_trace{suffix}"]
+    if _uses_nccl():
+        names.reverse()
+    return next((getattr(c, n) for n in names if hasattr(c, n)), None)
+
+
 def flight_recorder_dump() -> bytes | None:
     """Flight Recorder's own pickle dump, when this torch has it and it is switched on.
 
@@ -90,34 +125,69 @@ def flight_recorder_dump() -> bytes | None:
         return None
     stacks = os.environ.get("DISTDOCTOR_FR_STACKS", "0") == "1"
     try:
-        import torch
-
-        c = torch._C._distributed_c10d
-        if hasattr(c, "_dump_fr_trace"):
-            return bytes(c._dump_fr_trace(True, stacks, False))
-        if hasattr(c, "_dump_nccl_trace"):
-            return bytes(c._dump_nccl_trace(True, stacks, False))
+        dump = fr_dumper("pickle")
+        if dump is not None:
+            return bytes(dump(True, stacks, False))
     except Exception as exc:
         print(f"distdoctor.recorder: warning: Flight Recorder dump failed: {type(exc).__name__}: {exc}",
               file=sys.stderr, flush=True)
     return None
 
 
+def nccl_standing(full: bool = False) -> dict | None:
+    """Under NCCL, where this rank's GPU stands, from NCCL's Flight Recorder (its active entries and `pg_status`):
+    {"pg_status", "pg_names" (pg_id -> group name, from the entries), "active" ((group, seq) -> the entry's state,
+    for collectives its GPU has not completed), "comm_lib_version"}. None without NCCL or Flight Recorder. `full`:
+    read every entry Flight Recorder keeps, which names more groups (a dump); else the active ones (a live poll).
+
+    The recorder's own records say when a Python call returned, which under NCCL is when its CPU enqueued it:
+    their completion is taken from here (apply_standing)."""
+    if not fr_enabled() or not _uses_nccl():
+        return None
+    try:
+        got = json.loads(fr_dumper("json")(True, not full))
+    except Exception:
+        return None
+    entries = [e for e in got.get("entries") or [] if isinstance(e, dict)]
+    names = {str(e["pg_id"]): str(e["process_group"][0]) for e in entries
+             if e.get("pg_id") is not None and e.get("process_group")}
+    active = {(str(e["process_group"][0]), int(e.get("collective_seq_id") or 0)): str(e.get("state") or "scheduled")
+              for e in entries if e.get("process_group") and not e.get("is_p2p") and not e.get("retired")}
+    return {"pg_status": got.get("pg_status"), "pg_names": names, "active": active,
+            "comm_lib_version": got.get("nccl_version") or got.get("comm_lib_version") or "nccl"}
+
+
+_GPU_STATE = {"scheduled": "issued", "started": "started"}
+
+
+def apply_standing(trace, standing: dict | None) -> None:
+    """The recorder's trace of this rank in NCCL's terms (see nccl_standing): a collective whose Python call
+    returned is completed only if its GPU completed it; the groups' frontiers travel with the trace."""
+    if not standing:
+        return
+    trace.pg_status = read_pg_status(standing["pg_status"])
+    trace.pg_names = standing["pg_names"] or None
+    trace.comm_lib_version = str(standing["comm_lib_version"])
+    active = standing["active"]
+    for e in trace.entries:
+        gpu = active.get((e.group, e.seq)) if e.seq is not None and not e.is_p2p else None
+        if gpu is not None and e.error is None and e.state == "completed":
+            e.state = _GPU_STATE.get(gpu, "issued")
+
+
 FR_JSON_DIR = ".fr-json"  # DISTDOCTOR_FR_JSON=1: Flight Recorder's JSON form too, hidden (one form per set)
 
 
 def flight_recorder_json() -> bytes | None:
-    """Flight Recorder's JSON dump (torch's `_dump_fr_trace_json`), when DISTDOCTOR_FR_JSON=1 asks for it too: the
-    same trace in the form torch writes for NCCL's JSON dumps, kept apart from the pickle (FR_JSON_DIR) so a
-    dump directory holds one form of each rank."""
+    """Flight Recorder's JSON dump (torch's `_dump_fr_trace_json`, NCCL's `_dump_nccl_trace_json`), when
+    DISTDOCTOR_FR_JSON=1 asks for it too: the same trace in the form torch writes for NCCL's JSON dumps, kept apart
+    from the pickle (FR_JSON_DIR) so a dump directory holds one form of each rank."""
     if os.environ.get("DISTDOCTOR_FR_JSON", "0") != "1" or not fr_enabled():
         return None
     try:
-        import torch
-
-        c = torch._C._distributed_c10d
-        if hasattr(c, "_dump_fr_trace_json"):
-            out = c._dump_fr_trace_json(True, False)
+        dump = fr_dumper("json")
+        if dump is not None:
+            out = dump(True, False)
             return out.encode() if isinstance(out, str) else bytes(out)
     except Exception as exc:
         print(f"distdoctor.recorder: warning: Flight Recorder JSON dump failed: {type(exc).__name__}: {exc}",

@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 
-from distdoctor.recorder.dumpfile import fr_enabled
+from distdoctor.recorder.dumpfile import fr_dumper, fr_enabled
 
 QUIET_S = 2.0
 STILL_PEEK_S = 2.0
@@ -42,29 +42,21 @@ class FlightRecorderPeek:
     def __init__(self) -> None:
         self.available = fr_enabled()
         self._decoder = None
-        self._dump = None
         self.key = None
         self.inflight: dict[int, float] = {}  # record id -> created, seen unretired (for wait samples)
 
     def _setup(self) -> bool:
         try:
             import msgspec
-            import torch
-
-            c = torch._C._distributed_c10d
-            self._dump = getattr(c, "_dump_fr_trace_json", None) or getattr(c, "_dump_nccl_trace_json", None)
         except Exception:
-            self._dump = None
-        if self._dump is None:
             self.available = False
             return False
-
         # only the fields read here: msgspec skips the others without building them
         entry = msgspec.defstruct("FrEntry", [
             ("record_id", int, -1), ("retired", bool, True), ("time_created_ns", int, 0),
             ("collective_seq_id", int, 0), ("p2p_seq_id", int, 0), ("is_p2p", bool, False),
-            ("profiling_name", str, ""), ("process_group", list, [])])
-        dump = msgspec.defstruct("FrDump", [("entries", list[entry], [])])
+            ("profiling_name", str, ""), ("process_group", list, []), ("state", str, "")])
+        dump = msgspec.defstruct("FrDump", [("entries", list[entry], []), ("pg_status", dict, {})])
         self._decoder = msgspec.json.Decoder(dump)
         return True
 
@@ -73,12 +65,14 @@ class FlightRecorderPeek:
         if not self.available or (self._decoder is None and not self._setup()):
             return None, False, []
         try:
-            entries = self._decoder.decode(self._dump(True, True)).entries
+            dump = fr_dumper("json")  # asked each time: NCCL's recorder once the job has an NCCL group
+            got = self._decoder.decode(dump(True, True))
         except Exception:
             self.available = False
             return None, False, []
+        entries = got.entries
         open_ = [e for e in entries if not e.retired]
-        key = (entries[-1].record_id if entries else None, tuple(e.record_id for e in open_))
+        key = (entries[-1].record_id if entries else None, tuple(e.record_id for e in open_), _progress(got.pg_status))
         moved = self.key is not None and key != self.key
         self.key = key
         still = {e.record_id for e in open_}
@@ -88,8 +82,33 @@ class FlightRecorderPeek:
             return None, moved, waits
         e = min(open_, key=lambda x: x.time_created_ns)
         group = str(e.process_group[0]) if e.process_group else "?"
-        return {"since": e.time_created_ns / 1e9, "group": group, "op": e.profiling_name.split(":")[-1],
-                "seq": e.p2p_seq_id if e.is_p2p else e.collective_seq_id, "source": "flight_recorder"}, moved, waits
+        flight = {"since": e.time_created_ns / 1e9, "group": group, "op": e.profiling_name.split(":")[-1],
+                  "seq": e.p2p_seq_id if e.is_p2p else e.collective_seq_id, "source": "flight_recorder"}
+        if e.profiling_name.startswith(("nccl:", "xccl:")):
+            # NCCL: the call returned when the CPU enqueued it; the entry's state and the groups' frontiers say
+            # where the GPU is (scheduled: its stream has not started it, or timing is off)
+            flight["gpu"] = {"state": e.state, "ran_ahead": _ran_ahead(got.pg_status)}
+        return flight, moved, waits
+
+
+def _progress(pg_status: dict) -> tuple:
+    """What moves when a GPU completes work: each group's completed (and started) frontier."""
+    return tuple(sorted((str(k), str(v.get("last_started_collective")), str(v.get("last_completed_collective")))
+                        for k, v in pg_status.items() if isinstance(v, dict)))
+
+
+def _ran_ahead(pg_status: dict) -> dict[str, list]:
+    """pg_id -> [enqueued, started, completed] for the groups whose CPU enqueued work its GPU has not completed."""
+    out = {}
+    for pg_id, v in pg_status.items():
+        try:
+            enq, started, done = (int(v.get(k, -1)) for k in (
+                "last_enqueued_collective", "last_started_collective", "last_completed_collective"))
+        except (AttributeError, TypeError, ValueError):
+            continue
+        if enq > done:
+            out[str(pg_id)] = [enq, started if started >= 0 else None, done]
+    return out
 
 
 class HangWatch:
@@ -212,7 +231,8 @@ class HangWatch:
 
     def _reason(self, status: str, blocked: float, flight: dict | None, th: dict | None) -> str:
         what = (f"{flight['op']} #{flight['seq']} on group {flight['group']}"
-                + (" (Flight Recorder)" if flight["source"] == "flight_recorder" else "")) if flight else None
+                + (" (Flight Recorder)" if flight["source"] == "flight_recorder" else "")
+                + _gpu_words(flight.get("gpu"))) if flight else None
         if status == "suspected":
             return (f"hang suspected: {what} in flight for {blocked:.1f} s (threshold {th['threshold_s']:g} s = "
                     f"max(floor {th['floor_s']:g} s, {th['factor']:g} x longest recent wait "
@@ -247,8 +267,22 @@ class HangWatch:
 
 
 def _public(flight: dict | None) -> dict | None:
-    return None if flight is None else {k: flight[k] for k in ("group", "seq", "op", "source")} | {
+    return None if flight is None else {k: flight[k] for k in ("group", "seq", "op", "source", "gpu") if k in flight} | {
         "since": round(flight["since"], 3)}
+
+
+def _gpu_words(gpu: dict | None) -> str:
+    """Under NCCL: the call returned long ago; where the GPU stands (diagnose's gpu_stopped reads the same)."""
+    if not gpu:
+        return ""
+    ahead = gpu.get("ran_ahead") or {}
+    groups = "; ".join(f"group {g}: enqueued up to #{e}, completed up to #{d}" for g, (e, _s, d) in
+                       sorted(ahead.items())[:3])
+    where = ("its GPU stream has not started it, or collective timing is off" if gpu.get("state") == "scheduled" else
+             "its GPU started it and waits for the other members" if gpu.get("state") == "started" else
+             f"state {gpu.get('state')}")
+    return (f" - enqueued by the CPU, not completed by the GPU ({where}"
+            + (f"; {groups}" if groups else "") + "): gpu_stopped unless a peer's GPU holds it")
 
 
 def _clock(t: float) -> str:

@@ -33,7 +33,8 @@ import threading
 import time
 
 from distdoctor.recorder.config import warn
-from distdoctor.recorder.dumpfile import all_thread_stacks, ensure_private_dir, fr_enabled, write_atomic
+from distdoctor.recorder.dumpfile import (all_thread_stacks, apply_standing, ensure_private_dir, fr_dumper, fr_enabled,
+                                         nccl_standing, write_atomic)
 from distdoctor.trace import model
 
 HANDLER, PREFIX, TORCH_PREFIX, LIVE_REASON = (model.LIVE_HANDLER, model.LIVE_PREFIX, model.TORCH_DEBUG_PREFIX,
@@ -207,6 +208,7 @@ def state(rec, stacks: bool = False, full: bool = False) -> bytes:
             entries=[rec._entry(r, threads) for r in keep], stacks=_stacks(rec) if stacks else None,
             dump_reason=LIVE_REASON, dump_time=time.time(), host=socket.gethostname(), pid=os.getpid(), hang=hang,
             exception=rec.exception)
+        apply_standing(trace, nccl_standing())  # NCCL: completed means the GPU completed it
     extras = {}
     for name, source in list(_published.items()):
         try:
@@ -265,9 +267,7 @@ def _pg_status() -> dict | None:
     if not fr_enabled():
         return None
     try:
-        import torch
-
-        raw = torch._C._distributed_c10d._dump_fr_trace_json(False, True)
-        return json.loads(raw).get("pg_status")
+        dump = fr_dumper("json")
+        return None if dump is None else json.loads(dump(False, True)).get("pg_status")
     except Exception:
         return None

@@ -43,8 +43,8 @@ from collections import deque
 from distdoctor.recorder import creations, layout, patch
 from distdoctor.recorder.config import RecorderConfig, warn
 from distdoctor.recorder.describe import Call
-from distdoctor.recorder.dumpfile import (FR_JSON_DIR, all_thread_stacks, ensure_private_dir, flight_recorder_dump,
-                                         flight_recorder_json, write_atomic)
+from distdoctor.recorder.dumpfile import (FR_JSON_DIR, all_thread_stacks, apply_standing, ensure_private_dir,
+                                         flight_recorder_dump, flight_recorder_json, nccl_standing, write_atomic)
 from distdoctor.trace import model
 
 WAITS_KEPT = 256  # completed collectives whose wait times set the adaptive threshold
@@ -303,11 +303,13 @@ class Recorder:
         if extra_stacks:  # e.g. the traceback of the exception that is ending a thread replaces its live stack
             stacks = {**(stacks or {}), **extra_stacks}
         hang = self.watchdog.hang_header() if self.watchdog is not None else None
-        return model.RankTrace(
+        trace = model.RankTrace(
             rank=self.rank if self.rank is not None else -1, source="native", version=str(model.NATIVE_VERSION),
             world_size=self.world_size, groups=dict(self.group_infos), entries=entries, stacks=stacks,
             dump_reason=reason, dump_time=time.time(), host=socket.gethostname(), pid=os.getpid(), hang=hang,
             exception=self.exception, group_creations=self._creations())
+        apply_standing(trace, nccl_standing(full=True))  # NCCL: completed means the GPU completed it
+        return trace
 
     def _refresh_groups(self) -> None:
         """Every group this rank belongs to, used or not (the loaders then need no inference for ours)."""

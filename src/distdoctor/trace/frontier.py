@@ -86,20 +86,26 @@ def gpu_stream(trace: RankTrace, e: Entry) -> str | None:
 
 
 def _pg_names(trace: RankTrace, last: dict[str, tuple]) -> dict[str, str]:
-    """The dump's local pg_id -> group name. PyTorch numbers a rank's groups in creation order (pg_id) and names
-    them by a world-wide counter of creations, so the two orders agree: the i-th pg_id by number is the i-th name
-    by number. Trusted only when the counts agree and every group holding entries confirms it (its last entry is
-    the group's last enqueued collective); {} otherwise."""
+    """The dump's local pg_id -> group name. Where the dump says it (`pg_names`, from NCCL's own entries) that
+    holds; for the rest, PyTorch numbers a rank's groups in creation order (pg_id) and names them by a world-wide
+    counter of creations, so the two orders agree: the i-th pg_id by number is the i-th name by number. Trusted
+    only when the counts agree, the stated names agree with it, and every group holding entries confirms it (its
+    last entry is the group's last enqueued collective); the stated names alone otherwise."""
     status = trace.pg_status or {}
+    stated = {k: n for k, n in (trace.pg_names or {}).items() if k in status}
+    if len(stated) == len(status):
+        return stated
     names = [n for n in trace.groups if not trace.groups[n].inferred]
     if len(names) != len(status) or not all(n.isdigit() for n in names) or \
             not all(str(k).lstrip("-").isdigit() for k in status):
-        return {}
+        return stated
     mapping = dict(zip(sorted(status, key=int), sorted(names, key=int)))
+    if any(mapping[k] != n for k, n in stated.items()):
+        return stated
     for pg_id, name in mapping.items():
         got = last.get(name)
         if got is not None and status[pg_id][0] not in got:
-            return {}
+            return stated
     return mapping
 
 

@@ -145,6 +145,8 @@ class RankTrace:
     # a group). None when the dump has none.
     pg_status: dict[str, tuple[int | None, int | None, int | None]] | None = None
     comm_lib_version: str | None = None  # the dump's `nccl_version` / `comm_lib_version`: its backend speaks NCCL
+    # pg_status's pg_id -> group name where the dump says so (the recorder's traces, from NCCL's own entries)
+    pg_names: dict[str, str] | None = None
 
     def column(self, name: str) -> list:
         return entry_column(self.entries, name)
@@ -292,7 +294,9 @@ def dumps(trace: RankTrace) -> str:
         "pid": trace.pid,
     }
     header.update({k: v for k, v in (("hang", trace.hang), ("exception", trace.exception),
-                                     ("group_creations", trace.group_creations)) if v is not None})
+                                     ("group_creations", trace.group_creations), ("pg_status", trace.pg_status),
+                                     ("pg_names", trace.pg_names), ("comm_lib_version", trace.comm_lib_version))
+                   if v is not None})
     lines = [json.dumps(header)]
     lines.extend(json.dumps(asdict(e)) for e in trace.entries)
     if trace.stacks is not None:
@@ -300,6 +304,18 @@ def dumps(trace: RankTrace) -> str:
     if trace.streams is not None:
         lines.append(json.dumps({"streams": {s: st.to_json() for s, st in trace.streams.items()}}))
     return "\n".join(lines) + "\n"
+
+
+def _pg_status(raw) -> dict[str, tuple[int | None, int | None, int | None]] | None:
+    """A native header's pg_status (pg_id -> [enqueued, started, completed]); None when absent or not that shape."""
+    if not isinstance(raw, dict):
+        return None
+    out = {}
+    for k, v in raw.items():
+        if not isinstance(v, list) or len(v) != 3 or not all(x is None or type(x) is int for x in v):
+            return None
+        out[str(k)] = tuple(v)
+    return out
 
 
 def loads(text: str, path: str = "") -> RankTrace:
@@ -334,6 +350,10 @@ def loads(text: str, path: str = "") -> RankTrace:
             exception=header.get("exception") if isinstance(header.get("exception"), dict) else None,
             group_creations=[c for c in header["group_creations"] if isinstance(c, dict)] or None
             if isinstance(header.get("group_creations"), list) else None,
+            pg_status=_pg_status(header.get("pg_status")),
+            pg_names={str(k): str(v) for k, v in header["pg_names"].items()}
+            if isinstance(header.get("pg_names"), dict) else None,
+            comm_lib_version=str(header["comm_lib_version"]) if header.get("comm_lib_version") else None,
         )
         for lineno, line in enumerate(lines[1:], start=2):
             obj = json.loads(line)

@@ -30,6 +30,7 @@ from distdoctor.collectives.base import DTYPES, REDOPS
 from distdoctor.errors import InputError
 from distdoctor.validate.execute import Case, parse_sizes, plan_cases, run_cases
 from distdoctor.world import WorldConfig, resolve_nproc, run_job
+from distdoctor.world.config import min_world
 from distdoctor.world.blame import is_vague
 from distdoctor.world.faults import parse_faults
 from distdoctor.world.lateness import late_ranks
@@ -306,8 +307,8 @@ def run_validate(cfg: WorldConfig, opts: ValidateOptions, on_event=None) -> dict
     opts.check()
     world_size = resolve_nproc(cfg)
     if world_size is not None:
-        if world_size < 2:
-            raise InputError("--nproc", "validate needs a world of at least 2 ranks")
+        if world_size < min_world(cfg.backend):
+            raise InputError("--nproc", "validate needs a world of at least 2 ranks (one GPU with --backend nccl)")
         parse_faults(opts.inject, world_size=world_size)  # an injected rank outside the world: one line
         sizes = parse_sizes(opts.sizes)
         one = plan_cases(list(opts.ops), list(opts.dtypes), sizes[:1], list(opts.redops), opts.subgroups, world_size)

@@ -116,6 +116,12 @@ def free_port(addr: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def min_world(backend: str | None) -> int:
+    """The smallest world worth starting: one rank on one GPU with --backend nccl (NCCL's own path and CUDA-event
+    timing are what it checks there), else two."""
+    return 1 if backend == "nccl" else 2
+
+
 def config_from_options(nproc=None, timeout=60.0, backend=None, master_addr=None, master_port=None,
                         iface=None, **_ignored) -> WorldConfig:
     """Validate the world options; bad values raise InputError naming the flag."""
@@ -124,8 +130,9 @@ def config_from_options(nproc=None, timeout=60.0, backend=None, master_addr=None
     launch = detect()
     given = master_addr is not None
     master_addr = master_addr if given else "127.0.0.1"
-    if nproc is not None and nproc < 2:
-        raise InputError("--nproc", f"a world needs at least 2 ranks, got {nproc}")
+    if nproc is not None and nproc < min_world(backend):
+        raise InputError("--nproc", f"a world needs at least 2 ranks, got {nproc}"
+                         + (" (one GPU is a world with --backend nccl)" if nproc == 1 else ""))
     if timeout is None or not timeout > 0:
         raise InputError("--timeout", f"must be a positive number of seconds, got {timeout}")
     if master_port is not None and not 0 < master_port < 65536:

@@ -13,7 +13,8 @@ they are paired in order: each recorder entry with the next Flight Recorder entr
 same number of elements, and created no earlier than the Python call (both clocks are the host's wall clock).
 The merged entry keeps Flight Recorder's sequence number (the one every rank's communicator agrees on), the
 recorder's program-level facts (op name, sizes, dtypes, root, frames, thread, error, times) and the more
-advanced completion of the two (Gloo marks an entry retired a moment after the call returned). Flight Recorder
+advanced completion of the two (Gloo marks an entry retired a moment after the call returned); under NCCL,
+Flight Recorder's completion alone (the call returned when the CPU had enqueued it) and the dump's `pg_status`. Flight Recorder
 entries nobody paired were issued from C++ and are kept; recorder collectives nobody paired keep their place,
 without a sequence number unless both count alike. Point-to-point: the recorder's, where it has any on a group
 (Flight Recorder's p2p numbering differs), else Flight Recorder's.
@@ -25,6 +26,7 @@ import dataclasses
 from collections import Counter
 
 from distdoctor.collectives import same_collective
+from distdoctor.trace.frontier import is_async
 from distdoctor.trace.model import Entry, GroupInfo, RankTrace, numel
 
 # A Flight Recorder entry is created inside the call the recorder saw begin: never earlier than it, up to clock
@@ -85,10 +87,12 @@ def _collectives_by_group(entries: list[Entry]) -> dict[str, list[int]]:
     return out
 
 
-def _combine(rec: Entry, fr: Entry, seq: int | None) -> Entry:
-    """The recorder's view of the call, with Flight Recorder's sequence number and the further completion."""
+def _combine(rec: Entry, fr: Entry, seq: int | None, asynchronous: bool = False) -> Entry:
+    """The recorder's view of the call, with Flight Recorder's sequence number and the further completion; under
+    NCCL (`asynchronous`) Flight Recorder's completion alone: the Python call returned once the CPU had enqueued
+    it, which says nothing of the GPU."""
     state = rec.state
-    if rec.error is None and _ORDER[fr.state] > _ORDER[state]:
+    if rec.error is None and (asynchronous or _ORDER[fr.state] > _ORDER[state]):
         state = fr.state  # a failed call stays failed whatever Flight Recorder marked
     return dataclasses.replace(
         rec, seq=seq, state=state,
@@ -100,6 +104,7 @@ def _combine(rec: Entry, fr: Entry, seq: int | None) -> Entry:
 def merge_rank(rec: RankTrace, fr: RankTrace) -> RankTrace:
     """One RankTrace from a rank's recorder trace and its Flight Recorder dump (see the module docstring)."""
     recs, frs = list(rec.entries), list(fr.entries)
+    asynchronous = is_async(fr)
     rec_p2p_groups = {e.group for e in recs if e.is_p2p}
     pairs: dict[int, tuple[int, int | None]] = {}  # recorder position -> (FR position, seq)
     unnumbered: set[int] = set()  # recorder collectives kept without a sequence number
@@ -146,7 +151,7 @@ def merge_rank(rec: RankTrace, fr: RankTrace) -> RankTrace:
         i = by_fr.get(j)
         if i is not None:
             take_recorder_until(i)
-            merged.append(_combine(recs[i], f, pairs[i][1]))
+            merged.append(_combine(recs[i], f, pairs[i][1], asynchronous))
             done[i] = True
             ri = max(ri, i + 1)
         elif j not in fr_paired and not (f.is_p2p and f.group in rec_p2p_groups):
@@ -162,7 +167,7 @@ def merge_rank(rec: RankTrace, fr: RankTrace) -> RankTrace:
     fr_only = sum(1 for j, f in enumerate(frs) if j not in fr_paired and not (f.is_p2p and f.group in rec_p2p_groups))
     return dataclasses.replace(
         rec, source=f"{rec.source}+{fr.source}", groups=groups, entries=merged, summary=None,
-        world_size=rec.world_size or fr.world_size,
+        world_size=rec.world_size or fr.world_size, pg_status=fr.pg_status, comm_lib_version=fr.comm_lib_version,
         merged={"paths": [rec.path, fr.path], "paired": len(pairs), "flight_recorder_only": fr_only,
                 "recorder_only": len(recs) - len(pairs), "aligned_by": aligned_by, "seq_map": seq_map})
 
