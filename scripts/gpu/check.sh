@@ -63,5 +63,14 @@ for p in sorted(glob.glob(os.path.join(sys.argv[1], ".fr-json", "*"))):
           "pg_status", d.get("pg_status"), "entries", len(d.get("entries") or []),
           "states", [e.get("state") for e in (d.get("entries") or [])][-4:])
 PY
-tar -czf "$OUT/stall-dumps.tgz" -C "$OUT" stall && rm -rf "$OUT/stall" "$OUT/fr-pickle"
+# A CPU that stops outside collectives (its GPU idle, everything done): confirmed after the hang timeout, as
+# cpu_stopped
+cpu_stop() {
+    MODE=cpu $DD run --dump-dir "$OUT/cpu" --hang-timeout 20 --kill-on-hang -- $PY -m torch.distributed.run \
+        --standalone --nproc-per-node 1 scripts/gpu/stall_job.py 2>&1 |
+        while IFS= read -r line; do printf '%.3f %s\n' "$(date +%s.%N)" "$line"; done
+}
+export -f cpu_stop
+TAIL=30 step cpu_stop 150 bash -c cpu_stop
+tar -czf "$OUT/stall-dumps.tgz" -C "$OUT" $(cd "$OUT" && ls -d stall cpu 2>/dev/null) && rm -rf "$OUT/stall" "$OUT/fr-pickle" "$OUT/cpu"
 (cd "$OUT" && tar -czf logs.tgz ./*.txt && rm -f ./*.txt)  # what comes back: two archives

@@ -1,6 +1,7 @@
-"""A one-rank NCCL job whose GPU stops: healthy steps, then a kernel that spins for minutes is queued ahead of a
-collective. The CPU enqueues the collective and goes on to a sync point, where it waits for the GPU; the Python
-call of the collective returned long before. Run under `distdoctor run` by scripts/gpu/check.sh."""
+"""A one-rank NCCL job that stops after a few healthy steps. MODE=gpu (default): its GPU stops - a kernel that spins
+for minutes is queued ahead of a collective; the CPU enqueues the collective and goes on to a sync point, where it
+waits for the GPU; the Python call of the collective returned long before. MODE=cpu: its CPU stops outside
+collectives (a sleep), its GPU idle with everything done. Run under `distdoctor run` by scripts/gpu/check.sh."""
 
 import os
 import sys
@@ -10,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 STALL_S = float(os.environ.get("STALL_S", "240"))
+MODE = os.environ.get("MODE", "gpu")
 
 
 def main() -> None:
@@ -24,6 +26,8 @@ def main() -> None:
     hz = torch.cuda.get_device_properties(dev).clock_rate * 1e3 if hasattr(
         torch.cuda.get_device_properties(dev), "clock_rate") else 2e9
     print(f"STALL_AT {time.time():.3f}", flush=True)
+    if MODE == "cpu":
+        time.sleep(STALL_S)  # the CPU stops outside collectives; the GPU has done all it was given
     torch.cuda._sleep(int(hz * STALL_S))  # the GPU's compute stream spins; NCCL's stream waits for it
     dist.all_reduce(x)  # returns at once: enqueued
     dist.all_reduce(x)

@@ -70,3 +70,20 @@ def test_the_hang_header_holds_where_the_gpu_stood():
     gpu = header["hang"]["this_rank"]["blocked_in"]["gpu"]
     assert gpu == {"state": "scheduled", "ran_ahead": {"0": [7, 5, 5]}}
     assert header["pg_status"] == {"0": [7, 5, 5]} and header["pg_names"] == {"0": "0"}
+
+
+@pytest.mark.parametrize("form", [["rank_0.jsonl", "rank_0.fr.pkl"], ["rank_0.jsonl"]])
+def test_a_cpu_that_stopped_is_told_from_a_gpu_that_stopped(tmp_path, form):
+    """The same job whose CPU stopped outside collectives (MODE=cpu): its GPU completed everything it was given,
+    nothing is in flight, and the recorder confirmed the hang after its timeout: cpu_stopped, not gpu_stopped."""
+    ts = load_traces([_only(tmp_path, os.path.join(HERE, "cpu-stop"), *form)], world_size=1)
+    report = analyze(ts)
+    assert [(f.kind, f.ranks) for f in report.findings] == [("cpu_stopped", [0])]
+    assert "GPU completed all it enqueued (rank 0: group 0 up to #5)" in report.findings[0].detail
+
+
+def test_a_healthy_moment_of_the_same_job_is_not_a_stopped_cpu(tmp_path):
+    """Without the recorder's confirmed hang the same caught-up frontier is a job between collectives."""
+    ts = load_traces([_only(tmp_path, os.path.join(HERE, "cpu-stop"), "rank_0.fr.pkl")], world_size=1)
+    report = analyze(ts)
+    assert report.findings == [] and report.verdict == "ok"

@@ -228,7 +228,35 @@ def findings(ts: TraceSet, views: dict[str, GroupView], st: Standing) -> list[Fi
     if cpu_ranks:
         cpu = {g: {r: n for r, n in lag.items() if r in cpu_ranks} for g, lag in cpu.items()}
         out.append(_finding("cpu_stopped", {g: lag for g, lag in cpu.items() if lag}, ts, views, st))
-    return out + stalled_together(ts, views, st, {r for f in out for r in f.ranks})
+    out += stalled_together(ts, views, st, {r for f in out for r in f.ranks})
+    return out + idle_cpus(ts, st, {r for f in out for r in f.ranks})
+
+
+def idle_cpus(ts: TraceSet, st: Standing, named: set[int]) -> list[Finding]:
+    """Ranks whose recorder confirmed a hang with nothing in flight: no call blocked, and their GPU completed all
+    their CPU enqueued on every group (pg_status), for the hang timeout. Nothing but their CPU holds them; with
+    peers, the frontier rule above says the same from the peers' side (they enqueued further and wait)."""
+    idle = {}
+    for r, t in ts.ranks.items():
+        h = t.hang if isinstance(t.hang, dict) else None
+        mine = (h or {}).get("this_rank") or {}
+        fs = st.by_rank.get(r) or {}
+        if (h and h.get("status") == "confirmed" and not mine.get("blocked_in") and r not in named and fs
+                and all(f.source == "pg_status" for f in fs.values()) and _caught_up(fs.values())):
+            idle[r] = (mine.get("idle_for_s") or 0.0, fs)
+    if not idle:
+        return []
+    ranks = sorted(idle)
+    longest = max(s for s, _ in idle.values())
+    where = "; ".join(f"rank {r}: " + ", ".join(f"group {g} up to #{f.completed}" for g, f in sorted(fs.items())[:3])
+                      for r, (_, fs) in sorted(idle.items())[:4])
+    detail = (f"{fmt_ranks(ranks)}: {'its' if len(ranks) == 1 else 'their'} CPU stopped issuing work (or went "
+              f"elsewhere): {'its' if len(ranks) == 1 else 'their'} GPU completed all it enqueued ({where}) and "
+              f"nothing new came for {longest:.1f} s, the hang timeout - no collective in flight, on the CPU or the "
+              "GPU. Where the CPU stands is in its stack.")
+    evidence = {"frontiers": {str(r): {g: _fjson(f) for g, f in sorted(fs.items())} for r, (_, fs) in idle.items()},
+                "idle_for_s": {str(r): s for r, (s, _) in idle.items()}}
+    return [Finding("cpu_stopped", ranks, detail=detail, evidence=evidence)]
 
 
 def _watched(ts: TraceSet) -> dict[int, dict]:
