@@ -134,18 +134,19 @@ def flight_recorder_dump() -> bytes | None:
     return None
 
 
-def nccl_standing(full: bool = False) -> dict | None:
+def nccl_standing() -> dict | None:
     """Under NCCL, where this rank's GPU stands, from NCCL's Flight Recorder (its active entries and `pg_status`):
     {"pg_status", "pg_names" (pg_id -> group name, from the entries), "active" ((group, seq) -> the entry's state,
-    for collectives its GPU has not completed), "comm_lib_version"}. None without NCCL or Flight Recorder. `full`:
-    read every entry Flight Recorder keeps, which names more groups (a dump); else the active ones (a live poll).
+    for collectives its GPU has not completed), "comm_lib_version"}. None without NCCL or Flight Recorder. Every
+    entry Flight Recorder keeps is read (a few ms for 2000): the completed ones name the groups with nothing in
+    flight, whose frontier a CPU that stopped is seen by.
 
     The recorder's own records say when a Python call returned, which under NCCL is when its CPU enqueued it:
     their completion is taken from here (apply_standing)."""
     if not fr_enabled() or not _uses_nccl():
         return None
     try:
-        got = json.loads(fr_dumper("json")(True, not full))
+        got = json.loads(fr_dumper("json")(True, False))
     except Exception:
         return None
     entries = [e for e in got.get("entries") or [] if isinstance(e, dict)]

@@ -308,7 +308,7 @@ class Recorder:
             world_size=self.world_size, groups=dict(self.group_infos), entries=entries, stacks=stacks,
             dump_reason=reason, dump_time=time.time(), host=socket.gethostname(), pid=os.getpid(), hang=hang,
             exception=self.exception, group_creations=self._creations())
-        apply_standing(trace, nccl_standing(full=True))  # NCCL: completed means the GPU completed it
+        apply_standing(trace, nccl_standing())  # NCCL: completed means the GPU completed it
         return trace
 
     def _refresh_groups(self) -> None:
