@@ -83,8 +83,9 @@ def _run_kind(work, spec: str, timeout: float = 90):
 def kind_runs(request, tmp_path_factory) -> dict:
     """The drill jobs of the kinds this session runs, KIND_JOBS_AT_ONCE at a time: {spec: Future of what
     _run_kind returns} (a job's failure is raised by its own test)."""
+    test = "test_each_kind_does_to_the_call_what_it_says"
     wanted = [item.callspec.params["spec"] for item in request.session.items
-              if item.module is request.module and item.originalname == "test_each_kind_does_to_the_call_what_it_says"]
+              if item.module is request.module and item.originalname == test]
     pool = ThreadPoolExecutor(KIND_JOBS_AT_ONCE)
     runs = {spec: pool.submit(_run_kind, tmp_path_factory.mktemp("kind"), spec) for spec in wanted}
     yield runs
