@@ -24,10 +24,14 @@ JOBS = Path(__file__).resolve().parents[2] / "fuzz" / "jobs.py"
 FIRST = re.compile(r"^1\. (\w+): ranks \[([\d, ]*)\]", re.MULTILINE)
 
 
+KILL_GRACE_S = 10  # --kill-grace: a stopped rank ignores torchrun's SIGTERM; the default 30 s is only waiting
+
+
 def chaos(tmp_path, cli_env, spec: str, ctrl_c: bool = False):
     dumps = tmp_path / "dumps"
     cmd = [sys.executable, "-m", "distdoctor", "run", "--dump-dir", str(dumps), "--suspect-floor", "2",
-           "--hang-timeout", "60" if ctrl_c else "8", *([] if ctrl_c else ["--kill-on-hang"]), "--inject", spec,
+           "--hang-timeout", "60" if ctrl_c else "8",
+           *([] if ctrl_c else ["--kill-on-hang", "--kill-grace", str(KILL_GRACE_S)]), "--inject", spec,
            "--", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-addr",
            "127.0.0.1", "--master-port", str(free_port()), str(JOBS), "ddp", "6"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
@@ -71,6 +75,8 @@ def test_the_rank_that_chaos_hit_is_first_and_alone(tmp_path, cli_env, spec):
     closing = next(ln for ln in out.splitlines() if ln.startswith("distdoctor run: the job failed"))
     named = {int(n) for grp in re.findall(r"ranks? ([\d, -]+)", closing) for n in re.findall(r"\d+", grp)}
     assert named == {rank} and closing.startswith(f"distdoctor run: the job failed: rank {rank}"), closing
+    if "SIGSTOP" in spec:  # torchrun waits 30 s for the stopped rank; run kills it all after --kill-grace
+        assert f"the command did not stop within {KILL_GRACE_S} s of SIGTERM: killing it and its ranks" in err, err
 
 
 def test_ctrl_c_to_the_whole_group_after_a_hang_blames_the_rank_that_stopped(tmp_path, cli_env):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from distdoctor.trace.model import loads
 from distdoctor.world.faults import RUN_KINDS, VALIDATE_KINDS, Fault, parse_fault
 
 from procs import run_in_session
-from recorder_helpers import WORKERS, free_port, kill_job_processes
+from recorder_helpers import WORKERS, Ranks, free_port, kill_job_processes
 
 
 def test_run_reads_validate_s_grammar_and_says_when():
@@ -53,20 +54,46 @@ def test_run_refuses_a_bad_spec_before_starting_anything(tmp_path, cli_env):
     assert "Traceback" not in done.stderr and not (tmp_path / "d").exists()
 
 
-def _run_kind(ranks_factory, tmp_path, spec: str, timeout: float = 90):
-    r = ranks_factory("inject_kinds.py", 3, env={"DISTDOCTOR_INJECT": json.dumps([spec]), "GLOO_TIMEOUT": "6"})
-    if spec.startswith("hang:"):  # the stopped rank never ends by itself: the others time out, then it is stopped
-        rank = parse_fault(spec, RUN_KINDS).rank
-        for n, p in enumerate(r.procs):
-            if n != rank:
-                p.wait(timeout)
-        assert r.procs[rank].poll() is None, "the stopped rank ended by itself"
-        r.procs[rank].send_signal(signal.SIGTERM)
-    codes = r.wait(timeout)
-    dumps = tmp_path / "dumps"
-    traces = {n: loads(p.read_text()) for n in range(3) if (p := dumps / f"rank_{n}.jsonl").exists()}
-    truth = json.loads(next(dumps.glob(".injected.rank_*.json")).read_text())
-    return codes, traces, truth, r
+KINDS = ["twice:1@call=1", "retype:1", "reroot:1@call=2", "repeer:0@call=3", "skip:2", "resize:2@call=2",
+         "exit:1:3@call=2", "kill:1:SIGTERM@step=2", "hang:1@step=2", "endthread:1:loader@step=3",
+         "delay:1:0.3@call=4"]
+KIND_JOBS_AT_ONCE = 3  # jobs of 3 ranks each; most of a job's time is a wait (its gloo timeout, a healthy run)
+
+
+def _run_kind(work, spec: str, timeout: float = 90):
+    dumps = work / "dumps"
+    r = Ranks("inject_kinds.py", 3, dumps, env={"DISTDOCTOR_INJECT": json.dumps([spec]), "GLOO_TIMEOUT": "6"})
+    try:
+        if spec.startswith("hang:"):  # the stopped rank never ends by itself: the others time out, then it is stopped
+            rank = parse_fault(spec, RUN_KINDS).rank
+            for n, p in enumerate(r.procs):
+                if n != rank:
+                    p.wait(timeout)
+            assert r.procs[rank].poll() is None, "the stopped rank ended by itself"
+            r.procs[rank].send_signal(signal.SIGTERM)
+        codes = r.wait(timeout)
+        traces = {n: loads(p.read_text()) for n in range(3) if (p := dumps / f"rank_{n}.jsonl").exists()}
+        truth = json.loads(next(dumps.glob(".injected.rank_*.json")).read_text())
+        return codes, traces, truth, r
+    finally:
+        r.kill()
+
+
+@pytest.fixture(scope="module")
+def kind_runs(request, tmp_path_factory) -> dict:
+    """The drill jobs of the kinds this session runs, KIND_JOBS_AT_ONCE at a time: {spec: Future of what
+    _run_kind returns} (a job's failure is raised by its own test)."""
+    test = "test_each_kind_does_to_the_call_what_it_says"
+    wanted = [item.callspec.params["spec"] for item in request.session.items
+              if item.module is request.module and item.originalname == test]
+    pool = ThreadPoolExecutor(KIND_JOBS_AT_ONCE)
+    runs = {spec: pool.submit(_run_kind, tmp_path_factory.mktemp("kind"), spec) for spec in wanted}
+    yield runs
+    pool.shutdown(wait=True, cancel_futures=True)
+    for run in runs.values():
+        if run.done() and run.exception() is None:
+            for log in run.result()[3].logs:
+                log.close()
 
 
 def _calls(trace):
@@ -74,11 +101,9 @@ def _calls(trace):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("spec", ["twice:1@call=1", "retype:1", "reroot:1@call=2", "repeer:0@call=3", "skip:2",
-                                  "resize:2@call=2", "exit:1:3@call=2", "kill:1:SIGTERM@step=2", "hang:1@step=2",
-                                  "endthread:1:loader@step=3", "delay:1:0.3@call=4"])
-def test_each_kind_does_to_the_call_what_it_says(ranks_factory, tmp_path, spec):
-    codes, traces, truth, ranks = _run_kind(ranks_factory, tmp_path, spec)
+@pytest.mark.parametrize("spec", KINDS)
+def test_each_kind_does_to_the_call_what_it_says(kind_runs, spec):
+    codes, traces, truth, ranks = kind_runs[spec].result(timeout=600)
     fault = parse_fault(spec, RUN_KINDS)
     [fired] = truth["fired"]
     assert truth["rank"] == fault.rank and fired["fault"] == str(fault) and fired["site"].endswith("inject_kinds.py:"

@@ -99,6 +99,7 @@ def test_run_torchrun_two_ranks(tmp_path, cli_env, wait_for):
     (["--", "no-such-command-xyz"], "no-such-command-xyz: command not found"),
     (["--buffer", "0", "--", "true"], "--buffer: must be >= 1 calls"),
     (["--hang-timeout", "-1", "--", "true"], "--hang-timeout: must be >= 0"),
+    (["--kill-grace", "0", "--", "true"], "--kill-grace: must be a positive number of seconds"),
 ])
 def test_run_bad_input_is_one_line(args, needle, cli_env):
     rc, out, err = run_distdoctor(args, timeout=60, env=cli_env)

@@ -32,7 +32,7 @@ from distdoctor.recorder import layout
 from distdoctor.recorder.config import (DEFAULT_BUFFER, DEFAULT_HANG_TIMEOUT, DEFAULT_SUSPECT_FACTOR,
                                        DEFAULT_SUSPECT_FLOOR, INJECT_ENV)
 from distdoctor.recorder.dumpfile import ensure_private_dir, write_atomic
-from distdoctor.recorder.run_watch import POLL_S, JobWatch, read_header, remove_leftovers, signal_ranks
+from distdoctor.recorder.run_watch import KILL_GRACE_S, POLL_S, JobWatch, read_header, remove_leftovers, signal_ranks
 
 HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hook")
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -135,7 +135,10 @@ def _preload_analyzer() -> None:
 @click.option("--suspect-factor", type=Number("x", 0, 1e6), default=DEFAULT_SUSPECT_FACTOR, show_default=True,
               help="See --suspect-floor.")
 @click.option("--kill-on-hang", is_flag=True,
-              help="Stop the job (SIGTERM, then SIGKILL after 30 s) once a hang is confirmed.")
+              help="Stop the job (SIGTERM, then SIGKILL after --kill-grace) once a hang is confirmed.")
+@click.option("--kill-grace", type=seconds(low=0, high=3600, low_open=True), default=KILL_GRACE_S,
+              show_default=True, help="With --kill-on-hang: seconds from the SIGTERM to the SIGKILL of a command "
+                                      "(and its ranks) still up.")
 @click.option("--buffer", type=count("calls", 1, MAX_BUFFER), default=DEFAULT_BUFFER, show_default=True,
               help="Calls kept per rank (ring buffer); also Flight Recorder's TORCH_FR_BUFFER_SIZE.")
 @click.option("--no-stacks", is_flag=True, help="Leave the Python stacks of all threads out of dumps.")
@@ -148,7 +151,7 @@ def _preload_analyzer() -> None:
                    "kill:2:SIGTERM@call=40, skip:0@call=7,group=1. What each rank did is written to "
                    "DUMP_DIR/.injected.json. Kinds and WHEN: docs/recorder.md, \"Drills\".")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run_command(dump_dir, hang_timeout, suspect_floor, suspect_factor, kill_on_hang, buffer, no_stacks,
+def run_command(dump_dir, hang_timeout, suspect_floor, suspect_factor, kill_on_hang, kill_grace, buffer, no_stacks,
                 dump_on_exit, dump_layout, inject_specs, command) -> int:
     """Run COMMAND (after --) with the distdoctor recorder on in every process that uses torch.distributed.
 
@@ -189,7 +192,7 @@ def run_command(dump_dir, hang_timeout, suspect_floor, suspect_factor, kill_on_h
             os.rmdir(dump_dir)
         raise InputError(command[0], f"cannot start it ({exc.strerror or exc})") from None
     threading.Thread(target=_preload_analyzer, daemon=True).start()
-    watch = JobWatch(dump_dir, child, kill_on_hang, _say, _shout)
+    watch = JobWatch(dump_dir, child, kill_on_hang, _say, _shout, kill_grace)
 
     def forward(signum, _frame):
         if signum == signal.SIGUSR1:

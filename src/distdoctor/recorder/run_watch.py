@@ -8,7 +8,7 @@ blocked inside a collective dump from their watchdog thread. Once every register
 FANOUT_WAIT_S) it analyzes the dumps and prints the verdict on stdout, marked SUSPECTED or CONFIRMED. The job
 keeps running: when a rank reports progress (its dump rewritten as `resumed`) it prints `resumed after X s`
 and keeps watching. Only with --kill-on-hang, a confirmed hang stops the job (SIGTERM to the command, which
-torchrun passes to its workers, each dumping once more; SIGKILL after KILL_GRACE_S).
+torchrun passes to its workers, each dumping once more; SIGKILL after --kill-grace, KILL_GRACE_S by default).
 
 At the end (`closing_report`): the verdict on the dumps (on stdout), and never `verdict: OK` when the command
 failed or a rank died of an exception: the closing line names the crashed ranks, their exception and the
@@ -96,8 +96,9 @@ def read_header(path: str) -> dict | None:
 
 
 class JobWatch:
-    def __init__(self, dump_dir: str, child: subprocess.Popen, kill_on_hang: bool, say, shout) -> None:
-        self.dump_dir, self.child, self.kill_on_hang = dump_dir, child, kill_on_hang
+    def __init__(self, dump_dir: str, child: subprocess.Popen, kill_on_hang: bool, say, shout,
+                 kill_grace: float = KILL_GRACE_S) -> None:
+        self.dump_dir, self.child, self.kill_on_hang, self.kill_grace = dump_dir, child, kill_on_hang, kill_grace
         self.say, self.shout = say, shout  # stderr (what run does), stdout (verdicts)
         self.headers: dict[int, dict] = {}
         self._stamps: dict[str, tuple[int, int]] = {}
@@ -126,7 +127,7 @@ class JobWatch:
             self._print_verdict(ep)
         if self._kill_at is not None and time.time() >= self._kill_at and self.child.poll() is None:
             self.say("the command did not stop within "
-                     f"{KILL_GRACE_S:g} s of SIGTERM: killing it and its ranks")
+                     f"{self.kill_grace:g} s of SIGTERM: killing it and its ranks")
             signal_ranks(self.dump_dir, signal.SIGKILL)
             self.child.kill()
             self._kill_at = None
@@ -231,7 +232,7 @@ class JobWatch:
                 self.child.send_signal(signal.SIGTERM)
             except ProcessLookupError:
                 pass
-            self._kill_at = time.time() + KILL_GRACE_S
+            self._kill_at = time.time() + self.kill_grace
         elif status == "suspected":
             self.shout("distdoctor run: watching for progress; a hang is confirmed after --hang-timeout "
                        f"({_hang_timeout(self.headers)}) without progress.")

@@ -22,13 +22,14 @@ scenario = sys.argv[1]
 _ender = threading.Timer(60, os._exit, (3,))  # a rank stuck at exit (gloo threads) ends all the same
 _ender.daemon = True
 _ender.start()
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=10))
+TIMEOUT = datetime.timedelta(seconds=10)  # new_group does not inherit it: each group is given it too
+dist.init_process_group("gloo", timeout=TIMEOUT)
 rank, world = dist.get_rank(), dist.get_world_size()
 if scenario == "siblings":
-    tp_groups = [dist.new_group([r, r + 1], group_desc="tp") for r in range(0, world, 2)]
+    tp_groups = [dist.new_group([r, r + 1], timeout=TIMEOUT, group_desc="tp") for r in range(0, world, 2)]
     tp = tp_groups[rank // 2]
 else:
-    tp = dist.new_group(list(range(world)), group_desc="tp")
+    tp = dist.new_group(list(range(world)), timeout=TIMEOUT, group_desc="tp")
 for step in range(4):
     shard = torch.ones(4)
     if step == 2 and scenario == "blind":
