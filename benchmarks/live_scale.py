@@ -9,6 +9,7 @@ one rank stops outside collectives. Measured: the watcher's suspected-verdict ti
 included), its peak memory (ru_maxrss), bytes per rank per poll, and whether the verdict names exactly that rank.
 
     python benchmarks/live_scale.py --ranks 1024 --servers 4
+    python benchmarks/live_scale.py --ranks 1024 --servers 4 --watcher-tree /tmp/base   # another commit's watcher
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ SUSPECT_FLOOR_S = 10.0
 STOP_AFTER_S = 5.0
 
 
-def _payload(rank: int, world: int, t0: float, stop_at: float, bad: int, now: float, full: bool) -> bytes:
+def _payload(rank: int, world: int, t0: float, stop_at: float, bad: int, now: float, full: str) -> bytes:
     """What recorder/live.py would answer for this rank (its own `payload`, the trace model's serializer)."""
     from distdoctor.recorder.live import payload
     from distdoctor.trace import model
@@ -55,14 +56,16 @@ def _payload(rank: int, world: int, t0: float, stop_at: float, bad: int, now: fl
                                   "blocked_for_s": now - stop_at, "idle_for_s": now - stop_at}}
     stacks = {"MainThread (1)": frames if rank != bad else [model.Frame("<module>", "/job/train.py", 60),
                                                              model.Frame("load_batch", "/job/data.py", 12)]}
+    if full.startswith("entries"):  # full=1: the trace without the stacks
+        stacks = None
     trace = None
     if full:
         trace = model.RankTrace(rank=rank, source="native", version=str(model.NATIVE_VERSION), world_size=world,
                                 groups={"0": model.GroupInfo("0", list(range(world)), False, "default_pg")},
                                 entries=entries, stacks=stacks, dump_reason=model.LIVE_REASON, dump_time=now,
                                 host=f"node{rank // 8}", pid=100000 + rank, hang=hang)
-    progress = {"0": {"issued": seq, "completed": done_to}}
-    return payload(rank, world, hang, progress, stop_at if stopped else now, trace)
+    progress = {"0": {"issued": entries[-1].seq, "completed": done_to}}  # as the recorder's frontiers() says
+    return payload(rank, world, hang, progress, stop_at if stopped else now, trace, as_object=full in ("entries", "stacks"))
 
 
 def serve(args) -> None:
@@ -79,16 +82,20 @@ def serve(args) -> None:
     world_groups = None
 
     cache: dict = {}
+    prepared: dict = {}  # the suspected phase's answers, built while the ranks wait out the floor
 
     def handler(req, resp):
         # In a job each rank builds its answer on its own CPU; here a few processes stand in for 16 384 ranks on
         # the watcher's two cores, so an answer is built once per rank and phase (healthy step, stopped,
         # suspected) and then served as is.
         rank = int(req.get_param("rank"))
-        full = req.get_param("stacks") == "1" or req.get_param("full") == "1"
+        full = ("stacks" if req.get_param("stacks") == "1" else "entries" if req.get_param("full") == "1" else "")
+        if full and req.get_param("form") != "object":
+            full += "-text"
         now = time.time()
         phase = (int((now - t0) * 10) if now < stop_at else -1 - (now - stop_at >= SUSPECT_FLOOR_S), full)
-        got = cache.get((rank, full))
+        got = prepared.get((rank, full)) if phase[0] == -2 else None
+        got = got or cache.get((rank, full))
         if got is None or got[0] != phase:
             got = cache[(rank, full)] = (phase, _payload(rank, world, t0, stop_at, bad, now, full))
         body = got[1]
@@ -102,8 +109,8 @@ def serve(args) -> None:
         time.sleep(max(0.0, stop_at - time.time()))
         then = stop_at + SUSPECT_FLOOR_S
         for rank in range(lo, hi):
-            for full in (False, True):
-                cache[(rank, full)] = (-2, _payload(rank, world, t0, stop_at, bad, then, full))
+            for full in args.asked.split(","):  # what the watcher asks of every rank
+                prepared[(rank, full)] = ((-2, full), _payload(rank, world, t0, stop_at, bad, then, full))
 
     threading.Thread(target=prepare, daemon=True).start()
     _register_handler(model.LIVE_HANDLER, handler)
@@ -114,6 +121,8 @@ def serve(args) -> None:
                           "pid": 100000 + r, "world_size": world}) for r in range(lo, hi)]
     store.multi_set(keys, values)
     store.set(f"{model.LIVE_PREFIX}world_size", str(world))
+    if hasattr(model, "LIVE_REGISTERED"):  # as recorder/live.py's registration lists each rank
+        store.append(model.LIVE_REGISTERED, "".join(f"{r}," for r in range(lo, hi)))
     del world_groups
     print("serving", lo, hi, flush=True)
     time.sleep(args.serve_s)
@@ -132,6 +141,9 @@ def main() -> None:
     ap.add_argument("--port", type=int)
     ap.add_argument("--t0", type=float)
     ap.add_argument("--bad", type=int)
+    ap.add_argument("--asked", default=",entries")
+    ap.add_argument("--watcher-tree", help="run the watcher of this source tree (a worktree of another commit, to "
+                                           "compare side by side; its watcher asks every rank for the stacks)")
     args = ap.parse_args()
     if args.serve:
         return serve(args)
@@ -149,14 +161,16 @@ def main() -> None:
     per = -(-args.ranks // args.servers)
     procs = [subprocess.Popen([sys.executable, __file__, "--serve", "--ranks", str(args.ranks), "--lo", str(lo),
                                "--hi", str(min(args.ranks, lo + per)), "--port", str(port), "--t0", str(t0),
-                               "--bad", str(bad), "--stop-after", str(args.stop_after), "--serve-s",
+                               "--bad", str(bad), "--asked", ",stacks-text" if args.watcher_tree else ",entries", "--stop-after", str(args.stop_after), "--serve-s",
                                str(args.serve_s)], stdout=subprocess.DEVNULL)
              for lo in range(0, args.ranks, per)]
     try:
         stop_at = t0 + args.stop_after
         watch = subprocess.Popen([sys.executable, "-m", "distdoctor", "watch", "--master-addr", "127.0.0.1",
                                   "--master-port", str(port), "--once", "--timeout", "10", "--interval", "1"],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env={**os.environ, "PYTHONPATH": os.path.join(args.watcher_tree, "src")}
+                                 if args.watcher_tree else None)
         out, err = watch.communicate(timeout=args.serve_s)
         t_done = time.time()
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # only the watcher has been waited for so far
@@ -164,13 +178,15 @@ def main() -> None:
         header = next((ln for ln in out.splitlines() if "HANG SUSPECTED" in ln), "")
         finding = next((ln for ln in out.splitlines() if ln.startswith("1. ")), "")
         late = stop_at + SUSPECT_FLOOR_S + 1
-        brief = len(_payload(1, args.ranks, t0, stop_at, bad, late, False))
-        full = len(_payload(1, args.ranks, t0, stop_at, bad, late, True))
+        brief = len(_payload(1, args.ranks, t0, stop_at, bad, late, ""))
+        full = len(_payload(1, args.ranks, t0, stop_at, bad, late, "entries"))
+        stacked = len(_payload(bad, args.ranks, t0, stop_at, bad, late, "stacks"))
         print(json.dumps({"ranks": args.ranks, "servers": args.servers, "cores": os.cpu_count(),
                           "verdict_after_stop_s": round(t_done - stop_at, 2), "suspect_floor_s": SUSPECT_FLOOR_S,
                           "watcher_peak_mib": round(peak_kib / 1024, 1),
                           "watcher_cpu_s": round(usage.ru_utime + usage.ru_stime, 1), "bytes_per_rank_per_poll": brief,
-                          "bytes_per_rank_verdict_poll": full,
+                          "bytes_per_rank_verdict_poll": full, "bytes_singled_out_rank_verdict_poll": stacked,
+                          "verdict_poll": next((ln for ln in err.splitlines() if "verdict from" in ln), ""),
                           "named": finding, "header": header, "rc": watch.returncode,
                           "stderr": err[-600:]}, indent=1))
     finally:
