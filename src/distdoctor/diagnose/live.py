@@ -29,6 +29,11 @@ from distdoctor.diagnose import fanin
 from distdoctor.errors import InputError
 from distdoctor.trace import model
 
+try:  # a declared dependency; the stdlib's reader stays as the fallback
+    import orjson as _fastjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _fastjson = None
+
 PREFIX, TORCH_PREFIX, HANDLER = model.LIVE_PREFIX, model.TORCH_DEBUG_PREFIX, model.LIVE_HANDLER
 CONCURRENCY = 256
 # Requests in flight to one server at most: a worker server accepts with a short backlog and few threads, and a
@@ -213,10 +218,9 @@ def poll(job: Job, stacks: bool | set[int] = False, timeout: float = 2.0, pyspy:
         ans = answers[r.rank]
         ans.nbytes += len(body or b"")
         if status == 200:
-            try:
-                ans.state = json.loads(body)
-            except ValueError:
-                ans.error = "answered with a body that is not JSON"
+            ans.state = _decode(body)
+            if ans.state is None:
+                ans.error = "answered with a body that is not a JSON object"
         else:
             ans.error = err or f"HTTP {status}: {(body or b'')[:200].decode(errors='replace')}"
     quiet = [r for r in ranks if answers[r.rank].state is None]
@@ -235,6 +239,22 @@ def poll(job: Job, stacks: bool | set[int] = False, timeout: float = 2.0, pyspy:
     for ans in answers.values():
         ans.seconds = seconds
     return answers
+
+
+def _decode(body: bytes) -> dict | None:
+    """An answer's JSON object (orjson where installed: about twice the stdlib's speed; the stdlib's reader for
+    what orjson refuses, such as NaN), None when it is not one."""
+    if _fastjson is not None:
+        try:
+            got = _fastjson.loads(body)
+            return got if isinstance(got, dict) else None
+        except ValueError:
+            pass
+    try:
+        got = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    return got if isinstance(got, dict) else None
 
 
 def _fetch(ranks: list[Rank], paths: list[str], timeout: float) -> list:
