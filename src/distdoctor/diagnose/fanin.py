@@ -11,8 +11,10 @@ is refused, never buffered. A request never raises: it ends as (status, body, No
 from __future__ import annotations
 
 import errno
+import ipaddress
 import selectors
 import socket
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -46,7 +48,7 @@ def fetch(requests: list[Request], concurrency: int, per_server: int, max_body: 
         queues.setdefault((r.host, r.port), deque()).append(i)
     busy = dict.fromkeys(queues, 0)
     ready = _Ready(queues)  # servers with requests waiting, round robin
-    addrs: dict[str, tuple | str] = {}  # host -> (family, sockaddr) or why it does not resolve: once per host
+    addrs = _resolve_all({r.host: r.port for r in requests}, max((r.timeout for r in requests), default=0.0))
     sel = selectors.DefaultSelector()
     flights: dict[int, _Flight] = {}  # fd -> request in flight
     try:
@@ -114,19 +116,45 @@ def _done(server, busy: dict, queues: dict, ready: _Ready) -> None:
         ready.add(server)
 
 
-def _resolve(host: str, port: int, addrs: dict) -> tuple | str:
-    got = addrs.get(host)
-    if got is None:
+_RESOLVED: dict[str, tuple] = {}  # host name -> (family, address), once resolved
+
+
+def _resolve_all(hosts: dict[str, int], timeout: float) -> dict[str, tuple | str]:
+    """host -> (family, address) or why it does not resolve. Addresses need no resolver; names are resolved
+    once per process, each on a thread of its own, all bounded by `timeout` (a resolver can take its own
+    time, 30 s and more, where the network has none)."""
+    out: dict[str, tuple | str] = {}
+    names = []
+    for host in hosts:
         try:
-            family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-            got = addrs[host] = (family, sockaddr[0])
-        except (OSError, UnicodeError) as exc:
-            got = addrs[host] = f"the address {host!r} does not resolve ({_why(exc)})"
-    return got
+            ip = ipaddress.ip_address(host)
+            out[host] = (socket.AF_INET6 if ip.version == 6 else socket.AF_INET, host)
+        except ValueError:
+            if host in _RESOLVED:
+                out[host] = _RESOLVED[host]
+            else:
+                names.append(host)
+    threads = [threading.Thread(target=_resolve, args=(h, hosts[h], out), daemon=True) for h in names]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    for host in names:
+        out.setdefault(host, f"the address {host!r} does not resolve within {timeout:g} s")
+    return out
+
+
+def _resolve(host: str, port: int, out: dict) -> None:
+    try:
+        family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        out[host] = _RESOLVED[host] = (family, sockaddr[0])
+    except (OSError, UnicodeError) as exc:
+        out[host] = f"the address {host!r} does not resolve ({_why(exc)})"
 
 
 def _open(i: int, req: Request, server, sel, results: list, addrs: dict) -> _Flight | None:
-    where = _resolve(req.host, req.port, addrs)
+    where = addrs[req.host]
     if isinstance(where, str):
         results[i] = (0, None, where)
         return None

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -62,7 +61,6 @@ class Answer:
     stack: str | None = None  # py-spy's text
     error: str | None = None  # why the state did not come
     fr_error: str | None = None
-    seconds: float = 0.0
     nbytes: int = 0
 
     @property
@@ -205,13 +203,20 @@ def poll(job: Job, stacks: bool | set[int] = False, timeout: float = 2.0, pyspy:
     ranks = [r for r in sorted(job.ranks.values()
                                if only is None else (job.ranks[x] for x in only if x in job.ranks),
                                key=lambda x: x.rank) if r.url]
+
     def query(rank: int) -> str:
         if stacks is True or (stacks and rank in stacks):
             return "?stacks=1&form=object"
         return "?full=1&form=object" if full else ""
 
+    from distdoctor.trace.loaders import gc_paused
+
+    with gc_paused():  # 16 384 answers decoded: the collector would rescan them again and again
+        return _poll(ranks, query, timeout, pyspy)
+
+
+def _poll(ranks: list[Rank], query, timeout: float, pyspy: bool) -> dict[int, Answer]:
     answers = {r.rank: Answer(r.rank) for r in ranks}
-    t0 = time.monotonic()
     served = [r for r in ranks if r.served]
     asked = _fetch(served, [f"/handler/{HANDLER}{query(r.rank)}" for r in served], timeout)
     for r, (status, body, err) in zip(served, asked):
@@ -235,9 +240,6 @@ def poll(job: Job, stacks: bool | set[int] = False, timeout: float = 2.0, pyspy:
     for r, (status, body, _) in zip(alive, _fetch(alive, ["/handler/pyspy_dump"] * len(alive), max(timeout, 10.0))):
         if status == 200 and body:
             answers[r.rank].stack = body.decode(errors="replace")
-    seconds = time.monotonic() - t0
-    for ans in answers.values():
-        ans.seconds = seconds
     return answers
 
 
@@ -284,7 +286,7 @@ def traceset(job: Job, answers: dict[int, Answer]):
 
     interner = Interner()
     results = []
-    with gc_paused():
+    with gc_paused():  # millions of small objects at 16 384 ranks: the collector would rescan them repeatedly
         for rank, a in sorted(answers.items()):
             path = f"live:{job.ranks[rank].url if rank in job.ranks else '?'}#rank{rank}"
             state = a.state if a.state is not None else {}

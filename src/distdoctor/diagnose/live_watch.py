@@ -31,12 +31,14 @@ LEVEL = {"ok": 0, "suspected": 1, "confirmed": 2}
 def report_of(job: live.Job, answers: dict[int, live.Answer], problem: str | None = None):
     """diagnose's report of the answers (the stacks py-spy read joined to their ranks)."""
     from distdoctor.diagnose.analyze import analyze
+    from distdoctor.trace.loaders import gc_paused
 
-    ts = live.traceset(job, answers)
-    for rank, a in answers.items():
-        if a.stack and rank in ts.ranks and not ts.ranks[rank].stacks:
-            ts.ranks[rank].stacks = pyspy_stacks(a.stack)
-    return ts, analyze(ts)
+    with gc_paused():  # as diagnose does: the collector would rescan 16 384 ranks' objects again and again
+        ts = live.traceset(job, answers)
+        for rank, a in answers.items():
+            if a.stack and rank in ts.ranks and not ts.ranks[rank].stacks:
+                ts.ranks[rank].stacks = pyspy_stacks(a.stack)
+        return ts, analyze(ts)
 
 
 _THREAD = re.compile(r'^Thread (\w+) \(([^)]*)\)(?:: "(.*)")?')
