@@ -5,7 +5,8 @@ Each poll (every `interval` seconds) asks every rank for its compact state. The 
   threshold), or when a rank has not answered for SILENT_S: its Python is silent while C++ still answers (the
   GIL is held), or nothing answers at all;
 - confirmed when a rank's watchdog confirms it (no progress for the hang timeout).
-On each new or graver episode the watcher polls once more for the stacks (Python's own for ranks that answer,
+On each new or graver episode the watcher polls once more for every rank's trace (its active entries and
+frontiers) and for the stacks of the ranks the frontiers single out (Python's own for ranks that answer,
 py-spy's for ranks whose Python does not), reads the answers into the trace model and prints diagnose's
 analysis — the same findings and words — headed by the episode, plus one line per rank that did not answer
 (what it did not answer, and what its peers say of it). Progress after an episode prints `resumed`.
@@ -30,12 +31,14 @@ LEVEL = {"ok": 0, "suspected": 1, "confirmed": 2}
 def report_of(job: live.Job, answers: dict[int, live.Answer], problem: str | None = None):
     """diagnose's report of the answers (the stacks py-spy read joined to their ranks)."""
     from distdoctor.diagnose.analyze import analyze
+    from distdoctor.trace.loaders import gc_paused
 
-    ts = live.traceset(job, answers)
-    for rank, a in answers.items():
-        if a.stack and rank in ts.ranks and not ts.ranks[rank].stacks:
-            ts.ranks[rank].stacks = pyspy_stacks(a.stack)
-    return ts, analyze(ts)
+    with gc_paused():  # as diagnose does: the collector would rescan 16 384 ranks' objects again and again
+        ts = live.traceset(job, answers)
+        for rank, a in answers.items():
+            if a.stack and rank in ts.ranks and not ts.ranks[rank].stacks:
+                ts.ranks[rank].stacks = pyspy_stacks(a.stack)
+        return ts, analyze(ts)
 
 
 _THREAD = re.compile(r'^Thread (\w+) \(([^)]*)\)(?:: "(.*)")?')
@@ -115,7 +118,7 @@ def snapshot(addr: str, port: int, world_size: int | None = None, timeout: float
     job = live.discover(store, addr, port, world_size)
     before = live.poll(job, timeout=timeout)
     time.sleep(max(0.0, STILL_S - 0.0))  # a job that moves at all moves within this
-    answers = live.poll(job, stacks=True, timeout=timeout, pyspy=True)
+    answers = live.poll(job, full=True, stacks=live.single_out(before), timeout=timeout, pyspy=True)
     moving = moved(before, answers)
     if moving:
         raise JobMoving(moving)
@@ -256,12 +259,13 @@ class LiveWatch:
         return worst, why
 
     def evidence(self, allow_moving: bool = False):
-        """Poll once more with the stacks (py-spy's for ranks whose Python is silent): (diagnose's report over
-        every rank's state, one line each on the ranks that did not answer)."""
+        """Poll once more for every rank's trace, with the stacks of the ranks the last poll's frontiers single out
+        (live.single_out; py-spy's for ranks whose Python is silent): (diagnose's report over every rank's
+        state, one line each on the ranks that did not answer)."""
         before = dict(self.answers)
         silent = {r for r, a in before.items() if a.state is None}
         t0 = time.monotonic()
-        answers = live.poll(self.job, stacks=True, timeout=self.timeout, pyspy=True)
+        answers = live.poll(self.job, full=True, stacks=live.single_out(before), timeout=self.timeout, pyspy=True)
         for rank in silent - {r for r, a in answers.items() if a.state is None}:
             answers[rank] = before[rank]  # it answered the second time only: keep what it said first
         t1 = time.monotonic()

@@ -10,15 +10,17 @@ it, the one the user's `start_debug_server` started included) and makes sure a w
   interface the job's own traffic uses — and nowhere else.
 
 Its address goes into the job's TCPStore (MASTER_ADDR:MASTER_PORT, the store torchrun and torch's debug server
-use): `distdoctor_live/rank<R>` (JSON: url, host, pid, world size) and, when no debug server registered the rank,
+use): `distdoctor_live/rank<R>` (JSON: url, host, pid, world size), the rank appended to `distdoctor_live/ranks`
+(the registered ranks, "R," each: a watcher learns who registered in one read) and, when no debug server registered the rank,
 torch's own `debug_server/rank<R>`, so torch's frontend finds us too. A watcher anywhere on the job's network
 reads them (diagnose/live.py).
 
 What the handler answers (JSON, bounded whatever the job ran before): this rank's progress per group (the last
 collective issued and completed), the hang episode of its watchdog, Flight Recorder's `pg_status` when it
 records, and a native trace holding only the active entries (calls in flight, at most MAX_ACTIVE) and the last
-TAIL completed calls of each group — the frontiers; with `stacks=1`, the Python stack of every thread. The
-handler reads parameters only as numbers: no code or path sent to it is ever run or opened.
+TAIL completed calls of each group — the frontiers; with `stacks=1`, the Python stack of every thread; with
+`form=object`, that trace as one JSON object rather than native text. The handler compares its parameters with
+fixed words only: no code or path sent to it is ever run or opened.
 """
 
 from __future__ import annotations
@@ -160,6 +162,7 @@ def _register(rec, master: str, port: int, url: str) -> None:
     entry = {"url": url, "host": socket.gethostname(), "pid": os.getpid(), "world_size": world}
     store.set(f"{PREFIX}rank{rank}", json.dumps(entry))
     store.set(f"{PREFIX}world_size", str(world))
+    store.append(model.LIVE_REGISTERED, f"{rank},")  # who registered, in one key (diagnose/live.py's refresh)
     if not store.check([f"{TORCH_PREFIX}rank{rank}"]):
         store.set(f"{TORCH_PREFIX}rank{rank}", url)
     if os.environ.get("DISTDOCTOR_RUN") == "1":  # tell `distdoctor run` on this host where to look
@@ -179,12 +182,19 @@ def publish(name: str, source) -> None:
 def _answer(req, resp) -> None:
     rec = _rec
     try:
-        body = state(rec, stacks=_flag(req, "stacks"), full=_flag(req, "full"))
+        body = state(rec, stacks=_flag(req, "stacks"), full=_flag(req, "full"), as_object=_form(req) == "object")
         resp.set_content(body, "application/json")
         resp.set_status(200)
     except Exception as exc:  # a failing handler answers 500 with one line, never takes the rank down
         resp.set_content(f"{type(exc).__name__}: {exc}".encode(), "text/plain")
         resp.set_status(500)
+
+
+def _form(req) -> str:
+    try:
+        return req.get_param("form")
+    except Exception:
+        return ""
 
 
 def _flag(req, name: str) -> bool:
@@ -194,8 +204,10 @@ def _flag(req, name: str) -> bool:
         return False
 
 
-def state(rec, stacks: bool = False, full: bool = False) -> bytes:
-    """This rank's compact state (see the module's docstring); the trace only when `full` or `stacks`."""
+def state(rec, stacks: bool = False, full: bool = False, as_object: bool = False) -> bytes:
+    """This rank's compact state (see the module's docstring); the trace only when `full` or `stacks`: as text in
+    the native format (`trace`), or, `as_object` (`form=object`), as one object (`trace_object`,
+    model.to_object)."""
     progress, keep = frontiers(list(rec.buffer))
     hang = rec.watchdog.hang_header() if rec.watchdog is not None else None
     trace = None
@@ -215,7 +227,8 @@ def state(rec, stacks: bool = False, full: bool = False) -> bytes:
             extras[name] = source()
         except Exception as exc:
             extras[name] = {"error": f"{type(exc).__name__}: {exc}"}
-    return payload(rec.rank, rec.world_size, hang, progress, rec.last_progress, trace, _pg_status(), extras)
+    return payload(rec.rank, rec.world_size, hang, progress, rec.last_progress, trace, _pg_status(), extras,
+                   as_object)
 
 
 def frontiers(records: list) -> tuple[dict[str, dict], list]:
@@ -242,8 +255,10 @@ def frontiers(records: list) -> tuple[dict[str, dict], list]:
     return progress, keep
 
 
-def payload(rank, world_size, hang, progress, last_progress, trace=None, pg_status=None, extras=None) -> bytes:
-    """The answer's bytes. A group's member list travels only in its first member's trace (the loaders share one
+def payload(rank, world_size, hang, progress, last_progress, trace=None, pg_status=None, extras=None,
+            as_object: bool = False) -> bytes:
+    """The answer's bytes: the trace under `trace` (native text) or, `as_object`, `trace_object` (one object whose
+    fields a JSON decoder hands the reader directly; frames listed once). A group's member list travels only in its first member's trace (the loaders share one
     stated list among all members; the default group is the world): a 16 384-rank world's list, about 100 kB,
     is not repeated by every rank."""
     out = {"format": "distdoctor-live", "version": 1, "rank": rank, "host": socket.gethostname(), "pid": os.getpid(),
@@ -253,7 +268,10 @@ def payload(rank, world_size, hang, progress, last_progress, trace=None, pg_stat
         out["host"], out["pid"] = trace.host, trace.pid
         trace.groups = {name: g if g.ranks and g.ranks[0] == rank and name != model.DEFAULT_GROUP
                         else model.GroupInfo(g.name, [], g.inferred, g.desc) for name, g in trace.groups.items()}
-        out["trace"] = model.dumps(trace)
+        if as_object:  # its hang episode is the answer's own (`hang`), not sent twice
+            out["trace_object"] = {k: v for k, v in model.to_object(trace).items() if k != "hang"}
+        else:
+            out["trace"] = model.dumps(trace)
     return json.dumps(out).encode()
 
 

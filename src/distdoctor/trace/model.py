@@ -26,7 +26,7 @@ import functools
 import json
 import operator
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Literal
 
 State = Literal["issued", "started", "completed"]
@@ -37,6 +37,7 @@ NATIVE_VERSION = 1
 # the handler's name, the job-store keys of the ranks' addresses, and the dump_reason of a trace served live.
 LIVE_HANDLER = "distdoctor_state"
 LIVE_PREFIX = "distdoctor_live/"
+LIVE_REGISTERED = LIVE_PREFIX + "ranks"  # "R," appended by each rank that registered
 TORCH_DEBUG_PREFIX = "debug_server/"  # torch.distributed.debug's own keys
 LIVE_REASON = "live state"
 DEFAULT_GROUP = "0"
@@ -281,6 +282,16 @@ def _frames_from(raw: list) -> list[Frame]:
 
 def dumps(trace: RankTrace) -> str:
     """Serialize one rank's trace in the native JSON-lines format."""
+    lines = [json.dumps(_header_of(trace))]
+    lines.extend(json.dumps(asdict(e)) for e in trace.entries)
+    if trace.stacks is not None:
+        lines.append(json.dumps({"stacks": {t: [asdict(f) for f in fr] for t, fr in trace.stacks.items()}}))
+    if trace.streams is not None:
+        lines.append(json.dumps({"streams": {s: st.to_json() for s, st in trace.streams.items()}}))
+    return "\n".join(lines) + "\n"
+
+
+def _header_of(trace: RankTrace) -> dict:
     header = {
         "format": NATIVE_FORMAT,
         "version": NATIVE_VERSION,
@@ -297,13 +308,7 @@ def dumps(trace: RankTrace) -> str:
                                      ("group_creations", trace.group_creations), ("pg_status", trace.pg_status),
                                      ("pg_names", trace.pg_names), ("comm_lib_version", trace.comm_lib_version))
                    if v is not None})
-    lines = [json.dumps(header)]
-    lines.extend(json.dumps(asdict(e)) for e in trace.entries)
-    if trace.stacks is not None:
-        lines.append(json.dumps({"stacks": {t: [asdict(f) for f in fr] for t, fr in trace.stacks.items()}}))
-    if trace.streams is not None:
-        lines.append(json.dumps({"streams": {s: st.to_json() for s, st in trace.streams.items()}}))
-    return "\n".join(lines) + "\n"
+    return header
 
 
 def _pg_status(raw) -> dict[str, tuple[int | None, int | None, int | None]] | None:
@@ -329,32 +334,10 @@ def loads(text: str, path: str = "") -> RankTrace:
         raise ValueError(f"line 1 is not JSON ({exc.msg})") from None
     except RecursionError:
         raise ValueError("line 1 is nested too deeply to be a distdoctor trace") from None
-    if not isinstance(header, dict) or header.get("format") != NATIVE_FORMAT:
-        raise ValueError("not a distdoctor trace (no distdoctor-trace header)")
-    if header.get("version") != NATIVE_VERSION:
-        raise ValueError(f"unsupported distdoctor-trace version {header.get('version')!r}")
+    _check_header(header)
     lineno = 1
     try:
-        trace = RankTrace(
-            rank=int(header["rank"]),
-            source=str(header.get("source") or "native"),
-            path=path,
-            version=str(header["version"]),
-            world_size=header.get("world_size"),
-            groups={str(n): GroupInfo(**g) for n, g in (header.get("groups") or {}).items()},
-            dump_reason=header.get("dump_reason"),
-            dump_time=header.get("dump_time"),
-            host=header.get("host"),
-            pid=header.get("pid"),
-            hang=header.get("hang") if isinstance(header.get("hang"), dict) else None,
-            exception=header.get("exception") if isinstance(header.get("exception"), dict) else None,
-            group_creations=[c for c in header["group_creations"] if isinstance(c, dict)] or None
-            if isinstance(header.get("group_creations"), list) else None,
-            pg_status=_pg_status(header.get("pg_status")),
-            pg_names={str(k): str(v) for k, v in header["pg_names"].items()}
-            if isinstance(header.get("pg_names"), dict) else None,
-            comm_lib_version=str(header["comm_lib_version"]) if header.get("comm_lib_version") else None,
-        )
+        trace = _header_trace(header, path)
         for lineno, line in enumerate(lines[1:], start=2):
             obj = json.loads(line)
             if "stacks" in obj and "op" not in obj:
@@ -372,5 +355,106 @@ def loads(text: str, path: str = "") -> RankTrace:
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         # Any wrong type or missing field in an untrusted file is the file's fault: one line, no traceback.
         why = str(exc).replace("\n", "\\n")  # one line, whatever a damaged field name holds
+        raise ValueError(f"malformed distdoctor trace ({type(exc).__name__}: {why})") from None
+    return trace
+
+
+def _check_header(header) -> None:
+    if not isinstance(header, dict) or header.get("format") != NATIVE_FORMAT:
+        raise ValueError("not a distdoctor trace (no distdoctor-trace header)")
+    if header.get("version") != NATIVE_VERSION:
+        raise ValueError(f"unsupported distdoctor-trace version {header.get('version')!r}")
+
+
+def _header_trace(header: dict, path: str) -> RankTrace:
+    """The RankTrace a native header describes (no entries yet)."""
+    return RankTrace(
+        rank=int(header["rank"]),
+        source=str(header.get("source") or "native"),
+        path=path,
+        version=str(header["version"]),
+        world_size=header.get("world_size"),
+        groups={str(n): GroupInfo(**g) for n, g in (header.get("groups") or {}).items()},
+        dump_reason=header.get("dump_reason"),
+        dump_time=header.get("dump_time"),
+        host=header.get("host"),
+        pid=header.get("pid"),
+        hang=header.get("hang") if isinstance(header.get("hang"), dict) else None,
+        exception=header.get("exception") if isinstance(header.get("exception"), dict) else None,
+        group_creations=[c for c in header["group_creations"] if isinstance(c, dict)] or None
+        if isinstance(header.get("group_creations"), list) else None,
+        pg_status=_pg_status(header.get("pg_status")),
+        pg_names={str(k): str(v) for k, v in header["pg_names"].items()}
+        if isinstance(header.get("pg_names"), dict) else None,
+        comm_lib_version=str(header["comm_lib_version"]) if header.get("comm_lib_version") else None,
+    )
+
+
+# ---- the native trace as one object (a live answer's `trace_object`) -------------------------------------------
+
+_ENTRY_DEFAULTS = {f.name: f.default if f.default_factory is MISSING else f.default_factory()
+                   for f in fields(Entry) if f.name not in ("index", "group", "op")}
+
+
+def to_object(trace: RankTrace) -> dict:
+    """The native format as one JSON-ready object: the header's fields, then `frames` (each distinct frame once, as
+    [name, filename, line]), `entries` (each with only the fields that differ from Entry's defaults, its frames
+    as indices into `frames`) and `stacks` (thread -> frame indices). What a live answer carries: a JSON
+    decoder gives the reader the entries' fields directly, with no text inside the text to decode again."""
+    table: dict[tuple, int] = {}
+
+    def refs(frames: list[Frame]) -> list[int]:
+        return [table.setdefault((f.name, f.filename, f.line), len(table)) for f in frames]
+
+    out = _header_of(trace)
+    entries = []
+    for e in trace.entries:
+        row = {"index": e.index, "group": e.group, "op": e.op}
+        for name, default in _ENTRY_DEFAULTS.items():
+            value = getattr(e, name)
+            if value != default:
+                row[name] = refs(value) if name == "frames" else value
+        entries.append(row)
+    out["entries"] = entries
+    if trace.stacks is not None:
+        out["stacks"] = {t: refs(frames) for t, frames in trace.stacks.items()}
+    if trace.streams is not None:
+        out["streams"] = {s: st.to_json() for s, st in trace.streams.items()}
+    out["frames"] = [list(k) for k in table]
+    return out
+
+
+def from_object(obj, path: str = "") -> RankTrace:
+    """`to_object`'s form read back (from untrusted JSON): ValueError with a reason when it is not one."""
+    _check_header(obj)
+    try:
+        table = [Frame(str(name), str(filename), int(line)) for name, filename, line in obj.get("frames") or []]
+        shared: dict[tuple, list[Frame]] = {}  # entries called from one place share one list of frames
+
+        def frames_of(refs) -> list[Frame]:
+            key = tuple(refs)
+            got = shared.get(key)
+            if got is None:
+                if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(table) for i in key):
+                    raise ValueError(f"frame references {list(key)[:8]!r} are not indices into its frames")
+                got = shared[key] = [table[i] for i in key]
+            return got
+
+        trace = _header_trace(obj, path)
+        entries = []
+        for row in obj.get("entries") or []:
+            row = dict(row)
+            if "frames" in row:
+                row["frames"] = frames_of(row["frames"])
+            entries.append(Entry(**row))
+        trace.entries = entries
+        if obj.get("stacks") is not None:
+            trace.stacks = {str(t): list(frames_of(refs)) for t, refs in obj["stacks"].items()}
+        if obj.get("streams") is not None:
+            trace.streams = {str(s): StreamState.from_json(st) for s, st in obj["streams"].items()}
+    except RecursionError:
+        raise ValueError("nested too deeply to be a distdoctor trace") from None
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        why = str(exc).replace("\n", "\\n")
         raise ValueError(f"malformed distdoctor trace ({type(exc).__name__}: {why})") from None
     return trace

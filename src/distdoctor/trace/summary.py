@@ -35,8 +35,15 @@ def summarize(trace: RankTrace) -> TraceSummary:
     return trace.summary
 
 
+# Up to this many entries a plain loop is cheaper than the compact form and numpy's per-call cost (a live
+# answer holds a few: 16 384 of them summarized take 0.2 s rather than 2.5 s)
+SMALL = 64
+
+
 def _compute(trace: RankTrace) -> TraceSummary:
     """The summary of a trace's entries in compact form (trace/coded.py), with numpy: no loop per entry."""
+    if len(trace.entries) <= SMALL:
+        return _compute_small(list(trace.entries))
     import numpy as np
 
     from distdoctor.trace.coded import Entries, frozen, int_arrays
@@ -83,6 +90,50 @@ def _compute(trace: RankTrace) -> TraceSummary:
     sig_ids: dict = {}
     sig = np.array([sig_ids.setdefault((row.group, row.op), len(sig_ids)) for row in rows])[codes][has_seq]
     s.steps = _steps(sig, len(at))  # (group, op) ids stand for the pairs
+    return s
+
+
+def _compute_small(entries: list) -> TraceSummary:
+    """_compute's summary of a few entries, one loop over them (the same facts in the same order)."""
+    from distdoctor.trace.coded import frozen
+
+    s = TraceSummary()
+    sigs: list[tuple] = []
+    done_collectives = 0
+    size_keys: set = set()
+    for i, e in enumerate(entries):
+        done = e.state == "completed"
+        has_seq = e.seq is not None
+        sendrecv = e.op in ("send", "recv")
+        s.groups.add(e.group)
+        if done:
+            s.last_done = i
+        else:
+            s.not_done.append(i)
+        if has_seq:
+            sigs.append((e.group, e.op))
+            if done:
+                s.last_done_collective = i
+                done_collectives += 1
+                s.completed[e.group] = s.completed.get(e.group, 0) + 1
+        if sendrecv:
+            s.p2p.append(i)
+        elif has_seq:
+            s.by_group.setdefault(e.group, {})[e.seq] = i
+            if e.op in ("all_gather", "reduce_scatter"):
+                key = (e.group, e.op, frozen(e.in_sizes), frozen(e.out_sizes))
+                if key not in size_keys:
+                    size_keys.add(key)
+                    s.size_checks.append(i)
+    for group, got in s.by_group.items():
+        finished = [seq for seq, i in got.items() if entries[i].state == "completed"]  # a repeated seq: its last
+        if finished:
+            s.last_completed[group] = max(finished)
+    if len(sigs) >= 4:
+        import numpy as np
+
+        ids: dict = {}
+        s.steps = _steps(np.array([ids.setdefault(k, len(ids)) for k in sigs]), done_collectives)
     return s
 
 

@@ -279,6 +279,22 @@ def load_traces(paths: list[str], world_size: int | None = None, jobs: int | Non
             _start_readers(files)
             interner = Interner()
             results = [_load_one(path, interner) for path in files]
+    assemble(results, ts, world_size)
+    ts.streamed = False
+    if check is not None and check.trimmed:
+        why = f"not Flight Recorder dumps: {check.whole_only[0]}" if check.whole_only else check.proven(ts)
+        if why is not None:  # the whole set, as the analysis would read it
+            whole = load_traces(paths, world_size, jobs, recursive, stream=False)
+            whole.stream_note = why
+            return whole
+        ts.streamed = True
+    return ts
+
+
+def assemble(results: list, ts: TraceSet, world_size: int | None = None) -> TraceSet:
+    """One view of the job from the loaded traces (and the LoadErrors of what did not load): per-rank logs linked,
+    one trace per rank (a recorder trace merged with its Flight Recorder dump), the world size, every group's
+    members. load_traces' last step; the live watcher's answers (diagnose/live.py), read in memory, take it too."""
     loaded: list[RankTrace] = []
     for got in results:
         if isinstance(got, LoadError):
@@ -315,14 +331,6 @@ def load_traces(paths: list[str], world_size: int | None = None, jobs: int | Non
     ts.ranks = dict(sorted(ts.ranks.items()))
     ts.world_size = _world_size(ts, world_size)
     _infer_groups(ts)
-    ts.streamed = False
-    if check is not None and check.trimmed:
-        why = f"not Flight Recorder dumps: {check.whole_only[0]}" if check.whole_only else check.proven(ts)
-        if why is not None:  # the whole set, as the analysis would read it
-            whole = load_traces(paths, world_size, jobs, recursive, stream=False)
-            whole.stream_note = why
-            return whole
-        ts.streamed = True
     return ts
 
 

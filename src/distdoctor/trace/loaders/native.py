@@ -7,7 +7,7 @@ trace gives a LoadError naming the line instead of failing later inside the anal
 from __future__ import annotations
 
 from distdoctor.collectives import canonical_dtype
-from distdoctor.trace.model import NATIVE_FORMAT, RankTrace, loads, trace_problem
+from distdoctor.trace.model import NATIVE_FORMAT, RankTrace, from_object, loads, trace_problem
 
 _STATES = ("issued", "started", "completed")
 
@@ -69,8 +69,18 @@ def load_native(data: bytes, path: str) -> RankTrace:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8 text (byte {exc.start})") from None
+    return _checked(lambda: loads(text, path=path))
+
+
+def load_native_object(obj, path: str) -> RankTrace:
+    """A native trace in its one-object form (model.to_object: what a rank's live answer carries, already
+    decoded by the JSON reader), checked as a file is."""
+    return _checked(lambda: from_object(obj, path=path))
+
+
+def _checked(read) -> RankTrace:
     try:
-        trace = loads(text, path=path)
+        trace = read()
         _check(trace)  # the types first: its messages name the line
         problem = trace_problem(trace)
         if problem:
