@@ -255,7 +255,10 @@ def trace_problem(trace: RankTrace) -> str | None:
         return f"header rank {trace.rank!r} is not a rank (0 to {MAX_WORLD - 1})"
     for name in ("seq", "p2p_seq"):
         column = trace.column(name)
-        values = list(filter(functools.partial(operator.is_not, None), column))  # at C speed: 10^7 entries
+        # (a streamed trace's column, loaders/stream.py: the entries it holds; its trimmed ones passed this check
+        # whole where the trace was read)
+        held = getattr(column, "values", column)
+        values = list(filter(functools.partial(operator.is_not, None), held))  # at C speed: 10^7 entries
         try:
             fine = not values or (0 <= min(values) and max(values) <= MAX_COUNTER)
         except TypeError:

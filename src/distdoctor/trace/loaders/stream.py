@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from distdoctor.trace.coded import Entries, frozen
-from distdoctor.trace.model import AGREE_ON, RankTrace
+from distdoctor.trace.model import AGREE_ON, RankTrace, trace_problem
 
 WINDOW = 64  # tail entries kept per rank: the analysis reads at most the last 64 (sites.MAX_RANKS, pending)
 PIN_LIMIT = 4096  # more entries than this to keep besides the window (a p2p-heavy or hung-early rank): keep whole
@@ -166,7 +166,8 @@ def window_of(trace, summary) -> tuple[list[int] | None, RankDigest | None]:
     keep = set(range(max(0, n - WINDOW), n))
     keep.update(summary.not_done, summary.p2p, summary.size_checks)
     keep.update(i for i in (summary.last_done, summary.last_done_collective) if i is not None)
-    trim = len(keep) <= WINDOW + PIN_LIMIT
+    # (a trace whose numbers are impossible stays whole: the parent names its problem from the entries it holds)
+    trim = len(keep) <= WINDOW + PIN_LIMIT and trace_problem(trace) is None
     tail = n - WINDOW
     for group, index in summary.by_group.items():
         seqs = np.fromiter(index.keys(), np.int64, len(index))
