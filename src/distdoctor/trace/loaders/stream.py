@@ -148,6 +148,10 @@ class SparseEntries(Sequence):
 
     __hash__ = None
 
+    def known_bounds(self, name: str) -> tuple | None:
+        """Those of the entries held (model.trace_problem: the trimmed ones were checked where they were read)."""
+        return self.held.known_bounds(name)
+
     def column(self, name: str):
         got = self._cols.get(name)
         if got is None:
