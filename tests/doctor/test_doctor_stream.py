@@ -85,6 +85,37 @@ def test_reading_a_trimmed_entry_loads_the_rank_whole(tmp_path):
     assert list(trimmed) == list(whole.ranks[3].entries)
 
 
+def test_checking_a_streamed_set_reads_no_rank_again(tmp_path):
+    """Every command checks each trace's numbers (diagnose/command.checked) before the analysis: on a streamed
+    set that reads the entries each rank holds (its trimmed ones were checked whole where it was read), so no
+    rank's file is read a second time."""
+    from distdoctor.diagnose.command import checked
+
+    data = _set(tmp_path, 16, 200)
+    ts = checked(load_traces([str(data / "json")], jobs=1, stream=True))
+    assert ts.streamed
+    assert all(t.entries.positions is not None and 0 not in t.entries.positions for t in ts.ranks.values())
+
+
+def test_an_impossible_number_in_a_trimmed_entry_is_named(tmp_path):
+    """A sequence number out of range far before the tail: the streamed load names the same file, entry and
+    value as the whole load (the rank is kept whole instead of trimmed)."""
+    from distdoctor.errors import InputError
+    from distdoctor.diagnose.command import checked
+
+    data = _set(tmp_path, 16, 200)
+    path = data / "json" / "rank_5.json"
+    dump = json.loads(path.read_text())
+    dump["entries"][10]["collective_seq_id"] = -3
+    path.write_text(json.dumps(dump))
+    said = []
+    for stream_ in (False, True):
+        with pytest.raises(InputError) as caught:
+            checked(load_traces([str(data / "json")], jobs=1, stream=stream_))
+        said.append(str(caught.value))
+    assert said[0] == said[1] and "rank_5.json" in said[0] and "entry 10:" in said[0] and "-3" in said[0], said
+
+
 def test_rank_ranges():
     assert fmt_ranges([5, 0, 1, 2, 3, 7, 8, 9]) == "0-3, 5, 7-9"
     assert fmt_ranges([4]) == "4"

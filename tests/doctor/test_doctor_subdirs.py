@@ -47,3 +47,19 @@ def test_own_traces_are_not_mixed_with_a_subdirectory(nested):
     out = _cli("diagnose", nested)
     assert "read its subdirectories" not in out.stderr
     assert "--recursive reads them" in out.stderr, out.stderr
+
+
+def test_a_file_reached_twice_is_read_once(tmp_path):
+    """By a link to it (glog's prog.INFO), through a linked directory, or named twice: read once, under the
+    first name in path order; files of the same name in other directories stay apart."""
+    from distdoctor.trace.loaders import expand_paths
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "c").mkdir()
+    for d in ("a/b", "c"):
+        (tmp_path / d / "rank_0").write_bytes(b"x")
+    (tmp_path / "a" / "b" / "latest").symlink_to("rank_0")
+    (tmp_path / "linked").symlink_to(tmp_path / "a")
+    files, errors = expand_paths([str(tmp_path / "a"), str(tmp_path / "linked" / "b" / "rank_0"),
+                                  str(tmp_path / "c"), str(tmp_path / "a" / "b" / ".." / "b" / "rank_0")])
+    assert files == [str(tmp_path / "a" / "b" / "latest"), str(tmp_path / "c" / "rank_0")] and not errors

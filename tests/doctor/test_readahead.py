@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -61,6 +62,33 @@ def test_the_byte_bound_holds_but_the_next_file_is_always_asked_for(tmp_path, as
     asked.clear()
     Readahead(big, ahead_files=64, ahead_bytes=10_000)
     assert len(asked) == 1  # a file larger than the window is still asked for when it is next
+
+
+def _until(condition, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return condition()
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this platform")
+def test_in_the_background_the_window_holds_and_close_ends_the_thread(tmp_path, asked):
+    """As the loader asks (from a thread of its own, so that a call the kernel makes wait does not hold the
+    results up): the same files in the same order within the same window; close() ends the thread, also one
+    waiting for room."""
+    files = _files(tmp_path, 20, 1000)
+    ahead = Readahead(files, ahead_files=5, ahead_bytes=1 << 20, background=True)
+    assert _until(lambda: len(asked) == 5)
+    time.sleep(0.2)
+    assert [p for p, _ in asked] == files[:5]  # the window is full: the thread waits
+    ahead.advance(20)
+    assert _until(lambda: len(asked) == 20) and [p for p, _ in asked] == files
+    ahead.close()
+    assert not ahead._thread.is_alive()
+    waiting = Readahead(files, ahead_files=2, ahead_bytes=1 << 20, background=True)
+    assert _until(lambda: waiting.asked == 2)
+    waiting.close()
+    assert not waiting._thread.is_alive() and waiting.asked == 2
 
 
 def test_odd_files_are_passed_over_without_blocking(tmp_path):

@@ -125,6 +125,15 @@ class Entries(Sequence):
             self._columns[name] = got
         return got
 
+    def known_bounds(self, name: str) -> tuple | None:
+        """(lowest, highest) of an own integer field's known values, () when none is known; None when the field
+        is not held as int64 arrays (then the caller reads the column)."""
+        values = self.own.get(name)
+        if not isinstance(values, tuple):
+            return None
+        known = values[0][~values[1]]
+        return (int(known.min()), int(known.max())) if len(known) else ()
+
     def row_values(self, name: str) -> list:
         """One Row field of every row (a whole-trace computation reads rows, then maps them by `codes`)."""
         return [getattr(row, name) for row in self.rows]

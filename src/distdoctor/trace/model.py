@@ -257,14 +257,10 @@ def trace_problem(trace: RankTrace) -> str | None:
     if isinstance(trace.rank, bool) or not isinstance(trace.rank, int) or not 0 <= trace.rank < MAX_WORLD:
         return f"header rank {trace.rank!r} is not a rank (0 to {MAX_WORLD - 1})"
     for name in ("seq", "p2p_seq"):
-        column = trace.column(name)
-        values = list(filter(functools.partial(operator.is_not, None), column))  # at C speed: 10^7 entries
-        try:
-            fine = not values or (0 <= min(values) and max(values) <= MAX_COUNTER)
-        except TypeError:
-            fine = False
-        if fine:
+        bounds = _known_bounds(trace, name)
+        if bounds == () or (bounds is not None and 0 <= bounds[0] and bounds[1] <= MAX_COUNTER):
             continue
+        column = trace.column(name)
         i, value = next(((i, v) for i, v in enumerate(column) if v is not None and (
             isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_COUNTER)), (None, None))
         if i is None:
@@ -272,6 +268,21 @@ def trace_problem(trace: RankTrace) -> str | None:
         shown = value if not isinstance(value, int) or abs(value) < 10**20 else f"{str(value)[:12]}..."
         return f"entry {i}: {name} {shown!r} is not a sequence number (0 to 2^63-1)"
     return None
+
+
+def _known_bounds(trace: RankTrace, name: str) -> tuple | None:
+    """(lowest, highest) of a field's known values, () when none is known, None when they do not compare. From
+    the entries' own arrays where they hold them (trace/coded.py; a streamed trace's held entries, whose trimmed
+    ones passed this check whole where the trace was read: loaders/stream.py)."""
+    arrays = getattr(trace.entries, "known_bounds", None)
+    got = arrays(name) if arrays is not None else None
+    if got is not None:
+        return got
+    values = list(filter(functools.partial(operator.is_not, None), trace.column(name)))  # at C speed
+    try:
+        return (min(values), max(values)) if values else ()
+    except TypeError:
+        return None
 
 
 # ---- native format -------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from distdoctor.trace.coded import Entries, frozen
-from distdoctor.trace.model import AGREE_ON, RankTrace
+from distdoctor.trace.model import AGREE_ON, RankTrace, trace_problem
 
 WINDOW = 64  # tail entries kept per rank: the analysis reads at most the last 64 (sites.MAX_RANKS, pending)
 PIN_LIMIT = 4096  # more entries than this to keep besides the window (a p2p-heavy or hung-early rank): keep whole
@@ -42,7 +42,7 @@ class GroupDigest:
     hi: int
     cut: int
     contiguous: bool
-    sigs: np.ndarray | None  # int64 per seq lo..hi (None when not contiguous)
+    sigs: np.ndarray | None  # per seq lo..hi, unsigned, as narrow as the ids allow (None when not contiguous)
 
 
 @dataclass
@@ -148,6 +148,10 @@ class SparseEntries(Sequence):
 
     __hash__ = None
 
+    def known_bounds(self, name: str) -> tuple | None:
+        """Those of the entries held (model.trace_problem: the trimmed ones were checked where they were read)."""
+        return self.held.known_bounds(name)
+
     def column(self, name: str):
         got = self._cols.get(name)
         if got is None:
@@ -166,7 +170,8 @@ def window_of(trace, summary) -> tuple[list[int] | None, RankDigest | None]:
     keep = set(range(max(0, n - WINDOW), n))
     keep.update(summary.not_done, summary.p2p, summary.size_checks)
     keep.update(i for i in (summary.last_done, summary.last_done_collective) if i is not None)
-    trim = len(keep) <= WINDOW + PIN_LIMIT
+    # (a trace whose numbers are impossible stays whole: the parent names its problem from the entries it holds)
+    trim = len(keep) <= WINDOW + PIN_LIMIT and trace_problem(trace) is None
     tail = n - WINDOW
     for group, index in summary.by_group.items():
         seqs = np.fromiter(index.keys(), np.int64, len(index))
@@ -181,13 +186,23 @@ def window_of(trace, summary) -> tuple[list[int] | None, RankDigest | None]:
         first = min(int(np.searchsorted(pos, tail)), len(seqs) - 1) if trim else 0
         # (the group's last seq always stays: a member that issued on it is never shown as one that did not)
         keep.update(pos[first:].tolist())
-        digest.groups[group] = GroupDigest(lo, hi, int(seqs[first]), True, sig_of[pos] * 2 + done)
+        digest.groups[group] = GroupDigest(lo, hi, int(seqs[first]), True, _narrow(sig_of[pos] * 2 + done))
     if not trim or len(keep) >= n:
         for g in digest.groups.values():
             g.cut = g.lo
         return None, digest
     digest.trimmed = True
     return sorted(keep), digest
+
+
+def _narrow(ids: np.ndarray) -> np.ndarray:
+    """Small non-negative ids in the narrowest unsigned type: a digest travels from every rank to the parent
+    (a 2000-entry rank's ids take 2 kB as bytes, 16 kB as int64)."""
+    top = int(ids.max()) if len(ids) else 0
+    for kind in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(kind).max:
+            return ids.astype(kind)
+    return ids
 
 
 def _signatures(trace, digest: RankDigest) -> tuple[np.ndarray, np.ndarray]:
@@ -244,7 +259,7 @@ class PrefixCheck:
             if self._last.get(group) == same:
                 continue
             self._last[group] = same
-            sigs = table[g.sigs >> 1] * 2 + (g.sigs & 1)
+            sigs = table[g.sigs >> 1] * 2 + (g.sigs & 1).astype(np.int64)
             not_done = np.flatnonzero((sigs & 1) == 0)
             if len(not_done):
                 self._lower(self.unfinished, group, g.lo + int(not_done[0]))
