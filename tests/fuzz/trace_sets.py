@@ -285,13 +285,16 @@ def _sizes(op: str, size: int, n: int, is_root: bool = False) -> tuple[list, lis
     return [[size]], [[size]]
 
 
-def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False) -> dict:
+def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False, p2p: bool = True) -> dict:
     """The Flight Recorder dump of the same calls: `gloo:` names (the calls block), C++ dtype names, no roots, members
-    in pg_config, group-local p2p peers in the profiling name; each call's stack with `frames` (the pickle)."""
+    in pg_config, group-local p2p peers in the profiling name; each call's stack with `frames` (the pickle).
+    `p2p=False`: as torch's Flight Recorder over Gloo writes it, with no send/recv at all."""
     entries = []
     p2p_seq: dict[str, int] = {}
     for i, e in enumerate(trace.entries):
         members = groups.get(e.group, [])
+        if e.is_p2p and not p2p:
+            continue
         if e.is_p2p:
             p2p_seq[e.group] = p2p_seq.get(e.group, 0) + 1
             me, peer = members.index(trace.rank), members.index(e.peer)
@@ -312,11 +315,13 @@ def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False
                if frames else {})})
     pg_config = {g: {"name": g, "desc": "default_pg" if g == "0" else "undefined", "ranks": json.dumps(m)}
                  for g, m in groups.items() if trace.rank in m}
-    return {"version": "2.10", "rank": trace.rank, "pg_config": pg_config, "pg_status": {}, "entries": entries}
+    return {"version": "2.10", "rank": trace.rank, "pg_config": pg_config, "pg_status": {}, "entries": entries,
+            "comm_lib_version": ""}  # as Gloo's dumps say it
 
 
-def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, str]) -> None:
-    """Each rank's dump in its form: native, pickle, json, or both (native + pickle)."""
+def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, str], p2p: bool = True) -> None:
+    """Each rank's dump in its form: native, pickle, json, or both (native + pickle); `p2p=False`: the Flight
+    Recorder forms hold no send/recv, as Gloo's do not."""
     groups = dict(job.groups)
     if any("lone" in t.groups for t in ts.values()):
         groups["lone"] = list(range(job.world))
@@ -327,7 +332,7 @@ def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, s
                 f.write(dumps(t))
         if form in ("pickle", "both"):
             with open(os.path.join(directory, f"rank_{r}.fr.pkl"), "wb") as f:
-                pickle.dump(fr_dump(t, groups, frames=True), f)
+                pickle.dump(fr_dump(t, groups, frames=True, p2p=p2p), f)
         if form == "json":
             with open(os.path.join(directory, f"fr_rank_{r}.json"), "w") as f:
-                json.dump(fr_dump(t, groups), f)
+                json.dump(fr_dump(t, groups, p2p=p2p), f)

@@ -57,15 +57,19 @@ class Report:
     cycles: list[Cycle] = field(default_factory=list)
     consequences: list[dict] = field(default_factory=list)
     views: dict[str, GroupView] = field(default_factory=dict)
+    undecided: str | None = None  # why these traces cannot support a verdict, when they cannot (no_calls)
 
     @property
     def verdict(self) -> str:
         """`problem` with a finding; `in_flight` with none while some rank's GPU is inside calls every member
         reached (NCCL: nothing in the dumps holds them up, but nothing shows they end either: a dump taken while
-        the job ran, or a hang inside the transport or a device); else `ok`."""
+        the job ran, or a hang inside the transport or a device); `undecided` with none when no rank's trace holds
+        a single call (nothing to judge: an OK would be a claim without evidence); else `ok`."""
         if self.findings:
             return "problem"
-        return "in_flight" if self.in_flight_ranks() else "ok"
+        if self.in_flight_ranks():
+            return "in_flight"
+        return "undecided" if self.undecided else "ok"
 
     def in_flight_ranks(self) -> list[int]:
         return sorted(int(r) for r, p in self.ranks.items() if p.get("state") == "in_flight")
@@ -83,6 +87,7 @@ class Report:
             "groups": {name: {"members": v.members, "inferred": v.inferred, "desc": group_desc(v.desc)}
                        for name, v in sorted(self.views.items())},
             "hang": hang_status.summarize(self.traces),
+            **({"undecided": self.undecided} if self.undecided else {}),
         }
 
 
@@ -206,7 +211,23 @@ def analyze(ts: TraceSet) -> Report:
     ranks = {str(r): progress.get(r, missing) for r in sorted(set(progress).union(no_dump))}  # imply a huge world
     for r, extra in thread_ranks.items():  # per-rank logs: "threads" and "log"
         ranks[str(r)].update(extra)
-    return Report(ts, findings, ranks, ts.world_size, waits, cycles, consequences, views)
+    return Report(ts, findings, ranks, ts.world_size, waits, cycles, consequences, views, no_calls(ts))
+
+
+def no_calls(ts: TraceSet) -> str | None:
+    """Why these traces cannot show the job's state, when no rank's trace holds a single call: every rank dumped,
+    none recorded anything. A job that stopped (a hang, a crash, a rank that exited) before its first collective
+    looks so, and so does one whose calls the dumps do not record (Gloo's Flight Recorder keeps no send/recv: a
+    pipeline stuck in its sends and receives); a healthy job that ran reaches at least its closing barrier."""
+    if not ts.ranks or any(len(t.entries) or t.log is not None for t in ts.ranks.values()):
+        return None
+    ranks = fmt_ranks(sorted(ts.ranks))
+    why = f"no rank's trace holds a single call ({ranks} dumped, each with nothing recorded)"
+    if any(t.source.startswith("flight_recorder") and not t.comm_lib_version for t in ts.ranks.values()):
+        why += ("; these Flight Recorder dumps name no NCCL version (Gloo's, which record no send/recv: a job that "
+                "only sent and received, a pipeline, leaves them empty whether it ran, hung or crashed)")
+    return why + (". These dumps cannot tell whether the job was stuck or which rank stopped it: one of "
+                  f"{ranks}, or none (the distdoctor recorder's traces, or `distdoctor run`, show the calls).")
 
 
 def _streams_first(ts: TraceSet, findings: list[Finding], consequences: list[dict]) -> list[Finding]:
