@@ -33,7 +33,8 @@ from distdoctor.diagnose import hang_status, nccl_frontier, p2p, streams
 from distdoctor.diagnose.crash import crash_findings, crashed_ranks, stopped
 from distdoctor.diagnose.explain import Explainer, consequences_of, sort_findings
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks, group_desc
-from distdoctor.diagnose.match import ROOTED, Divergence, GroupView, build_views, callsite_divergence, divergences
+from distdoctor.diagnose.match import ROOTED, Divergence, GroupView, build_views, callsite_divergence
+from distdoctor.diagnose.siblings import all_divergences
 from distdoctor.diagnose.progress import (describe_rank, is_gloo_fr, last_completed, probably_inside,
                                          rank_progress, where_now)
 from distdoctor.diagnose.rankstate import rank_states
@@ -133,7 +134,7 @@ def analyze(ts: TraceSet) -> Report:
         lost_finding = _missing_dump(no_dump, waits, views)
         findings.append(lost_finding)
 
-    divs = divergences(ts, views)
+    divs = all_divergences(ts, views)
     parted = {d.group: d.seq for d in divs if d.kind != "state_mismatch"}  # where each group parted ways
 
     def after_parting(r: int) -> bool:
@@ -401,7 +402,8 @@ def _from_divergence(d: Divergence, views: dict[str, GroupView]) -> Finding:
         what = d.kind.split("_")[0]
         verb = {"type": "issued a different collective", "size": "passed different sizes",
                 "dtype": "passed a different dtype", "root": "named a different root"}[what]
-        detail = f"at {d.op} #{d.seq} on {group} {fmt_ranks(d.ranks)} {verb} than the other members: {d.detail}."
+        than = "its sibling groups' members" if d.evidence.get("lost_peers") else "the other members"
+        detail = f"at {d.op} #{d.seq} on {group} {fmt_ranks(d.ranks)} {verb} than {than}: {d.detail}."
         if d.evidence.get("tie", {}).get("undecided"):
             detail = (f"one of {fmt_ranks(d.ranks)}: at {d.op} #{d.seq} on {group} the members disagree: "
                       f"{d.detail}.")
