@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace, dumps
 
-OPS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "scatter")
+OPS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "scatter", "all_to_all")
 ROOTED = ("broadcast", "scatter")
 DTYPES = ("float32", "bfloat16", "int64")
 FR_DTYPE = {"float32": "Float", "bfloat16": "BFloat16", "int64": "Long"}
@@ -109,6 +109,7 @@ class Call:
     peer: int | None = None
     line: int = 0  # the user's line it was called from
     done: bool = False
+    out_size: int | None = None  # all_to_all: the output buffer's own size, when a fault changed the input only
 
 
 def calls_of(job: Job, rank: int) -> tuple[list[Call], str]:
@@ -142,7 +143,9 @@ def calls_of(job: Job, rank: int) -> tuple[list[Call], str]:
             dtype = "int64" if fault == "dtype" and dtype != "int64" else ("float32" if fault == "dtype" else dtype)
             root = (root + 1) % job.world if fault == "root" and root is not None else root
             op = ("all_gather" if op != "all_gather" else "all_reduce") if fault == "op" else op
-        out.append(Call(s.group, op, size, dtype, root, line=line))
+        # all_to_all's output is a buffer of its own: a resized call changes the input the rank passes
+        out_size = s.size if op == "all_to_all" and size != s.size else None
+        out.append(Call(s.group, op, size, dtype, root, line=line, out_size=out_size))
     return out, end
 
 
@@ -254,6 +257,8 @@ def traces(job: Job, ran: dict) -> dict[int, RankTrace]:
             seqs[c.group] = seqs.get(c.group, 0) + 1
             n = len(groups[c.group])
             ins, outs = _sizes(c.op, c.size, n, c.root == r)
+            if c.out_size is not None:
+                outs = [[c.out_size]]
             entries.append(Entry(index=i, group=c.group, op=c.op, seq=seqs[c.group], raw_op=c.op, in_sizes=ins,
                                  out_sizes=outs, in_dtypes=[c.dtype] * len(ins),
                                  out_dtypes=[c.dtype] * len(outs), root=c.root, state=state, t_created=t,

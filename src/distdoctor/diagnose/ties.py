@@ -87,7 +87,7 @@ def rank_conditional(e) -> str | None:
 def break_tie(d, view, views: dict) -> None:
     """Decide a tied divergence `d` of group `view` by the evidence, or name every tied rank (in place)."""
     tie = d.evidence.get("tie")
-    if not tie:
+    if not tie or tie.get("undecided"):
         return
     key, classes = tie["key"], tie["classes"]
     local = (lambda v: str(view.members.index(int(v))) if int(v) in view.members else v) if key == "root" \
