@@ -10,19 +10,12 @@ recorder's and Flight Recorder's forms, and over a real run's dumps kept as a fi
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
-
 from hypothesis import given
 from hypothesis import strategies as st
 
+from real_dumps import diagnose_form, truth
 from test_fuzz_invariant import CHECKS, _diagnose
 from trace_sets import Job, Step
-
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "gloo-moe-resize"
 
 
 @st.composite
@@ -48,13 +41,8 @@ def test_a_resized_all_to_all_names_the_rank_that_resized_it(job, form):
 
 
 def test_a_real_moe_resize_is_named_from_every_form():
-    truth = json.loads((FIXTURE / ".injected.json").read_text())["fired"][0]
-    assert (truth["kind"], truth["rank"]) == ("resize", 2)
+    fired = truth("gloo-moe-resize")
+    assert (fired["kind"], fired["rank"]) == ("resize", 2)
     for pattern in ("rank_*.jsonl", "rank_*.fr.pkl", "json/rank_*.fr.json"):
-        with tempfile.TemporaryDirectory() as d:
-            for f in FIXTURE.glob(pattern):
-                (Path(d) / f.name).write_bytes(f.read_bytes())
-            proc = subprocess.run([sys.executable, "-m", "distdoctor", "diagnose", d, "--world-size", "4",
-                                   "--format", "json"], capture_output=True, text=True, timeout=120)
-        first = json.loads(proc.stdout)["findings"][0]
+        first = diagnose_form("gloo-moe-resize", pattern, 4)[1]["findings"][0]
         assert (first["kind"], first["ranks"]) == ("size_mismatch", [2]), (pattern, first)

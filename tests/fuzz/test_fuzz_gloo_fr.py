@@ -9,11 +9,7 @@ rank) written as Gloo's Flight Recorder writes them, and over a real run's dumps
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import tempfile
-from pathlib import Path
 
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -22,10 +18,9 @@ from distdoctor.diagnose import analyze
 from distdoctor.report.diagnose_text import render_text
 from distdoctor.trace.loaders import load_traces
 
+from real_dumps import diagnose_form, truth
 from test_fuzz_invariant import CHECKS
 from trace_sets import Job, Step, ground_truth, run, traces, write
-
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "gloo-fr-pipeline-hang"
 
 
 @st.composite
@@ -82,20 +77,10 @@ def test_the_same_pipeline_in_the_recorders_traces_is_judged(job):
     assert report.verdict == "ok", [f.detail for f in report.findings]
 
 
-def _cli(path: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "distdoctor", "diagnose", str(path), *extra], capture_output=True,
-                          text=True, timeout=120)
-
-
 def test_a_real_pipeline_hang_over_gloo_is_not_ok_from_flight_recorders_dumps():
-    truth = json.loads((FIXTURE / ".injected.json").read_text())
-    assert truth["fired"][0]["kind"] == "hang"  # the run hung: rank 1 slept at step 3
-    for where in (FIXTURE, FIXTURE / "json"):
-        with tempfile.TemporaryDirectory() as d:  # the dumps alone (the pickles beside the JSON dumps' folder)
-            for f in where.glob("rank_*.fr.*"):
-                (Path(d) / f.name).write_bytes(f.read_bytes())
-            proc = _cli(Path(d), "--world-size", "4", "--format", "json")
-        assert proc.returncode == 1, proc.stderr
-        doc = json.loads(proc.stdout)
+    assert truth("gloo-fr-pipeline-hang")["kind"] == "hang"  # the run hung: rank 1 slept at step 3
+    for pattern in ("rank_*.fr.pkl", "json/rank_*.fr.json"):
+        rc, doc = diagnose_form("gloo-fr-pipeline-hang", pattern, 4)
+        assert rc == 1
         assert doc["verdict"] == "undecided" and doc["findings"] == []
         assert "one of ranks 0-3" in doc["undecided"], doc["undecided"]

@@ -12,11 +12,7 @@ ranks over gloo: rank 1's data-parallel all_reduce went float64, rank 3 was abor
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import tempfile
-from pathlib import Path
 
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -24,10 +20,9 @@ from hypothesis import strategies as st
 from distdoctor.diagnose import analyze
 from distdoctor.trace.loaders import load_traces
 
+from real_dumps import diagnose_form, truth
 from test_fuzz_invariant import CHECKS
 from trace_sets import Call, Job, traces, write
-
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "gloo-tp-retype-abort"
 OPS = ("all_reduce", "all_gather", "broadcast")
 
 
@@ -131,14 +126,9 @@ def test_sibling_groups_that_differ_vouch_for_nothing(case, form):
 
 
 def test_a_real_tensor_parallel_retype_names_the_rank_that_changed_its_dtype():
-    truth = json.loads((FIXTURE / ".injected.json").read_text())["fired"][0]
-    assert (truth["kind"], truth["rank"]) == ("retype", 1)
+    fired = truth("gloo-tp-retype-abort")
+    assert (fired["kind"], fired["rank"]) == ("retype", 1)
     for pattern in ("rank_*.jsonl", "rank_*.fr.pkl", "json/rank_*.fr.json"):
-        with tempfile.TemporaryDirectory() as d:
-            for f in FIXTURE.glob(pattern):
-                (Path(d) / f.name).write_bytes(f.read_bytes())
-            proc = subprocess.run([sys.executable, "-m", "distdoctor", "diagnose", d, "--world-size", "4",
-                                   "--format", "json"], capture_output=True, text=True, timeout=120)
-        first = json.loads(proc.stdout)["findings"][0]
+        first = diagnose_form("gloo-tp-retype-abort", pattern, 4)[1]["findings"][0]
         assert (first["kind"], first["ranks"]) == ("dtype_mismatch", [1]), (pattern, first)
         assert "rank 3" in first["detail"] and "left no trace" in first["detail"]

@@ -12,11 +12,7 @@ passed a sizes tensor of 2 where 1 was always passed; ranks 1 and 2 were aborted
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import tempfile
-from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -24,10 +20,9 @@ from hypothesis import strategies as st
 from distdoctor.diagnose import analyze
 from distdoctor.trace.loaders import load_traces
 
+from real_dumps import diagnose_form, truth
 from test_fuzz_invariant import CHECKS
 from trace_sets import Call, Job, traces, write
-
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "gloo-objects-resize-root"
 
 
 @st.composite
@@ -86,13 +81,8 @@ def test_the_rank_that_changed_a_call_its_site_always_made_otherwise_is_named(ca
 
 
 def test_a_real_broadcast_object_list_whose_root_resized_names_the_root():
-    truth = json.loads((FIXTURE / ".injected.json").read_text())["fired"][0]
-    assert (truth["kind"], truth["rank"]) == ("resize", 0)
+    fired = truth("gloo-objects-resize-root")
+    assert (fired["kind"], fired["rank"]) == ("resize", 0)
     for pattern in ("rank_*.jsonl", "rank_*.fr.pkl", "json/rank_*.fr.json"):
-        with tempfile.TemporaryDirectory() as d:
-            for f in FIXTURE.glob(pattern):
-                (Path(d) / f.name).write_bytes(f.read_bytes())
-            proc = subprocess.run([sys.executable, "-m", "distdoctor", "diagnose", d, "--world-size", "4",
-                                   "--format", "json"], capture_output=True, text=True, timeout=120)
-        first = json.loads(proc.stdout)["findings"][0]
+        first = diagnose_form("gloo-objects-resize-root", pattern, 4)[1]["findings"][0]
         assert (first["kind"], first["ranks"]) == ("size_mismatch", [0]), (pattern, first)
