@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from distdoctor.diagnose import hang_status
 from distdoctor.diagnose.analyze import Report
+from distdoctor.diagnose.progress import is_gloo_fr
 from distdoctor.findings.kinds import fmt_group, fmt_ranks
 from distdoctor.report.diagnose_threads import thread_lines
 from distdoctor.report.findings import MAX_LISTED, finding_lines, fmt_ranges
@@ -44,6 +45,9 @@ def render_text(report: Report) -> str:
     lines.extend(hang_status.text_lines(report))
     if report.verdict == "ok":
         lines.append("No desync, hang or straggler found in these traces.")
+        if any(is_gloo_fr(t) for t in ts.ranks.values()):
+            lines.append("(Gloo's Flight Recorder records no send/recv: a rank blocked in p2p, a pipeline stage, "
+                         "looks finished in these dumps; the distdoctor recorder's traces show it.)")
     elif report.verdict == "undecided":
         lines.append(f"No verdict: {report.undecided}")
     elif report.verdict == "in_flight":
