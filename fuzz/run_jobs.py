@@ -91,7 +91,8 @@ def run_one(case: dict, work: Path, timeout: float) -> dict:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)
-        out, err = proc.communicate()
+        _kill_leftovers(dumps)  # ranks in sessions of their own hold the pipes open: communicate() would wait on
+        out, err = proc.communicate()  # them forever
         return {**case, "error": f"timed out after {timeout} s", "stderr": err[-2000:]}
     finally:
         _kill_leftovers(dumps)
