@@ -91,7 +91,8 @@ def run_one(case: dict, work: Path, timeout: float) -> dict:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)
-        out, err = proc.communicate()
+        _kill_leftovers(dumps)  # ranks in sessions of their own hold the pipes open: communicate() would wait on
+        out, err = proc.communicate()  # them forever
         return {**case, "error": f"timed out after {timeout} s", "stderr": err[-2000:]}
     finally:
         _kill_leftovers(dumps)
@@ -144,13 +145,15 @@ def score_modes(case: dict, out: str, dumps: Path) -> dict:
                           ("fr_json", ".fr-json/rank_*.fr.json")):
         files = sorted(dumps.glob(pattern)) + sorted(dumps.glob("host-*/" + pattern))
         if files:
-            modes[mode] = _judge(case, _diagnose(files, case["nproc"]), mode)
+            first, verdict = _diagnose(files, case["nproc"])
+            modes[mode] = {**_judge(case, first, mode), "verdict": verdict}
     return modes
 
 
 def _diagnose(files: list[Path], world_size: int):
-    """The first finding of `diagnose --world-size N` on these files alone (in a directory of their own): the user
-    knows the job's size, which Gloo's Flight Recorder dumps do not record."""
+    """(the first finding, the verdict) of `diagnose --world-size N` on these files alone (in a directory of their
+    own): the user knows the job's size, which Gloo's Flight Recorder dumps do not record. An `undecided` verdict
+    (no dump holds a call) has no finding: wrong for an injected run, yet no false claim; the table counts it."""
     with tempfile.TemporaryDirectory() as tmp:
         for f in files:
             shutil.copy(f, Path(tmp) / f.name)
@@ -161,9 +164,9 @@ def _diagnose(files: list[Path], world_size: int):
     try:
         report = json.loads(proc.stdout)
     except ValueError:
-        return ("error", [])
+        return ("error", []), "error"
     first = (report.get("findings") or [None])[0]
-    return (first["kind"], first["ranks"]) if first else None
+    return ((first["kind"], first["ranks"]) if first else None), report.get("verdict")
 
 
 def _judge(case: dict, first, mode: str = "") -> dict:
@@ -187,7 +190,8 @@ def _kill_leftovers(dumps: Path) -> None:
 
 
 def scoreboard(results: list[dict]) -> str:
-    """Markdown: one row per (program, fault), right/scored per mode; the totals last."""
+    """Markdown: one row per (program, fault), right/scored per mode (and how many of the wrong ones said
+    `undecided` rather than a wrong claim); the totals last."""
     cells: dict = {}
     for r in results:
         if "modes" not in r or (r["spec"] and not r.get("fired")):
@@ -197,12 +201,14 @@ def scoreboard(results: list[dict]) -> str:
                 judged = {**judged, **_judge(r, tuple(judged["first"]) if judged.get("first") else None, mode)}
             ok = judged["ok"] and judged.get("line_names_only_it", True)
             for key in ((r["program"], r["fault"]), ("all", "injected" if r["spec"] else "healthy")):
-                got = cells.setdefault(key, {}).setdefault(mode, [0, 0])
+                got = cells.setdefault(key, {}).setdefault(mode, [0, 0, 0])
                 got[0] += ok
                 got[1] += 1
+                got[2] += not ok and judged.get("verdict") == "undecided"
     lines = ["| program | fault | " + " | ".join(MODES) + " |", "|---|---|" + "---|" * len(MODES)]
     for (program, fault), by_mode in sorted(cells.items(), key=lambda kv: (kv[0][0] == "all", kv[0])):
-        row = [f"{by_mode[m][0]}/{by_mode[m][1]}" if m in by_mode else "-" for m in MODES]
+        row = [f"{by_mode[m][0]}/{by_mode[m][1]}" + (f" ({by_mode[m][2]} undecided)" if by_mode[m][2] else "")
+               if m in by_mode else "-" for m in MODES]
         lines.append(f"| {program} | {fault} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 

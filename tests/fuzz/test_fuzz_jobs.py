@@ -55,3 +55,13 @@ def test_the_scoreboard_counts_each_mode_per_program_and_fault():
     assert "| ddp | raise | - | - | 0/1 | 1/1 | - |" in table
     assert "| all | healthy | - | - | 1/1 | - | - |" in table
     assert not any(row.startswith("| tp |") for row in table)  # a fault that never fired is not scored
+
+
+def test_the_scoreboard_counts_undecided_verdicts_apart():
+    """Gloo's Flight Recorder dumps of a pipeline hold no call: `undecided` is wrong for an injected run (it names
+    nobody) but no false claim, and the table says how many of the wrong ones it was."""
+    results = [{"program": "pipeline", "fault": "hang", "spec": "hang:1@step=3", "rank": 1, "fired": ["hang:1@step=3"],
+                "modes": {"fr_json": {"ok": False, "first": None, "verdict": "undecided"},
+                          "fr_pickle": {"ok": False, "first": None, "verdict": "ok"}}}]
+    table = run_jobs.scoreboard(results).splitlines()
+    assert "| pipeline | hang | - | - | - | 0/1 | 0/1 (1 undecided) |" in table

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace, dumps
 
-OPS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "scatter")
+OPS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "scatter", "all_to_all")
 ROOTED = ("broadcast", "scatter")
 DTYPES = ("float32", "bfloat16", "int64")
 FR_DTYPE = {"float32": "Float", "bfloat16": "BFloat16", "int64": "Long"}
@@ -109,6 +109,7 @@ class Call:
     peer: int | None = None
     line: int = 0  # the user's line it was called from
     done: bool = False
+    out_size: int | None = None  # all_to_all: the output buffer's own size, when a fault changed the input only
 
 
 def calls_of(job: Job, rank: int) -> tuple[list[Call], str]:
@@ -142,7 +143,9 @@ def calls_of(job: Job, rank: int) -> tuple[list[Call], str]:
             dtype = "int64" if fault == "dtype" and dtype != "int64" else ("float32" if fault == "dtype" else dtype)
             root = (root + 1) % job.world if fault == "root" and root is not None else root
             op = ("all_gather" if op != "all_gather" else "all_reduce") if fault == "op" else op
-        out.append(Call(s.group, op, size, dtype, root, line=line))
+        # all_to_all's output is a buffer of its own: a resized call changes the input the rank passes
+        out_size = s.size if op == "all_to_all" and size != s.size else None
+        out.append(Call(s.group, op, size, dtype, root, line=line, out_size=out_size))
     return out, end
 
 
@@ -254,6 +257,8 @@ def traces(job: Job, ran: dict) -> dict[int, RankTrace]:
             seqs[c.group] = seqs.get(c.group, 0) + 1
             n = len(groups[c.group])
             ins, outs = _sizes(c.op, c.size, n, c.root == r)
+            if c.out_size is not None:
+                outs = [[c.out_size]]
             entries.append(Entry(index=i, group=c.group, op=c.op, seq=seqs[c.group], raw_op=c.op, in_sizes=ins,
                                  out_sizes=outs, in_dtypes=[c.dtype] * len(ins),
                                  out_dtypes=[c.dtype] * len(outs), root=c.root, state=state, t_created=t,
@@ -285,13 +290,16 @@ def _sizes(op: str, size: int, n: int, is_root: bool = False) -> tuple[list, lis
     return [[size]], [[size]]
 
 
-def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False) -> dict:
+def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False, p2p: bool = True) -> dict:
     """The Flight Recorder dump of the same calls: `gloo:` names (the calls block), C++ dtype names, no roots, members
-    in pg_config, group-local p2p peers in the profiling name; each call's stack with `frames` (the pickle)."""
+    in pg_config, group-local p2p peers in the profiling name; each call's stack with `frames` (the pickle).
+    `p2p=False`: as torch's Flight Recorder over Gloo writes it, with no send/recv at all."""
     entries = []
     p2p_seq: dict[str, int] = {}
     for i, e in enumerate(trace.entries):
         members = groups.get(e.group, [])
+        if e.is_p2p and not p2p:
+            continue
         if e.is_p2p:
             p2p_seq[e.group] = p2p_seq.get(e.group, 0) + 1
             me, peer = members.index(trace.rank), members.index(e.peer)
@@ -312,11 +320,13 @@ def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False
                if frames else {})})
     pg_config = {g: {"name": g, "desc": "default_pg" if g == "0" else "undefined", "ranks": json.dumps(m)}
                  for g, m in groups.items() if trace.rank in m}
-    return {"version": "2.10", "rank": trace.rank, "pg_config": pg_config, "pg_status": {}, "entries": entries}
+    return {"version": "2.10", "rank": trace.rank, "pg_config": pg_config, "pg_status": {}, "entries": entries,
+            "comm_lib_version": ""}  # as Gloo's dumps say it
 
 
-def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, str]) -> None:
-    """Each rank's dump in its form: native, pickle, json, or both (native + pickle)."""
+def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, str], p2p: bool = True) -> None:
+    """Each rank's dump in its form: native, pickle, json, or both (native + pickle); `p2p=False`: the Flight
+    Recorder forms hold no send/recv, as Gloo's do not."""
     groups = dict(job.groups)
     if any("lone" in t.groups for t in ts.values()):
         groups["lone"] = list(range(job.world))
@@ -327,7 +337,7 @@ def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, s
                 f.write(dumps(t))
         if form in ("pickle", "both"):
             with open(os.path.join(directory, f"rank_{r}.fr.pkl"), "wb") as f:
-                pickle.dump(fr_dump(t, groups, frames=True), f)
+                pickle.dump(fr_dump(t, groups, frames=True, p2p=p2p), f)
         if form == "json":
             with open(os.path.join(directory, f"fr_rank_{r}.json"), "w") as f:
-                json.dump(fr_dump(t, groups), f)
+                json.dump(fr_dump(t, groups, p2p=p2p), f)

@@ -33,7 +33,8 @@ from distdoctor.diagnose import hang_status, nccl_frontier, p2p, streams
 from distdoctor.diagnose.crash import crash_findings, crashed_ranks, stopped
 from distdoctor.diagnose.explain import Explainer, consequences_of, sort_findings
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks, group_desc
-from distdoctor.diagnose.match import ROOTED, Divergence, GroupView, build_views, callsite_divergence, divergences
+from distdoctor.diagnose.match import ROOTED, Divergence, GroupView, build_views, callsite_divergence
+from distdoctor.diagnose.siblings import all_divergences
 from distdoctor.diagnose.progress import (describe_rank, is_gloo_fr, last_completed, probably_inside,
                                          rank_progress, where_now)
 from distdoctor.diagnose.rankstate import rank_states
@@ -57,15 +58,19 @@ class Report:
     cycles: list[Cycle] = field(default_factory=list)
     consequences: list[dict] = field(default_factory=list)
     views: dict[str, GroupView] = field(default_factory=dict)
+    undecided: str | None = None  # why these traces cannot support a verdict, when they cannot (no_calls)
 
     @property
     def verdict(self) -> str:
         """`problem` with a finding; `in_flight` with none while some rank's GPU is inside calls every member
         reached (NCCL: nothing in the dumps holds them up, but nothing shows they end either: a dump taken while
-        the job ran, or a hang inside the transport or a device); else `ok`."""
+        the job ran, or a hang inside the transport or a device); `undecided` with none when no rank's trace holds
+        a single call (nothing to judge: an OK would be a claim without evidence); else `ok`."""
         if self.findings:
             return "problem"
-        return "in_flight" if self.in_flight_ranks() else "ok"
+        if self.in_flight_ranks():
+            return "in_flight"
+        return "undecided" if self.undecided else "ok"
 
     def in_flight_ranks(self) -> list[int]:
         return sorted(int(r) for r, p in self.ranks.items() if p.get("state") == "in_flight")
@@ -83,6 +88,7 @@ class Report:
             "groups": {name: {"members": v.members, "inferred": v.inferred, "desc": group_desc(v.desc)}
                        for name, v in sorted(self.views.items())},
             "hang": hang_status.summarize(self.traces),
+            **({"undecided": self.undecided} if self.undecided else {}),
         }
 
 
@@ -128,7 +134,7 @@ def analyze(ts: TraceSet) -> Report:
         lost_finding = _missing_dump(no_dump, waits, views)
         findings.append(lost_finding)
 
-    divs = divergences(ts, views)
+    divs = all_divergences(ts, views)
     parted = {d.group: d.seq for d in divs if d.kind != "state_mismatch"}  # where each group parted ways
 
     def after_parting(r: int) -> bool:
@@ -169,6 +175,7 @@ def analyze(ts: TraceSet) -> Report:
                                      "because": "those ranks died of a communication failure first"})
             if idle:
                 findings.append(_missing_ranks(d, idle, explained, ts, pending, views, explainer))
+                _hedge_lost(lost_finding, d, idle, views[d.group].members, no_dump)
             elif explained and not crashed and not unseen:
                 consequences.append({"kind": d.kind, "group": d.group, "seq": d.seq, "op": d.op, "ranks": d.ranks,
                                      "because": "those ranks are blocked in other collectives"})
@@ -206,7 +213,23 @@ def analyze(ts: TraceSet) -> Report:
     ranks = {str(r): progress.get(r, missing) for r in sorted(set(progress).union(no_dump))}  # imply a huge world
     for r, extra in thread_ranks.items():  # per-rank logs: "threads" and "log"
         ranks[str(r)].update(extra)
-    return Report(ts, findings, ranks, ts.world_size, waits, cycles, consequences, views)
+    return Report(ts, findings, ranks, ts.world_size, waits, cycles, consequences, views, no_calls(ts))
+
+
+def no_calls(ts: TraceSet) -> str | None:
+    """Why these traces cannot show the job's state, when no rank's trace holds a single call: every rank dumped,
+    none recorded anything. A job that stopped (a hang, a crash, a rank that exited) before its first collective
+    looks so, and so does one whose calls the dumps do not record (Gloo's Flight Recorder keeps no send/recv: a
+    pipeline stuck in its sends and receives); a healthy job that ran reaches at least its closing barrier."""
+    if not ts.ranks or any(len(t.entries) or t.log is not None for t in ts.ranks.values()):
+        return None
+    ranks = fmt_ranks(sorted(ts.ranks))
+    why = f"no rank's trace holds a single call ({ranks} dumped, each with nothing recorded)"
+    if any(t.source.startswith("flight_recorder") and not t.comm_lib_version for t in ts.ranks.values()):
+        why += ("; these Flight Recorder dumps name no NCCL version (Gloo's, which record no send/recv: a job that "
+                "only sent and received, a pipeline, leaves them empty whether it ran, hung or crashed)")
+    return why + (". These dumps cannot tell whether the job was stuck or which rank stopped it: one of "
+                  f"{ranks}, or none (the distdoctor recorder's traces, or `distdoctor run`, show the calls).")
 
 
 def _streams_first(ts: TraceSet, findings: list[Finding], consequences: list[dict]) -> list[Finding]:
@@ -331,6 +354,21 @@ def _missing_dump(no_dump: list[int], waits: list[Wait], views: dict[str, GroupV
                    evidence={"blocked": blocked})
 
 
+def _hedge_lost(lost: Finding | None, d: Divergence, idle: list[int], members: list[int], no_dump: list[int]) -> None:
+    """Ranks with no trace beside ranks that, alive, never issued the call the others wait in: either may have
+    stopped the job (Gloo aborts a process, SIGABRT and no dump, whose peer passes a call of another kind or size:
+    a rank that skipped or changed a call costs its peer its dump). The lost ranks' finding says so."""
+    lost_here = [r for r in no_dump if r in members]
+    if lost is None or not lost_here or lost.evidence.get("undecided"):
+        return
+    suspects = sorted(set(lost_here) | set(idle))
+    lost.evidence.update(undecided=True, suspects=suspects)
+    lost.detail = (f"one of {fmt_ranks(suspects)}: " + lost.detail + f" {fmt_ranks(idle)}, alive, never issued "
+                   f"{d.op} #{d.seq} on group '{d.group}' either: a rank that skipped or changed a call can cost its "
+                   f"peer its dump (Gloo aborts a process whose peer passes a call of another kind or size), and a "
+                   f"rank that died leaves the others waiting; these traces do not say which came first.")
+
+
 def _missing_ranks(d: Divergence, idle: list[int], explained: list[int], ts: TraceSet,
                    pending: dict[int, list[Entry]], views: dict[str, GroupView], explainer: Explainer) -> Finding:
     notes = {r: explainer.alone_reason(r, pending[r][0]) if pending.get(r) else explainer.late_mark(r) for r in idle}
@@ -380,7 +418,8 @@ def _from_divergence(d: Divergence, views: dict[str, GroupView]) -> Finding:
         what = d.kind.split("_")[0]
         verb = {"type": "issued a different collective", "size": "passed different sizes",
                 "dtype": "passed a different dtype", "root": "named a different root"}[what]
-        detail = f"at {d.op} #{d.seq} on {group} {fmt_ranks(d.ranks)} {verb} than the other members: {d.detail}."
+        than = "its sibling groups' members" if d.evidence.get("lost_peers") else "the other members"
+        detail = f"at {d.op} #{d.seq} on {group} {fmt_ranks(d.ranks)} {verb} than {than}: {d.detail}."
         if d.evidence.get("tie", {}).get("undecided"):
             detail = (f"one of {fmt_ranks(d.ranks)}: at {d.op} #{d.seq} on {group} the members disagree: "
                       f"{d.detail}.")

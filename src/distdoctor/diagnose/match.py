@@ -249,16 +249,45 @@ def _compare_sizes(view: GroupView, seq: int, present: dict[int, Entry], t, hold
         if size_bad:
             why = (f"{op} over {n} ranks needs output = {'n x input' if op == 'all_gather' else 'input / n'}; "
                    + "; ".join(f"rank {r}: in {present[r].in_sizes} out {present[r].out_sizes}" for r in size_bad))
+    if not size_bad and op == "all_to_all" and len(present) == n:
+        size_bad, why, tie = _unconserved(present)
     if not size_bad and op in SAME_INPUT_SIZE:
         sizes = {r: repr(e.in_sizes) for r, e in present.items() if e.in_sizes or op != "barrier"}
         bad, ref, classes = _minority(sizes)
         if bad:
             size_bad, why, tie = bad, f"input sizes: {_who(classes)}", classes
     if size_bad:
-        out.append(Divergence(view.name, seq, op, "size_mismatch", size_bad, holders, why, _tie_marked(
-            {"in_sizes": {r: present[r].in_sizes for r in present},
-             "out_sizes": {r: present[r].out_sizes for r in present}}, "in_sizes", tie), t))
+        evidence = {"in_sizes": {r: present[r].in_sizes for r in present},
+                    "out_sizes": {r: present[r].out_sizes for r in present}}
+        if tie.get("undecided"):  # decided already that nothing decides (ties.py leaves it so)
+            evidence["tie"] = {"key": "in_sizes", "classes": {}, "undecided": True}
+            evidence["undecided"] = True
+        else:
+            evidence = _tie_marked(evidence, "in_sizes", tie)
+        out.append(Divergence(view.name, seq, op, "size_mismatch", size_bad, holders, why, evidence, t))
     return out
+
+
+def _unconserved(present: dict[int, Entry]) -> tuple[list[int], str, dict]:
+    """all_to_all: each member's sizes may differ (its splits are its own), but every element one member sends,
+    another receives: the members' inputs add up to their outputs. Where they do not, some member passed another
+    size. The member whose input alone differs from every other member's, by exactly the surplus, is it; where
+    nothing tells (outputs differ legitimately), every member is named as a tie nobody can break."""
+    if not all(e.in_sizes and e.out_sizes for e in present.values()):
+        return [], "", {}
+    ins = {r: numel(e.in_sizes) for r, e in present.items()}
+    outs = {r: numel(e.out_sizes) for r, e in present.items()}
+    surplus = sum(ins.values()) - sum(outs.values())
+    if not surplus:
+        return [], "", {}
+    why = (f"all_to_all moves every element it is given: the members' inputs add up to {sum(ins.values())} "
+           f"elements, their outputs to {sum(outs.values())}; "
+           + "; ".join(f"rank {r}: in {present[r].in_sizes} out {present[r].out_sizes}" for r in sorted(present)))
+    for r in ins:
+        others = {v for q, v in ins.items() if q != r}
+        if len(others) == 1 and ins[r] - others.pop() == surplus:
+            return [r], why + f"; rank {r}'s input alone differs from the others', by exactly that surplus", {}
+    return sorted(present), why + "; nothing in the traces says whose", {"undecided": True}
 
 
 def _compare_meta(view: GroupView, seq: int, op: str, present: dict[int, Entry], t, holders: list[int]):

@@ -5,8 +5,12 @@ who is odd. The evidence can:
   of every data-parallel replica), disjoint from this one, ran the same program; what their members issued at
   the same sequence number is what this group's members should have issued;
 - completed calls: when only one side's call completed, it met members that agreed with it (members whose
-  traces do not record what is compared, Flight Recorder's roots, do not vote); for roots, when only the root
-  one side names completed its call;
+  traces do not record what is compared, Flight Recorder's roots, do not vote; a broadcast's or scatter's root
+  alone completes by sending, agreed with or not); for roots, when only the root one side names completed its
+  call;
+- the call site's history: what the members passed at the same call site before (the same user frames; without
+  frames, the same op and dtype): a side passing what was always passed there beside a side passing what never
+  was (a size or dtype changed) is not the odd one (a site with no history, a call made once, says nothing);
 - a rank-conditional call site: a call issued from inside an `if` that tests the rank (`if rank == 0:` around a
   log line's all_gather) is the odd one beside a call that is not.
 
@@ -87,7 +91,7 @@ def rank_conditional(e) -> str | None:
 def break_tie(d, view, views: dict) -> None:
     """Decide a tied divergence `d` of group `view` by the evidence, or name every tied rank (in place)."""
     tie = d.evidence.get("tie")
-    if not tie:
+    if not tie or tie.get("undecided"):
         return
     key, classes = tie["key"], tie["classes"]
     local = (lambda v: str(view.members.index(int(v))) if int(v) in view.members else v) if key == "root" \
@@ -104,7 +108,16 @@ def break_tie(d, view, views: dict) -> None:
                      f"{_ranks(classes[winners[0]])} issued at #{d.seq}")
         return
     present = {r: view.by_rank.get(r, {}).get(d.seq) for rs in classes.values() for r in rs}
-    done = [v for v, rs in classes.items() if all(present[r] is not None and view.is_done(r, present[r]) for r in rs)]
+    usual = site_history(view, d.seq, key, classes, present)
+    if usual is not None:
+        d.ranks = sorted(r for v, rs in classes.items() if v != usual for r in rs)
+        tie["decided_by"] = "call site history"
+        d.detail += (f"; the members split evenly, and what {_ranks(classes[usual])} passed is what the members "
+                     f"always passed at that call site before, while {_ranks(d.ranks)}'s never was")
+        return
+    done = [v for v, rs in classes.items() if all(present[r] is not None and view.is_done(r, present[r]) for r in rs)
+            and not (key != "root" and d.op in SENDS_FROM_ROOT and len(rs) == 1
+                     and present[rs[0]].root in (None, rs[0]))]  # a root (or maybe one: no roots recorded) alone
     if key == "root" and not done:  # the root a side names completed its call: it sent what that side expects
         done = [v for v in classes if _completed(view, int(v), d.seq)]
     if len(done) == 1:  # only one side's call completed: it found members that agreed with it
@@ -124,6 +137,46 @@ def break_tie(d, view, views: dict) -> None:
     tie["undecided"] = d.evidence["undecided"] = True  # (the top-level mark every finding that cannot tell carries)
     d.detail += ("; the members split evenly and nothing in the traces (sibling groups, rank-conditional call "
                  "sites) says which of them is odd")
+
+
+SENDS_FROM_ROOT = ("broadcast", "scatter")  # the root's call completes once it sent, whatever the others passed
+HISTORY = 64  # earlier calls of the group a call site's history is read from
+
+
+def _site(e, key: str) -> tuple | None:
+    """Where a call comes from: its user frames; without frames, its op (and dtypes, unless they are compared)."""
+    frames = tuple((f.filename, f.line) for f in (e.frames or []) if is_user_code(f.filename))
+    if frames:
+        return frames
+    if key == "op":
+        return None
+    return (e.op,) if key == "dtypes" else (e.op, str(dtype_signature(e.in_dtypes, e.out_dtypes)))
+
+
+def site_history(view, seq: int, key: str, classes: dict, present: dict) -> str | None:
+    """The one side whose value the members always passed at its call site before, when every other side's site
+    has a history that never held its value: that side is the usual one."""
+    sites = {r: _site(e, key) for r, e in present.items() if e is not None}
+    if len(sites) < len(present) or None in sites.values():
+        return None
+    wanted = set(sites.values())
+    seen: dict[tuple, set] = {}
+    for m, seqs in view.by_rank.items():
+        for s in sorted(x for x in seqs if x < seq)[-HISTORY:]:
+            e = seqs[s]
+            site = _site(e, key)
+            if site in wanted:
+                seen.setdefault(site, set()).add(value_of(key, e, view.members))
+    usual, changed = [], []
+    for v, rs in classes.items():
+        history = [seen.get(sites[r]) for r in rs]
+        if any(h is None for h in history):
+            return None  # a site with no history says nothing
+        if all(value_of(key, present[r], view.members) in h for r, h in zip(rs, history)):
+            usual.append(v)
+        elif not any(value_of(key, present[r], view.members) in h for r, h in zip(rs, history)):
+            changed.append(v)
+    return usual[0] if len(usual) == 1 and len(changed) == len(classes) - 1 else None
 
 
 def _completed(view, rank: int, seq: int) -> bool:

@@ -282,9 +282,9 @@ class JobWatch:
         except Exception as exc:  # the job's exit code and the dumps matter more than this summary
             self.say(f"warning: could not analyze the dumps ({type(exc).__name__}: {exc})")
             return ""
-        if problem and report.verdict == "ok":
+        if problem and report.verdict in ("ok", "undecided"):
             keep = [ln for ln in text.splitlines() if not ln.startswith("No desync, hang or straggler found")]
-            if keep and keep[0].startswith("verdict: OK"):
+            if keep and keep[0].startswith(("verdict: OK", "verdict: UNDECIDED")):
                 rest = keep[0].split(" - ", 1)[-1].split("; ", 1)[-1]
                 keep[0] = f"verdict: PROBLEM - {problem} (no finding in the traces themselves); {rest}"
             text = "\n".join(keep) + "\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from distdoctor.diagnose import hang_status
 from distdoctor.diagnose.analyze import Report
+from distdoctor.diagnose.progress import is_gloo_fr
 from distdoctor.findings.kinds import fmt_group, fmt_ranks
 from distdoctor.report.diagnose_threads import thread_lines
 from distdoctor.report.findings import MAX_LISTED, finding_lines, fmt_ranges
@@ -37,13 +38,18 @@ def render_text(report: Report) -> str:
     lines = []
     n_find = len(report.findings)
     n_bad = len(ts.errors)
-    head = {"problem": "PROBLEM", "in_flight": "IN FLIGHT"}.get(report.verdict, "OK")
+    head = {"problem": "PROBLEM", "in_flight": "IN FLIGHT", "undecided": "UNDECIDED"}.get(report.verdict, "OK")
     lines.append(f"verdict: {head} - {n_find} finding{'s' if n_find != 1 else ''}; world size {report.world_size}, "
                  f"{len(ts.ranks)} trace{'s' if len(ts.ranks) != 1 else ''} loaded"
                  + (f", {n_bad} file{'s' if n_bad != 1 else ''} unusable" if n_bad else ""))
     lines.extend(hang_status.text_lines(report))
     if report.verdict == "ok":
         lines.append("No desync, hang or straggler found in these traces.")
+        if any(is_gloo_fr(t) for t in ts.ranks.values()):
+            lines.append("(Gloo's Flight Recorder records no send/recv: a rank blocked in p2p, a pipeline stage, "
+                         "looks finished in these dumps; the distdoctor recorder's traces show it.)")
+    elif report.verdict == "undecided":
+        lines.append(f"No verdict: {report.undecided}")
     elif report.verdict == "in_flight":
         lines.append(f"No desync found, but {fmt_ranks(report.in_flight_ranks())} run collectives every member "
                      "reached (their GPUs, under NCCL): nothing in these dumps holds them up, nor shows them end. A "

@@ -1,0 +1,101 @@
+"""A group whose other members left no trace, judged by its sibling groups (`unmet_by_siblings`): Gloo aborts a
+process (SIGABRT, no dump) whose peer passes another dtype or size, so the call that changed has no member left to
+be compared with but the members of the groups that run the same program beside it."""
+
+from __future__ import annotations
+
+from distdoctor.diagnose.match import Divergence, GroupView, divergences
+from distdoctor.diagnose.ties import value_of
+from distdoctor.trace.model import TraceSet
+
+
+def all_divergences(ts: TraceSet, views: dict[str, GroupView]) -> list[Divergence]:
+    """match.py's divergences, and for each group with none, what its sibling groups say of it."""
+    out = divergences(ts, views)
+    diverged = {d.group for d in out}
+    traced = set(ts.ranks)
+    untraced = [r for r in range(ts.world_size or 0) if r not in traced]
+    for name in sorted(views):
+        if name not in diverged:
+            d = unmet_by_siblings(views[name], views, traced, untraced)
+            if d is not None:
+                out.append(d)
+    return out
+
+
+HISTORY = 64  # earlier calls of a group its siblings' calls must match before they vouch for the next one
+
+
+def unmet_by_siblings(view: GroupView, views: dict[str, GroupView], traced: set[int],
+                      untraced: list[int]) -> Divergence | None:
+    """A group whose other members left no trace (Gloo aborts a process, SIGABRT and no dump, when its peer passes
+    another dtype or size): the members that are left cannot be compared with them, but with the sibling groups
+    (ties.py: same size and description, disjoint, the same program). Where a left member's last call on the
+    group (the one its peers died in; Gloo's Flight Recorder retires a call that failed) passes another dtype or
+    size than the siblings' members all passed at that position, while its earlier calls there matched theirs,
+    it changed its call: the mismatch is the cause, the members without a trace its victims (no finding where
+    the earlier calls differ: pipeline stages' groups legitimately do). A group known only from the traces
+    (Flight Recorder's, without pg_config) has the size of its described siblings: fewer members is lost ones."""
+    size = len(view.members)
+    if view.inferred and view.desc not in ("", "undefined"):
+        size = max(len(o.members) for o in views.values() if o.desc == view.desc)
+    lost = [m for m in view.members if m not in traced] or (untraced if size > len(view.members) else [])
+    left = [m for m in view.members if view.by_rank.get(m)]
+    if not left or not (lost or size > len(view.members)):
+        return None
+    mine = set(view.members)
+    siblings = [o for o in views.values() if o is not view and o.desc == view.desc and len(o.members) == size
+                and not mine & set(o.members) and all(m in traced for m in o.members)]
+    if not siblings:
+        return None
+    found: dict[str, list] = {}
+    for r in left:
+        seq = max(view.by_rank[r])
+        e = view.by_rank[r][seq]
+        for key, kind in (("dtypes", "dtype_mismatch"), ("in_sizes", "size_mismatch")):
+            want = _unanimous(siblings, seq, key)
+            if want is None or value_of(key, e, view.members) == want or _unanimous(siblings, seq, "op") != e.op \
+                    or not _kept_up(view, siblings, r, seq):
+                continue
+            found.setdefault(kind, [seq, e, key, want, []])[4].append(r)
+            break
+    if not found:
+        return None
+    kind, (seq, e, key, want, ranks) = next(iter(found.items()))
+    who = (_names(lost) if lost and len(lost) <= size - len(left) else f"one of {_names(lost)}" if lost
+           else f"{size - len(left)} member(s)")
+    detail = (f"{'dtypes' if key == 'dtypes' else 'input sizes'} {value_of(key, e, view.members)} where every member "
+              f"of the sibling groups passed {want} (its earlier calls on the group matched theirs); {who} of this "
+              f"group left no trace: the transport aborts a process whose peer passes another dtype or size "
+              f"(Gloo: SIGABRT, no dump)")
+    return Divergence(view.name, seq, e.op, kind, sorted(ranks), sorted(left), detail,
+                      {"decided_by": "sibling groups", "lost_peers": lost, "expected": want,
+                       "got": {str(r): value_of(key, view.by_rank[r][seq], view.members) for r in ranks}},
+                      e.t_created)
+
+
+def _unanimous(siblings: list[GroupView], seq: int, key: str) -> str | None:
+    """The one value every sibling member holding `seq` gave there, when at least two of them did."""
+    values = [value_of(key, e, o.members) for o in siblings for m in o.members
+              for e in [o.by_rank.get(m, {}).get(seq)] if e is not None]
+    return values[0] if len(values) >= 2 and len(set(values)) == 1 and values[0] is not None else None
+
+
+def _kept_up(view: GroupView, siblings: list[GroupView], rank: int, seq: int) -> bool:
+    """The rank's earlier calls on the group (the last HISTORY) matched what the siblings all issued there, and
+    there is such a call: the siblings run this group's program."""
+    compared = 0
+    for s in sorted(s for s in view.by_rank[rank] if s < seq)[-HISTORY:]:
+        e = view.by_rank[rank][s]
+        for key in ("op", "dtypes", "in_sizes"):
+            want = _unanimous(siblings, s, key)
+            if want is None:
+                continue
+            if value_of(key, e, view.members) != want:
+                return False
+            compared += 1
+    return compared > 0
+
+
+def _names(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))

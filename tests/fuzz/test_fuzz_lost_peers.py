@@ -1,0 +1,47 @@
+"""Ranks with no trace beside a rank that, alive, never issued the call the others wait in (analyze.py,
+`_hedge_lost`): Gloo aborts a process (SIGABRT, no dump) whose peer skips or changes a call, so the rank without a
+trace may be the victim as well as the cause; the lost rank's finding says "one of ranks ..." and names both.
+A real DDP run showed it: rank 1 skipped its loss all_reduce, rank 0 was aborted, and the recorder's dumps alone
+read `missing_dump` [0] as if rank 0 alone had stopped the job. Over generated jobs (trace_sets.py)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from test_fuzz_invariant import CHECKS, _diagnose
+from trace_sets import Job, Step
+
+
+@st.composite
+def lost_beside_a_stop(draw, stop: bool = True) -> Job:
+    world = draw(st.integers(3, 8))
+    steps = [Step("0", draw(st.sampled_from(["all_reduce", "all_gather", "barrier"])), 8)
+             for _ in range(draw(st.integers(2, 5)))]
+    a, b = draw(st.permutations(range(world)))[:2]
+    faults = {a: ("no_dump", 0)}
+    if stop:
+        faults[b] = (draw(st.sampled_from(["stop", "skip"])), draw(st.integers(1, len(steps) - 1)))
+    return Job(world, {"0": list(range(world))}, {"0": "default_pg"}, steps, faults)
+
+
+@CHECKS
+@given(lost_beside_a_stop(), st.sampled_from(["native", "pickle", "json"]))
+def test_a_lost_rank_beside_one_that_never_issued_the_call_is_one_of_two(job, form):
+    (a, _), (b, (fault, _)) = job.faults.items()
+    _, _, report = _diagnose(job, {r: form for r in range(job.world)})
+    lost = next(f for f in report.findings if f.kind == "missing_dump")
+    assert lost.ranks == [a]
+    named = {r for f in report.findings for r in f.ranks}
+    if b in named and fault == "stop":  # b alive and absent from the call the others wait in
+        assert lost.detail.startswith(f"one of ranks {min(a, b)}, {max(a, b)}: "), lost.detail
+        assert lost.evidence["suspects"] == sorted((a, b)) and lost.evidence["undecided"] is True
+
+
+@CHECKS
+@given(lost_beside_a_stop(stop=False), st.sampled_from(["native", "pickle"]))
+def test_a_lost_rank_alone_is_named_without_a_hedge(job, form):
+    _, _, report = _diagnose(job, {r: form for r in range(job.world)})
+    (a, _), = job.faults.items()
+    first = report.findings[0]
+    assert (first.kind, first.ranks) == ("missing_dump", [a]) and not first.detail.startswith("one of"), first.detail
