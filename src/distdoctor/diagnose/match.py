@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 
 from distdoctor.collectives import get_spec
-from distdoctor.collectives.names import as_recorded, backend_of, dtype_signature
+from distdoctor.collectives.names import dtype_signature
+from distdoctor.diagnose.renamed import recorded_names
 from distdoctor.diagnose.ties import break_tie, tied
 from distdoctor.trace.code_origin import is_user_code
 from distdoctor.trace.model import AGREE_ON, Entry, TraceSet, entry_column, numel
@@ -204,9 +205,8 @@ def _compare(view: GroupView, seq: int, present: dict[int, Entry]) -> list[Diver
     t = min((e.t_created for e in present.values() if e.t_created), default=None)
     # A backend may record one collective under another's name (Gloo: reduce_scatter as all_reduce): compare
     # the names as that backend's Flight Recorder would give them, when one of the traces is its.
-    backends = {backend_of(e.raw_op) for e in present.values()} - {None}
     ops = {r: e.op for r, e in present.items()}
-    seen_as = {r: _as_recorded_by(op, backends) for r, op in ops.items()}
+    seen_as = recorded_names(present, len(view.members) or len(present))
     culprits, ref_op, classes = _minority(seen_as)
     if culprits:
         out.append(Divergence(view.name, seq, str(ref_op), "type_mismatch", culprits, sorted(present),
@@ -223,12 +223,6 @@ def _compare(view: GroupView, seq: int, present: dict[int, Entry]) -> list[Diver
         out.extend(_compare_sizes(view, seq, present, t, holders))
     op = next((o for o in ops.values() if o != ref_op), str(ref_op))  # the program's name, where a trace has it
     return out + _compare_meta(view, seq, op, present, t, holders)
-
-
-def _as_recorded_by(op: str, backends: set) -> str:
-    for backend in backends:
-        op = as_recorded(op, backend)
-    return op
 
 
 def _compare_sizes(view: GroupView, seq: int, present: dict[int, Entry], t, holders: list[int]) -> list[Divergence]:
