@@ -206,7 +206,7 @@ def _compare(view: GroupView, seq: int, present: dict[int, Entry]) -> list[Diver
     # A backend may record one collective under another's name (Gloo: reduce_scatter as all_reduce): compare
     # the names as that backend's Flight Recorder would give them, when one of the traces is its.
     ops = {r: e.op for r, e in present.items()}
-    seen_as = recorded_names(present, len(view.members) or len(present))
+    seen_as = recorded_names(present)
     culprits, ref_op, classes = _minority(seen_as)
     if culprits:
         out.append(Divergence(view.name, seq, str(ref_op), "type_mismatch", culprits, sorted(present),
