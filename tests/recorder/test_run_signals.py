@@ -14,10 +14,12 @@ from recorder_helpers import free_port, kill_group
 
 # A one-rank gloo job: it creates a process group (so the recorder registers the rank's pid) and waits.
 ONE_RANK = """
-import sys, time
+import os, sys, time
 import torch.distributed as dist
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
 print("ready", flush=True)
+if os.environ.get("READY_FILE"):  # past init_process_group (and the recorder's start-up inside it)
+    open(os.environ["READY_FILE"], "w").close()
 try:
     time.sleep(120)
 except KeyboardInterrupt:
@@ -42,9 +44,11 @@ def _wait_for(path, proc, timeout=90):
 
 def test_kill_int_to_run_alone_reaches_the_job(tmp_path, cli_env):
     dumps = tmp_path / "d"
-    proc = _start(dumps, cli_env, ONE_RANK % free_port())
+    # The job's own "ready", not the recorder's pid file: that is written while init_process_group is still
+    # starting the recorder, where a Ctrl-C would land before the job's try.
+    proc = _start(dumps, {**cli_env, "READY_FILE": str(tmp_path / "ready")}, ONE_RANK % free_port())
     try:
-        _wait_for(dumps / ".rank_0.pid", proc)
+        _wait_for(tmp_path / "ready", proc)
         os.kill(proc.pid, signal.SIGINT)  # run alone, as `kill -INT <pid>` from another shell or a script
         out, err = proc.communicate(timeout=60)
     finally:
