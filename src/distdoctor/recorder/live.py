@@ -210,7 +210,7 @@ def state(rec, stacks: bool = False, full: bool = False, as_object: bool = False
     model.to_object)."""
     progress, keep = frontiers(list(rec.buffer))
     hang = rec.watchdog.hang_header() if rec.watchdog is not None else None
-    trace = None
+    trace = standing = None
     if full or stacks:
         threads = {t.ident: t.name for t in threading.enumerate()}
         rec._refresh_groups()
@@ -220,14 +220,16 @@ def state(rec, stacks: bool = False, full: bool = False, as_object: bool = False
             entries=[rec._entry(r, threads) for r in keep], stacks=_stacks(rec) if stacks else None,
             dump_reason=LIVE_REASON, dump_time=time.time(), host=socket.gethostname(), pid=os.getpid(), hang=hang,
             exception=rec.exception)
-        apply_standing(trace, nccl_standing())  # NCCL: completed means the GPU completed it
+        standing = nccl_standing()
+        apply_standing(trace, standing)  # NCCL: completed means the GPU completed it
     extras = {}
     for name, source in list(_published.items()):
         try:
             extras[name] = source()
         except Exception as exc:
             extras[name] = {"error": f"{type(exc).__name__}: {exc}"}
-    return payload(rec.rank, rec.world_size, hang, progress, rec.last_progress, trace, _pg_status(), extras,
+    pg_status = standing["pg_status"] if standing else _pg_status()  # read once: NCCL's dump is the same
+    return payload(rec.rank, rec.world_size, hang, progress, rec.last_progress, trace, pg_status, extras,
                    as_object)
 
 
