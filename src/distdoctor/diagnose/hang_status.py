@@ -145,7 +145,7 @@ def _call(c: dict) -> str:
     return f"{c.get('op')} #{c.get('seq')} on {group}{src}"
 
 
-def _header_call(trace) -> dict | None:
+def header_call(trace) -> dict | None:
     """The call this rank's own watchdog saw it blocked in, for a dump of a suspected or confirmed hang."""
     hang = trace.hang if isinstance(trace.hang, dict) else None
     if not hang or hang.get("status") not in ("suspected", "confirmed"):
@@ -176,7 +176,7 @@ def header_waits(ts: TraceSet, views: dict[str, GroupView], pending: dict[int, l
 
     blocked: dict[int, tuple[dict, Entry]] = {}
     for r, trace in ts.ranks.items():
-        call = _header_call(trace)
+        call = header_call(trace)
         if call is None or call.get("source") != "flight_recorder" or "flight_recorder" in trace.source or \
                 pending.get(r):
             continue

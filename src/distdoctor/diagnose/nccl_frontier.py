@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks
+from distdoctor.diagnose.hang_status import header_call
 from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.waitfor import p2p_index
 from distdoctor.trace.frontier import Frontier, frontiers, is_async
@@ -264,11 +265,9 @@ def _watched(ts: TraceSet) -> dict[int, dict]:
     hang), with for how long: the dump was made because that call did not complete."""
     out = {}
     for r, t in ts.ranks.items():
-        h = t.hang if isinstance(t.hang, dict) else None
-        mine = (h or {}).get("this_rank") or {}
-        call = mine.get("blocked_in")
-        if h and h.get("status") in ("suspected", "confirmed") and isinstance(call, dict) and call.get("group"):
-            out[r] = {**call, "group": str(call["group"]), "for_s": mine.get("blocked_for_s")}
+        call = header_call(t)
+        if call is not None:
+            out[r] = {**call, "for_s": t.hang["this_rank"].get("blocked_for_s")}
     return out
 
 
