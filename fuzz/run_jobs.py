@@ -2,14 +2,22 @@
 run under `distdoctor run --inject` and scored in every mode.
 
     python fuzz/run_jobs.py --runs 40 --seed 1 [--programs ddp,tp] [--nproc 4,8] [--healthy 0.2] [--out runs.jsonl]
+                            [--jobs 2] [--store DIR]
     python fuzz/run_jobs.py --scoreboard runs.jsonl        # the table (program x fault x mode), from a results file
+    python fuzz/run_jobs.py --rescore DIR --out new.jsonl  # every stored run judged again by today's diagnose
+
+`--jobs N` runs N jobs at once (each waits for its hang timeout most of its time); `--store DIR` keeps every
+run's dumps and `run`'s output (DIR/SEED-I/), so that a later `--rescore DIR` can diagnose them again with the
+code of that day: the dump modes are re-diagnosed, live and closing are judged again from the stored output.
 
 A run is right in a mode when that mode's first finding names exactly the injected rank and its kind fits the
 fault (FITS); a healthy run (no fault) is right when the mode has no finding. Modes:
 - live: the verdict `run` printed while the job hung (only runs that hung before ending);
 - closing: the verdict `run` printed at the end, and its closing line (`the job failed: rank R ...`) naming R alone;
 - recorder, fr_pickle, fr_json: `diagnose` of the recorder's dumps alone, of Flight Recorder's pickles alone, of
-  Flight Recorder's JSON dumps alone (DISTDOCTOR_FR_JSON=1 has each rank write them).
+  Flight Recorder's JSON dumps alone (DISTDOCTOR_FR_JSON=1 has each rank write them);
+- mixed: `diagnose` of one dump a rank, the forms taken in turn (rank r's is form (r + a draw of the run) mod 3,
+  or the next form it left), as a job whose ranks left different forms; scored only when two forms meet.
 A mode with no dump of its form (a killed rank writes none; gloo's Flight Recorder may hold nothing) is scored
 on the dumps there are. The truth is `run`'s DUMP_DIR/.injected.json: a fault that never fired is not scored.
 """
@@ -26,7 +34,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +61,7 @@ FAULTS = {
 # programs that make calls of their own at the Python boundary (DDP's and FSDP's are issued from C++ or by
 # functional collectives, which the call-counted faults cannot reach)
 CALLS = {"ddp": 1, "fsdp": 1, "hsdp": 1, "tp": 5, "pipeline": 0, "moe": 6, "dcp": 0, "objects": 4}  # per step
-MODES = ("live", "closing", "recorder", "fr_pickle", "fr_json")
+MODES = ("live", "closing", "recorder", "fr_pickle", "fr_json", "mixed")
 FR_MODES = ("fr_pickle", "fr_json")  # Flight Recorder keeps no exception: a rank that raised reads as absent there
 FR_FITS = {"raise": ("crashed", "missing_ranks", "missing_dump")}
 RUN_ARGS = ["--suspect-floor", "2", "--hang-timeout", "12", "--kill-on-hang", "--dump-on-exit"]  # healthy runs dump too
@@ -75,7 +85,7 @@ def sample(rng: random.Random, programs, nprocs, healthy: float) -> dict:
     return {"program": program, "nproc": nproc, "fault": fault, "spec": spec, "rank": rank}
 
 
-def run_one(case: dict, work: Path, timeout: float) -> dict:
+def run_one(case: dict, work: Path, timeout: float, store: Path | None = None) -> dict:
     dumps = work / "dumps"
     cmd = [sys.executable, "-m", "distdoctor", "run", "--dump-dir", str(dumps), *RUN_ARGS]
     if case["spec"]:
@@ -85,6 +95,7 @@ def run_one(case: dict, work: Path, timeout: float) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", DISTDOCTOR_FR_JSON="1", FUZZ_CKPT=str(work / "ckpt"),
                PYTHONPATH=os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p))
     t0 = time.monotonic()
+    load = os.getloadavg()[0]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     try:
@@ -96,20 +107,59 @@ def run_one(case: dict, work: Path, timeout: float) -> dict:
         return {**case, "error": f"timed out after {timeout} s", "stderr": err[-2000:]}
     finally:
         _kill_leftovers(dumps)
-    result = {**case, "rc": proc.returncode, "wall_s": round(time.monotonic() - t0, 1)}
+    meta = {"rc": proc.returncode, "wall_s": round(time.monotonic() - t0, 1), "load": round(load, 1),
+            "commit": _commit()}
+    if store is not None:
+        _keep(store, case, meta, out, err, dumps)
+    return judge_run(case, meta, out, dumps)
+
+
+def judge_run(case: dict, meta: dict, out: str, dumps: Path) -> dict:
+    """A run scored in every mode from what it left: `run`'s output and its dump directory."""
+    result = {**case, **meta}
     truth_path = dumps / ".injected.json"
     truth = json.loads(truth_path.read_text()) if truth_path.exists() else {"fired": []}
     result["fired"] = [f.get("fault") for f in truth.get("fired", [])]
     result["modes"] = score_modes(case, out, dumps)
     if case["spec"] is None:  # healthy: exit 0, no hang, and no verdict with a finding
         blocks = _verdicts(out)
-        result["modes"]["closing"] = {"ok": proc.returncode == 0 and all(b[1] is None for b in blocks)
+        result["modes"]["closing"] = {"ok": meta["rc"] == 0 and all(b[1] is None for b in blocks)
                                       and "HANG" not in out, "first": blocks[-1][1] if blocks else None}
     result["closing_line"] = next((ln for ln in out.splitlines() if ln.startswith("distdoctor run: the job failed")),
                                   None)
     if result["modes"].get("closing") and case["rank"] is not None and result["closing_line"]:
         result["modes"]["closing"]["line_names_only_it"] = _names_only(result["closing_line"], case["rank"])
     return result
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=False,
+                              capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def _keep(store: Path, case: dict, meta: dict, out: str, err: str, dumps: Path) -> None:
+    """One stored run: its case, `run`'s output, and its dumps (what `--rescore` reads)."""
+    where = store / case["id"]
+    if dumps.exists():
+        shutil.copytree(dumps, where / "dumps", dirs_exist_ok=True)
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "case.json").write_text(json.dumps({"case": case, "meta": meta}))
+    (where / "out.txt").write_text(out)
+    (where / "err.txt").write_text(err[-20000:])
+
+
+def rescore(store: Path) -> list[dict]:
+    """Every run kept under `store`, judged again with today's diagnose and today's table."""
+    results = []
+    for where in sorted(store.glob("*/case.json")):
+        kept = json.loads(where.read_text())
+        results.append(judge_run(kept["case"], kept["meta"], (where.parent / "out.txt").read_text(),
+                                 where.parent / "dumps"))
+    return results
 
 
 def _names_only(line: str, rank: int) -> bool:
@@ -133,6 +183,9 @@ def _verdicts(out: str) -> list[tuple[str, str | None]]:
     return blocks
 
 
+FORMS = {"recorder": "rank_*.jsonl", "fr_pickle": "rank_*.fr.pkl", "fr_json": ".fr-json/rank_*.fr.json"}
+
+
 def score_modes(case: dict, out: str, dumps: Path) -> dict:
     blocks = _verdicts(out)
     hung = "HANG SUSPECTED" in out or "HANG CONFIRMED" in out
@@ -141,13 +194,38 @@ def score_modes(case: dict, out: str, dumps: Path) -> dict:
         modes["live"] = _judge(case, blocks[0][1])
     if blocks:
         modes["closing"] = _judge(case, blocks[-1][1])
-    for mode, pattern in (("recorder", "rank_*.jsonl"), ("fr_pickle", "rank_*.fr.pkl"),
-                          ("fr_json", ".fr-json/rank_*.fr.json")):
-        files = sorted(dumps.glob(pattern)) + sorted(dumps.glob("host-*/" + pattern))
+    by_form = {form: _files(dumps, pattern) for form, pattern in FORMS.items()}
+    for mode, files in by_form.items():
         if files:
-            first, verdict = _diagnose(files, case["nproc"])
+            first, verdict = _diagnose(list(files.values()), case["nproc"])
             modes[mode] = {**_judge(case, first, mode), "verdict": verdict}
+    chosen = mixed_forms(by_form, case)
+    if len(set(chosen.values())) > 1:
+        first, verdict = _diagnose([by_form[form][rank] for rank, form in sorted(chosen.items())], case["nproc"])
+        mode = chosen.get(case["rank"], "recorder")  # the injected rank's form says what its fault can read as
+        modes["mixed"] = {**_judge(case, first, mode), "verdict": verdict, "forms": chosen}
     return modes
+
+
+def _files(dumps: Path, pattern: str) -> dict[int, Path]:
+    """rank -> its dump of one form (rank_R.*), in the directory or a host-* directory under it."""
+    found = {}
+    for f in sorted(dumps.glob(pattern)) + sorted(dumps.glob("host-*/" + pattern)):
+        m = re.match(r"rank_(\d+)\.", f.name)
+        if m:
+            found[int(m.group(1))] = f
+    return found
+
+
+def mixed_forms(by_form: dict[str, dict[int, Path]], case: dict) -> dict[int, str]:
+    """Each rank's form in the mixed mode: form (rank + a draw of this run) mod 3, else the next it left."""
+    names = list(FORMS)
+    shift = sum(map(ord, case.get("id") or case["program"]))
+    chosen = {}
+    for rank in sorted({r for files in by_form.values() for r in files}):
+        order = [names[(rank + shift + i) % len(names)] for i in range(len(names))]
+        chosen[rank] = next(form for form in order if rank in by_form[form])
+    return chosen
 
 
 def _diagnose(files: list[Path], world_size: int):
@@ -159,7 +237,7 @@ def _diagnose(files: list[Path], world_size: int):
             shutil.copy(f, Path(tmp) / f.name)
         proc = subprocess.run([sys.executable, "-m", "distdoctor", "diagnose", tmp, "--format", "json",
                                "--world-size", str(world_size)],
-                              capture_output=True, text=True, timeout=300,
+                              check=False, capture_output=True, text=True, timeout=300,
                               env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
     try:
         report = json.loads(proc.stdout)
@@ -175,6 +253,12 @@ def _judge(case: dict, first, mode: str = "") -> dict:
     fits = FR_FITS.get(case["fault"], FAULTS[case["fault"]][1]) if mode in FR_MODES else FAULTS[case["fault"]][1]
     ok = first is not None and first[1] == [case["rank"]] and first[0] in fits
     return {"ok": ok, "first": first}
+
+
+def _fits_mode(mode: str, judged: dict, rank) -> str:
+    """The mode whose fits judge this one: in the mixed mode, the form the injected rank's dump had."""
+    forms = judged.get("forms") or {}
+    return forms.get(rank, forms.get(str(rank), "recorder")) if mode == "mixed" else mode
 
 
 def _kill_leftovers(dumps: Path) -> None:
@@ -198,7 +282,8 @@ def scoreboard(results: list[dict]) -> str:
             continue
         for mode, judged in r["modes"].items():
             if r["spec"] is not None:  # judged again by today's table (results files outlive it)
-                judged = {**judged, **_judge(r, tuple(judged["first"]) if judged.get("first") else None, mode)}
+                fits_of = _fits_mode(mode, judged, r["rank"])
+                judged = {**judged, **_judge(r, tuple(judged["first"]) if judged.get("first") else None, fits_of)}
             ok = judged["ok"] and judged.get("line_names_only_it", True)
             for key in ((r["program"], r["fault"]), ("all", "injected" if r["spec"] else "healthy")):
                 got = cells.setdefault(key, {}).setdefault(mode, [0, 0, 0])
@@ -213,6 +298,39 @@ def scoreboard(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _line(i: int, runs: int, case: dict, result: dict) -> str:
+    wrong = [m for m, j in result.get("modes", {}).items() if not (j["ok"] and j.get("line_names_only_it", True))]
+    said = ("error " + result["error"] if "error" in result else "wrong in " + ", ".join(wrong) if wrong
+            else "right" if result.get("fired") or case["spec"] is None else "fault never fired")
+    return (f"[{i}/{runs}] {case['id']} {case['program']} x{case['nproc']} {case['spec'] or 'healthy'}: {said}"
+            f" ({result.get('wall_s', '?')} s, load {result.get('load', '?')})")
+
+
+def campaign(args, cases: list[dict]) -> list[dict]:
+    """Run the cases, `args.jobs` at a time; each result is printed and appended to `args.out` as it ends."""
+    store = Path(args.store) if args.store else None
+    lock = threading.Lock()
+    results = []
+
+    def one(case: dict) -> dict:
+        with tempfile.TemporaryDirectory(prefix="fuzzjob") as work:
+            result = run_one(case, Path(work), args.timeout, store)
+            wrong = any(not (j["ok"] and j.get("line_names_only_it", True)) for j in result.get("modes", {}).values())
+            if args.keep and (wrong or "error" in result) and (Path(work) / "dumps").exists():
+                shutil.copytree(Path(work) / "dumps", Path(args.keep) / case["id"], dirs_exist_ok=True)
+        with lock:
+            results.append(result)
+            print(_line(len(results), len(cases), case, result), flush=True)
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(result) + "\n")
+        return result
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        list(pool.map(one, cases))
+    return results
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=10)
@@ -221,12 +339,24 @@ def main() -> int:
     ap.add_argument("--nproc", default="4")
     ap.add_argument("--healthy", type=float, default=0.2, help="share of runs with no fault")
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per run")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once")
     ap.add_argument("--out", default=None, help="append one JSON line per run here")
     ap.add_argument("--scoreboard", default=None, metavar="RESULTS", help="print the table of a results file")
     ap.add_argument("--keep", default=None, metavar="DIR", help="keep the dumps of every run scored wrong here")
+    ap.add_argument("--store", default=None, metavar="DIR", help="keep every run's dumps and output here")
+    ap.add_argument("--rescore", default=None, metavar="DIR", help="judge every run stored in DIR again")
     args = ap.parse_args()
     if args.scoreboard:
         print(scoreboard([json.loads(ln) for ln in Path(args.scoreboard).read_text().splitlines() if ln.strip()]))
+        return 0
+    if args.rescore:
+        if not Path(args.rescore).is_dir():
+            print(f"run_jobs: --rescore {args.rescore}: not a directory", file=sys.stderr)
+            return 2
+        results = rescore(Path(args.rescore))
+        if args.out:
+            Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in results))
+        print(scoreboard(results))
         return 0
     programs = [p for p in args.programs.split(",") if p]
     unknown = sorted(set(programs) - set(PROGRAMS))
@@ -234,23 +364,9 @@ def main() -> int:
         print(f"run_jobs: unknown program(s) {', '.join(unknown)} (one of {', '.join(PROGRAMS)})", file=sys.stderr)
         return 2
     rng = random.Random(args.seed)
-    results = []
-    for i in range(args.runs):
-        case = sample(rng, programs, [int(n) for n in args.nproc.split(",")], args.healthy)
-        with tempfile.TemporaryDirectory(prefix="fuzzjob") as work:
-            result = run_one(case, Path(work), args.timeout)
-            wrong = [m for m, j in result.get("modes", {}).items()
-                     if not (j["ok"] and j.get("line_names_only_it", True))]
-            if args.keep and (wrong or "error" in result) and (Path(work) / "dumps").exists():
-                shutil.copytree(Path(work) / "dumps", Path(args.keep) / f"{args.seed}-{i + 1}", dirs_exist_ok=True)
-        results.append(result)
-        print(f"[{i + 1}/{args.runs}] {case['program']} x{case['nproc']} {case['spec'] or 'healthy'}: "
-              f"{'error ' + result['error'] if 'error' in result else 'wrong in ' + ', '.join(wrong) if wrong else 'right'}"
-              f" ({result.get('wall_s', '?')} s)", flush=True)
-        if args.out:
-            with open(args.out, "a") as f:
-                f.write(json.dumps(result) + "\n")
-    print(scoreboard(results))
+    nprocs = [int(n) for n in args.nproc.split(",")]
+    cases = [{**sample(rng, programs, nprocs, args.healthy), "id": f"{args.seed}-{i + 1}"} for i in range(args.runs)]
+    print(scoreboard(campaign(args, cases)))
     return 0
 
 

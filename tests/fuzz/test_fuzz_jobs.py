@@ -50,10 +50,10 @@ def test_the_scoreboard_counts_each_mode_per_program_and_fault():
                {"program": "ddp", "fault": "healthy", "spec": None, "modes": {"recorder": {"ok": True}}},
                {"program": "tp", "fault": "hang", "spec": "hang:1@step=2", "fired": [], "modes": {"live": {"ok": True}}}]
     table = run_jobs.scoreboard(results).splitlines()
-    assert "| ddp | hang | 1/1 | 0/1 | 0/1 | - | - |" in table  # a closing line naming another rank is wrong
+    assert "| ddp | hang | 1/1 | 0/1 | 0/1 | - | - | - |" in table  # a closing line naming another rank is wrong
     # Flight Recorder keeps no exception: a rank that raised reads as absent there, and only there
-    assert "| ddp | raise | - | - | 0/1 | 1/1 | - |" in table
-    assert "| all | healthy | - | - | 1/1 | - | - |" in table
+    assert "| ddp | raise | - | - | 0/1 | 1/1 | - | - |" in table
+    assert "| all | healthy | - | - | 1/1 | - | - | - |" in table
     assert not any(row.startswith("| tp |") for row in table)  # a fault that never fired is not scored
 
 
@@ -64,4 +64,23 @@ def test_the_scoreboard_counts_undecided_verdicts_apart():
                 "modes": {"fr_json": {"ok": False, "first": None, "verdict": "undecided"},
                           "fr_pickle": {"ok": False, "first": None, "verdict": "ok"}}}]
     table = run_jobs.scoreboard(results).splitlines()
-    assert "| pipeline | hang | - | - | - | 0/1 | 0/1 (1 undecided) |" in table
+    assert "| pipeline | hang | - | - | - | 0/1 | 0/1 (1 undecided) | - |" in table
+
+
+def test_the_mixed_mode_judges_a_rank_by_the_form_it_left():
+    """A rank that raised reads as absent in Flight Recorder's dumps: in the mixed mode that is right exactly when
+    the injected rank's own dump was Flight Recorder's."""
+    def run(form):
+        return {"program": "ddp", "fault": "raise", "spec": "raise:2@step=2", "rank": 2, "fired": ["raise:2@step=2"],
+                "modes": {"mixed": {"ok": False, "first": ["missing_ranks", [2]],
+                                    "forms": {"2": form, "1": "recorder"}}}}
+    assert "| ddp | raise | - | - | - | - | - | 1/2 |" in run_jobs.scoreboard([run("fr_pickle"), run("recorder")])
+
+
+def test_the_mixed_mode_takes_each_ranks_forms_in_turn_and_the_next_one_it_left():
+    left = {"recorder": {0: "a", 1: "b", 2: "c"}, "fr_pickle": {0: "d", 2: "e"}, "fr_json": {0: "f", 1: "g"}}
+    case = {"program": "ddp", "id": "7-1", "rank": 1}
+    chosen = run_jobs.mixed_forms(left, case)
+    assert set(chosen) == {0, 1, 2} and all(r in left[form] for r, form in chosen.items())
+    assert len(set(chosen.values())) > 1  # ranks in turn: the forms meet
+    assert run_jobs.mixed_forms(left, case) == chosen  # the same draw every time
