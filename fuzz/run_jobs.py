@@ -64,7 +64,10 @@ CALLS = {"ddp": 1, "fsdp": 1, "hsdp": 1, "tp": 5, "pipeline": 0, "moe": 6, "dcp"
 MODES = ("live", "closing", "recorder", "fr_pickle", "fr_json", "mixed")
 FR_MODES = ("fr_pickle", "fr_json")  # Flight Recorder keeps no exception: a rank that raised reads as absent there
 FR_FITS = {"raise": ("crashed", "missing_ranks", "missing_dump")}
-RUN_ARGS = ["--suspect-floor", "2", "--hang-timeout", "12", "--kill-on-hang", "--dump-on-exit"]  # healthy runs dump too
+# run's flags: dumps from healthy runs too; the hang thresholds are the suite's quick ones unless the campaign
+# sets its own (--suspect-floor / --hang-timeout: a loaded machine needs run's default floor)
+RUN_ARGS = ["--kill-on-hang", "--kill-grace", "10", "--dump-on-exit"]
+QUICK = {"suspect_floor": 2.0, "hang_timeout": 12.0}
 
 
 def free_port() -> int:
@@ -85,9 +88,10 @@ def sample(rng: random.Random, programs, nprocs, healthy: float) -> dict:
     return {"program": program, "nproc": nproc, "fault": fault, "spec": spec, "rank": rank}
 
 
-def run_one(case: dict, work: Path, timeout: float, store: Path | None = None) -> dict:
+def run_one(case: dict, work: Path, timeout: float, store: Path | None = None, thresholds: dict = QUICK) -> dict:
     dumps = work / "dumps"
-    cmd = [sys.executable, "-m", "distdoctor", "run", "--dump-dir", str(dumps), *RUN_ARGS]
+    cmd = [sys.executable, "-m", "distdoctor", "run", "--dump-dir", str(dumps), *RUN_ARGS,
+           "--suspect-floor", str(thresholds["suspect_floor"]), "--hang-timeout", str(thresholds["hang_timeout"])]
     if case["spec"]:
         cmd += ["--inject", case["spec"]]
     cmd += ["--", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(case["nproc"]),
@@ -108,7 +112,7 @@ def run_one(case: dict, work: Path, timeout: float, store: Path | None = None) -
     finally:
         _kill_leftovers(dumps)
     meta = {"rc": proc.returncode, "wall_s": round(time.monotonic() - t0, 1), "load": round(load, 1),
-            "commit": _commit()}
+            "commit": _commit(), **thresholds}
     if store is not None:
         _keep(store, case, meta, out, err, dumps)
     return judge_run(case, meta, out, dumps)
@@ -314,7 +318,8 @@ def campaign(args, cases: list[dict]) -> list[dict]:
 
     def one(case: dict) -> dict:
         with tempfile.TemporaryDirectory(prefix="fuzzjob") as work:
-            result = run_one(case, Path(work), args.timeout, store)
+            result = run_one(case, Path(work), args.timeout, store,
+                             {"suspect_floor": args.suspect_floor, "hang_timeout": args.hang_timeout})
             wrong = any(not (j["ok"] and j.get("line_names_only_it", True)) for j in result.get("modes", {}).values())
             if args.keep and (wrong or "error" in result) and (Path(work) / "dumps").exists():
                 shutil.copytree(Path(work) / "dumps", Path(args.keep) / case["id"], dirs_exist_ok=True)
@@ -340,6 +345,8 @@ def main() -> int:
     ap.add_argument("--healthy", type=float, default=0.2, help="share of runs with no fault")
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per run")
     ap.add_argument("--jobs", type=int, default=1, help="runs at once")
+    ap.add_argument("--suspect-floor", type=float, default=QUICK["suspect_floor"], help="run's --suspect-floor")
+    ap.add_argument("--hang-timeout", type=float, default=QUICK["hang_timeout"], help="run's --hang-timeout")
     ap.add_argument("--out", default=None, help="append one JSON line per run here")
     ap.add_argument("--scoreboard", default=None, metavar="RESULTS", help="print the table of a results file")
     ap.add_argument("--keep", default=None, metavar="DIR", help="keep the dumps of every run scored wrong here")
