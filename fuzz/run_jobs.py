@@ -54,10 +54,12 @@ FAULTS = {
     "raise": ("raise:{r}@step={n}", ("crashed",)),
     "exit": ("exit:{r}:3@step={n}", LOST),
     "skip": ("skip:{r}@call={k}", ("missing_ranks", "type_mismatch", "order_deadlock", "size_mismatch",
-                                  "p2p_deadlock", "p2p_mismatch", "crashed")),
-    "resize": ("resize:{r}@call={k}", ("size_mismatch", "crashed", "missing_ranks")),
-    "retype": ("retype:{r}@call={k}", ("dtype_mismatch", "crashed", "missing_ranks")),
+                                  "p2p_deadlock", "p2p_mismatch", "crashed", "missing_dump")),
+    "resize": ("resize:{r}@call={k}", ("size_mismatch", "crashed", "missing_ranks", "missing_dump")),
+    "retype": ("retype:{r}@call={k}", ("dtype_mismatch", "crashed", "missing_ranks", "missing_dump")),
 }
+# A call fault's missing_dump fits when it names that rank alone: Gloo can abort the faulty rank's process from
+# C++ (no dump at all), and then what it did to the call died with it; that it left nothing is the true claim.
 # programs that make calls of their own at the Python boundary (DDP's and FSDP's are issued from C++ or by
 # functional collectives, which the call-counted faults cannot reach)
 CALLS = {"ddp": 1, "fsdp": 1, "hsdp": 1, "tp": 5, "pipeline": 0, "moe": 6, "dcp": 0, "objects": 4}  # per step
