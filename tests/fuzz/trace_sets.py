@@ -290,10 +290,13 @@ def _sizes(op: str, size: int, n: int, is_root: bool = False) -> tuple[list, lis
     return [[size]], [[size]]
 
 
-def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False, p2p: bool = True) -> dict:
+def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False, p2p: bool = True,
+            listed: bool = True) -> dict:
     """The Flight Recorder dump of the same calls: `gloo:` names (the calls block), C++ dtype names, no roots, members
     in pg_config, group-local p2p peers in the profiling name; each call's stack with `frames` (the pickle).
-    `p2p=False`: as torch's Flight Recorder over Gloo writes it, with no send/recv at all."""
+    `p2p=False`: as torch's Flight Recorder over Gloo writes it, with no send/recv at all. `listed=False`: as
+    Gloo's writes it too, a pg_config that lists no group (the groups are named by the entries alone, with the
+    description the trace gives them)."""
     entries = []
     p2p_seq: dict[str, int] = {}
     for i, e in enumerate(trace.entries):
@@ -306,8 +309,11 @@ def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False
             name = f"gloo:send {me}->{peer}" if e.op == "send" else f"gloo:recv {me}<-{peer}"
         else:
             name = f"gloo:{e.op}"
+        desc = "default_pg" if e.group == "0" else "undefined"
+        if not listed and e.group in trace.groups:
+            desc = trace.groups[e.group].desc or desc
         entries.append({
-            "record_id": i, "process_group": [e.group, "default_pg" if e.group == "0" else "undefined"],
+            "record_id": i, "process_group": [e.group, desc],
             "collective_seq_id": 0 if e.is_p2p else e.seq, "p2p_seq_id": p2p_seq.get(e.group, 0) if e.is_p2p else 0,
             "is_p2p": e.is_p2p, "profiling_name": name, "time_created_ns": int(e.t_created * 1e9) + 1000,
             "input_sizes": e.in_sizes, "output_sizes": e.out_sizes,
@@ -320,13 +326,17 @@ def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False
                if frames else {})})
     pg_config = {g: {"name": g, "desc": "default_pg" if g == "0" else "undefined", "ranks": json.dumps(m)}
                  for g, m in groups.items() if trace.rank in m}
+    if not listed:
+        pg_config = {"": {"name": "", "desc": "", "ranks": "[]"}}
     return {"version": "2.10", "rank": trace.rank, "pg_config": pg_config, "pg_status": {}, "entries": entries,
             "comm_lib_version": ""}  # as Gloo's dumps say it
 
 
-def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, str], p2p: bool = True) -> None:
+def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, str], p2p: bool = True,
+          listed: bool = True) -> None:
     """Each rank's dump in its form: native, pickle, json, or both (native + pickle); `p2p=False`: the Flight
-    Recorder forms hold no send/recv, as Gloo's do not."""
+    Recorder forms hold no send/recv, as Gloo's do not; `listed=False`: their pg_config lists no group's members,
+    as Gloo's does not."""
     groups = dict(job.groups)
     if any("lone" in t.groups for t in ts.values()):
         groups["lone"] = list(range(job.world))
@@ -337,7 +347,7 @@ def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, s
                 f.write(dumps(t))
         if form in ("pickle", "both"):
             with open(os.path.join(directory, f"rank_{r}.fr.pkl"), "wb") as f:
-                pickle.dump(fr_dump(t, groups, frames=True, p2p=p2p), f)
+                pickle.dump(fr_dump(t, groups, frames=True, p2p=p2p, listed=listed), f)
         if form == "json":
             with open(os.path.join(directory, f"fr_rank_{r}.json"), "w") as f:
-                json.dump(fr_dump(t, groups, p2p=p2p), f)
+                json.dump(fr_dump(t, groups, p2p=p2p, listed=listed), f)
