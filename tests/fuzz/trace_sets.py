@@ -11,7 +11,8 @@ issued, completed or not; Gloo's late completion mark (a finished call shown in 
 `ground_truth` tells which ranks are really blocked and which crashed - what the verdict must account for.
 
 Written forms: the recorder's (`native`), a Flight Recorder dump (pickle or JSON: `gloo:` names, `Float` dtypes,
-members in pg_config, no roots), or both of one rank (merged by the loader). The calls block, as Gloo's do: named
+members in pg_config, no roots, a reduce_scatter recorded as the all_reduce Gloo runs for it), or both of one rank
+(merged by the loader). `as_recorded` is what a Flight Recorder dump keeps of a rank's calls. The calls block, as Gloo's do: named
 `nccl:`, their order would read as NCCL's asynchronous one (trace/frontier.py), which these jobs do not have;
 NCCL's semantics have their own generator (sim/fr_nccl.py, tests/fuzz/test_fuzz_nccl.py).
 """
@@ -21,10 +22,11 @@ from __future__ import annotations
 import json
 import os
 import pickle
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hypothesis import strategies as st
 
+from distdoctor.collectives.names import RECORDED_AS
 from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace, dumps
 
 OPS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "scatter", "all_to_all")
@@ -290,6 +292,21 @@ def _sizes(op: str, size: int, n: int, is_root: bool = False) -> tuple[list, lis
     return [[size]], [[size]]
 
 
+def as_recorded(trace: RankTrace, frames: bool = True) -> RankTrace:
+    """The rank's calls as Gloo's Flight Recorder records them, in the recorder's form: no roots, `gloo:` names,
+    and a reduce_scatter as the all_reduce Gloo runs for it (of the whole input: collectives/names.RECORDED_AS,
+    checked on torch 2.13); no stacks with `frames=False` (the JSON form). What a dump of the rank can tell, and
+    nothing more."""
+    entries = []
+    for e in trace.entries:
+        op = RECORDED_AS["gloo"].get(e.op, e.op)
+        sizes = {"out_sizes": e.in_sizes, "out_dtypes": e.in_dtypes} if op != e.op else {}
+        if not frames:
+            sizes["frames"] = []
+        entries.append(replace(e, op=op, raw_op=f"gloo:{op}", root=None, **sizes))
+    return replace(trace, entries=entries)
+
+
 def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False, p2p: bool = True,
             listed: bool = True) -> dict:
     """The Flight Recorder dump of the same calls: `gloo:` names (the calls block), C++ dtype names, no roots, members
@@ -299,7 +316,7 @@ def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False
     description the trace gives them)."""
     entries = []
     p2p_seq: dict[str, int] = {}
-    for i, e in enumerate(trace.entries):
+    for i, e in enumerate(as_recorded(trace).entries):
         members = groups.get(e.group, [])
         if e.is_p2p and not p2p:
             continue

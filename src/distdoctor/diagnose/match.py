@@ -30,7 +30,7 @@ from operator import itemgetter
 from distdoctor.collectives import implied_size
 from distdoctor.collectives.names import dtype_signature
 from distdoctor.diagnose.group_size import size_known, size_text, sizes_fit
-from distdoctor.diagnose.renamed import recorded_names
+from distdoctor.diagnose.renamed import ambiguous_names, recorded_names
 from distdoctor.diagnose.ties import break_tie, tied
 from distdoctor.trace.code_origin import is_user_code
 from distdoctor.trace.model import AGREE_ON, Entry, TraceSet, entry_column, numel
@@ -202,8 +202,9 @@ def _compare(view: GroupView, seq: int, present: dict[int, Entry]) -> list[Diver
     seen_as = recorded_names(present)
     culprits, ref_op, classes = _minority(seen_as)
     if culprits:
+        why = "; ".join(filter(None, (_who(classes), ambiguous_names(present, seen_as))))
         out.append(Divergence(view.name, seq, str(ref_op), "type_mismatch", culprits, sorted(present),
-                              f"{_who(classes)}", _tie_marked({"ops": classes}, "op", classes), t))
+                              why, _tie_marked({"ops": classes}, "op", classes), t))
         return out  # different collectives: comparing their sizes would say nothing more
     holders = sorted(present)
     if len(set(ops.values())) > 1:  # one call seen under two names: its sizes are recorded differently too
