@@ -232,3 +232,19 @@ def test_a_root_that_no_dump_records_is_no_finding():
     for forms in FORM_PAIRS[1:]:
         _, _, report = _diagnose(job, forms)
         assert report.verdict == "ok", (forms, [(f.kind, f.ranks) for f in report.findings])
+
+
+def test_a_call_every_member_is_in_is_named_as_the_program_calls_it():
+    """Found by the invariant (long profile, seed 99): both ranks shown inside a reduce_scatter (Gloo's late
+    completion mark), rank 1's Gloo dump recording it as all_reduce. The in-flight finding took the call for two,
+    one per name, and named it after whichever was created first (a dump's clock rounds otherwise than the
+    recorder's); it is one call, the program's reduce_scatter."""
+    from trace_sets import Step
+
+    job = Job(world=2, groups={"0": [0, 1], "1": [0]}, descs={"0": "default_pg", "1": "undefined"},
+              steps=[Step("0", "p2p", 4, src=0, dst=1)] * 2 + [Step("0", "reduce_scatter", 4)], faults={},
+              late={0, 1})
+    for forms in ({0: "native", 1: "pickle"}, {0: "json", 1: "native"}):
+        for report in (_diagnose(job, forms)[2], _diagnose(job, recorded=forms)[2]):  # whoever's call came first
+            f = report.findings[0]
+            assert (f.kind, f.ranks, f.op, f.seq) == ("stuck_collective", [0, 1], "reduce_scatter", 1), (forms, f)

@@ -5,7 +5,8 @@ A member whose trace names its call (the recorder's `reduce_scatter`) and a memb
 `all_reduce` may be in the same call: the recorder's call is compared as the dump would record it, by name and by
 sizes. Gloo runs a reduce_scatter as an all_reduce of the whole input, in place: its dump records the call's input
 as the all_reduce's input and output (on torch 2.13, an FSDP reduce_scatter [[1072]] -> [[536]] in the recorder's
-trace is Gloo's all_reduce [[1072]] -> [[1072]]). Where the dump's entry has other sizes, it is not that call, and
+trace is Gloo's all_reduce [[1072]] -> [[1072]]; compared in elements, as the list form may pass its input as
+several tensors). Where the dump's entry has other sizes, it is not that call, and
 the members' names, which differ, are compared as they are. Only a trace without the backend is renamed: a dump
 that names its call `reduce_scatter` itself renamed nothing. A Gloo `all_reduce` that matches the record is an
 all_reduce or a reduce_scatter: the dump cannot tell (`ambiguous_names` says so in a finding's words).
@@ -14,18 +15,19 @@ all_reduce or a reduce_scatter: the dump cannot tell (`ambiguous_names` says so 
 from __future__ import annotations
 
 from distdoctor.collectives.names import RECORDED_AS, as_recorded, backend_of
+from distdoctor.trace.model import numel
 
 
 def recorded_names(present: dict) -> dict[int, str]:
     """rank -> the name its call goes by when the members' calls are compared (see the module's docstring)."""
     out = {r: e.op for r, e in present.items()}
     for backend in {backend_of(e.raw_op) for e in present.values()} - {None}:
-        records = [(f.op, _shape(f.in_sizes), _shape(f.out_sizes)) for f in present.values()
-                   if backend_of(f.raw_op) == backend]
+        records = {(f.op, numel(f.in_sizes), numel(f.out_sizes)) for f in present.values()
+                   if backend_of(f.raw_op) == backend}
         for r, e in present.items():
             name = as_recorded(e.op, backend)
             if name != e.op and backend_of(e.raw_op) != backend and \
-                    (name, _shape(e.in_sizes), _shape(e.in_sizes)) in records:
+                    (name, numel(e.in_sizes), numel(e.in_sizes)) in records:
                 out[r] = name
     return out
 
@@ -43,6 +45,3 @@ def ambiguous_names(present: dict, names: dict[int, str]) -> str:
                          f"that input ({backend} records both so), not the other members' call as it would record it")
     return "; ".join(notes)
 
-
-def _shape(sizes) -> list:
-    return [list(s) for s in sizes or []]
