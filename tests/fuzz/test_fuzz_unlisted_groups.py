@@ -11,12 +11,16 @@ gradient all_reduce on the replicate groups, a loss all_reduce on the world) wri
 writes them (no members, no send/recv): one rank killed (it stops and leaves no dump) is the first finding and
 nothing claims a size mismatch; the healthy job reads OK; a rank that resized one all_gather is still named.
 And over a real run's dumps kept as a fixture (fuzz/jobs.py's `hsdp` under `distdoctor run --inject
-kill:1:SIGKILL@step=3`, 4 ranks over gloo, 2 x 2 mesh).
+kill:1:SIGKILL@step=3`, 4 ranks over gloo, 2 x 2 mesh), in each form alone and in every mix of forms per rank:
+there the recorder's reduce_scatter meets Gloo's record of it, an all_reduce of its whole input (diagnose/renamed.py).
 """
 
 from __future__ import annotations
 
+import itertools
+import shutil
 import tempfile
+from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -24,7 +28,7 @@ from hypothesis import strategies as st
 from distdoctor.diagnose import analyze
 from distdoctor.trace.loaders import load_traces
 
-from real_dumps import diagnose_form, truth
+from real_dumps import FIXTURES, diagnose_form, truth
 from test_fuzz_invariant import CHECKS
 from trace_sets import Job, Step, run, traces, write
 
@@ -115,3 +119,17 @@ def test_a_real_hsdp_rank_killed_is_named_from_flight_recorder_dumps_alone():
         kinds = [(f["kind"], f["ranks"]) for f in report["findings"]]
         assert not any(k == "size_mismatch" for k, _ in kinds), (pattern, kinds)
         assert kinds[0] in (("missing_dump", [1]), ("missing_ranks", [1])), (pattern, kinds)
+
+
+def test_a_real_hsdp_rank_killed_is_named_whatever_forms_the_survivors_left():
+    base = FIXTURES / "gloo-hsdp-sigkill"
+    forms = {"recorder": "rank_{}.jsonl", "pickle": "rank_{}.fr.pkl", "json": "json/rank_{}.fr.json"}
+    for mix in itertools.product(forms, repeat=3):
+        with tempfile.TemporaryDirectory() as d:
+            for rank, form in zip((0, 2, 3), mix):
+                f = base / forms[form].format(rank)
+                shutil.copy(f, Path(d) / f.name)
+            ts = load_traces([d], world_size=4, jobs=1)
+        report = analyze(ts)
+        kinds = [(f.kind, f.ranks) for f in report.findings]
+        assert kinds[0] == ("missing_dump", [1]) and all(k != "size_mismatch" for k, _ in kinds), (mix, kinds)
