@@ -7,7 +7,11 @@ uses, no dump), Gloo's late completion mark, in the recorder's and Flight Record
    rank is named in a finding or listed in a consequence whose `finding` is a finding that exists (and whose
    `finding_ref` matches it); the text report never speaks of consequences when there is no finding.
 2. On jobs with one fault, the first finding names the faulty rank, in the right words.
-3. The same job, whatever mix of forms its ranks left, gives the same first finding.
+3. The same job, whatever mix of forms its ranks left, gives the same first finding as the recorder's traces of
+   the same calls as those forms record them (trace_sets.as_recorded). A form that records less cannot tell
+   more: Flight Recorder records no roots (a broadcast's root that differs is invisible in a dump), Gloo records
+   a reduce_scatter as the all_reduce it runs (a dump's all_reduce may be either), and a JSON dump holds no stack.
+   Where a job holds none of these, that is the recorder's own first finding.
 
 Normal suite: a few dozen cases each. `python fuzz/run_fuzz.py -k invariant` runs 2000.
 """
@@ -23,7 +27,7 @@ from distdoctor.diagnose import analyze
 from distdoctor.report.diagnose_text import render_text
 from distdoctor.trace.loaders import load_traces
 
-from trace_sets import Job, ground_truth, jobs, run, traces, write
+from trace_sets import Job, as_recorded, ground_truth, jobs, run, traces, write
 
 LONG = settings.default.max_examples >= 2000
 EXAMPLES = 2000 if LONG else 40
@@ -31,10 +35,17 @@ CHECKS = settings(max_examples=EXAMPLES, deadline=None, database=None,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
-def _diagnose(job: Job, forms: dict[int, str] | None = None):
+FR_FORMS = ("pickle", "json")  # Flight Recorder's dumps alone ("both" is merged with the recorder's trace)
+
+
+def _diagnose(job: Job, forms: dict[int, str] | None = None, recorded: dict[int, str] | None = None):
+    """`recorded`: every rank's trace in the recorder's form, of its calls as the form it names records them."""
     ran = run(job)
     ts_in = traces(job, ran)
     assume(ts_in)  # every rank left no dump: nothing to diagnose
+    for r, form in (recorded or {}).items():
+        if form in FR_FORMS and r in ts_in:
+            ts_in[r] = as_recorded(ts_in[r], frames=form == "pickle")
     with tempfile.TemporaryDirectory() as d:
         write(d, job, ts_in, forms or {})
         ts = load_traces([d])
@@ -134,7 +145,7 @@ SAME_IN_EVERY_FORM = ("none", "stop", "skip", "swap", "size", "dtype", "op", "lo
 @given(jobs(faults=SAME_IN_EVERY_FORM), st.data())
 def test_the_same_first_finding_whatever_forms_the_ranks_left(job, data):
     forms = {r: data.draw(st.sampled_from(["native", "pickle", "json", "both"])) for r in range(job.world)}
-    _, _, native = _diagnose(job)
+    _, _, native = _diagnose(job, recorded=forms)
     _, _, mixed = _diagnose(job, forms)
 
     def first(report):
@@ -168,3 +179,72 @@ def test_a_scatter_member_receiving_another_dtype_is_seen_in_every_form():
         firsts.add((f.kind, f.group, f.op, f.seq))
         assert {"dtype_mismatch", "missing_dump"} <= {g.kind for g in report.findings}
     assert firsts == {("dtype_mismatch", "0", "scatter", 1)}
+
+
+def _two_ranks(steps, fault) -> Job:
+    from trace_sets import Step
+
+    return Job(world=2, groups={"0": [0, 1]}, descs={"0": "default_pg"},
+               steps=[Step("0", op, size, "float32", root) for op, size, root in steps], faults={0: fault})
+
+
+FORM_PAIRS = [{0: a, 1: b} for a in ("native", "pickle", "json") for b in ("native", "pickle", "json")]
+
+
+def test_a_reduce_scatter_beside_an_all_reduce_is_told_apart_by_the_sizes_gloo_records():
+    """Found by the invariant (seed 5): rank 0 skipped an all_reduce and called the next step's reduce_scatter
+    where rank 1 called the all_reduce. Gloo records a reduce_scatter as an all_reduce of its whole input, so a
+    Gloo dump's all_reduce beside the recorder's reduce_scatter was taken for the same call by name alone (and a
+    Gloo dump's own `reduce_scatter` renamed too), and the job read `missing_ranks` [0] two calls later. The
+    sizes Gloo records tell: rank 0's reduce_scatter of 16 is Gloo's all_reduce of 16, not rank 1's of 8. Every
+    form names both ranks at #1 (one of them: two ranks, nothing weighs), as a different collective where a trace
+    names the call, as different sizes where both dumps say all_reduce."""
+    job = _two_ranks([("all_reduce", 8, None), ("reduce_scatter", 8, None), ("all_reduce", 4, None)], ("skip", 0))
+    for forms in FORM_PAIRS:
+        _, _, report = _diagnose(job, forms)
+        f = report.findings[0]
+        kind = "type_mismatch" if forms[0] == "native" else "size_mismatch"  # a trace names rank 0's call
+        assert (f.kind, f.ranks, f.seq) == (kind, [0, 1], 1), (forms, f.kind, f.ranks, f.seq, f.detail)
+        if forms == {0: "native", 1: "pickle"}:
+            assert "reduce_scatter or all_reduce of that input" in f.detail, f.detail
+
+
+def test_a_gloo_all_reduce_with_the_sizes_of_a_reduce_scatter_is_that_call():
+    """The record fits: rank 1's all_reduce of 16 is what Gloo records for rank 0's reduce_scatter of 16. The dump
+    cannot tell the two apart, so they are one call there; the job parts at #2, where rank 1's reduce_scatter,
+    recorded as an all_reduce of 16, meets rank 0's all_reduce of 4."""
+    job = _two_ranks([("all_reduce", 16, None), ("reduce_scatter", 8, None), ("all_reduce", 4, None)], ("skip", 0))
+    _, _, native = _diagnose(job)
+    assert (native.findings[0].kind, native.findings[0].seq) == ("type_mismatch", 1)
+    for forms in ({0: "native", 1: "pickle"}, {0: "pickle", 1: "json"}):
+        _, _, report = _diagnose(job, forms)
+        f = report.findings[0]
+        assert (f.kind, f.ranks, f.seq) == ("size_mismatch", [0, 1], 2), (forms, f.kind, f.ranks, f.seq)
+
+
+def test_a_root_that_no_dump_records_is_no_finding():
+    """Found by the invariant (seed 17): rank 0 swapped two broadcasts of different roots. The recorder's traces
+    read `root_mismatch` (one of ranks 0, 1); Flight Recorder records no root, so where one of the two left only
+    a dump, the roots cannot be compared and nothing is claimed (every call completed: no rank waits)."""
+    job = _two_ranks([("broadcast", 4, 0), ("broadcast", 4, 1)], ("swap", 0))
+    _, _, native = _diagnose(job)
+    assert [(f.kind, f.ranks) for f in native.findings] == [("root_mismatch", [0, 1])]
+    for forms in FORM_PAIRS[1:]:
+        _, _, report = _diagnose(job, forms)
+        assert report.verdict == "ok", (forms, [(f.kind, f.ranks) for f in report.findings])
+
+
+def test_a_call_every_member_is_in_is_named_as_the_program_calls_it():
+    """Found by the invariant (long profile, seed 99): both ranks shown inside a reduce_scatter (Gloo's late
+    completion mark), rank 1's Gloo dump recording it as all_reduce. The in-flight finding took the call for two,
+    one per name, and named it after whichever was created first (a dump's clock rounds otherwise than the
+    recorder's); it is one call, the program's reduce_scatter."""
+    from trace_sets import Step
+
+    job = Job(world=2, groups={"0": [0, 1], "1": [0]}, descs={"0": "default_pg", "1": "undefined"},
+              steps=[Step("0", "p2p", 4, src=0, dst=1)] * 2 + [Step("0", "reduce_scatter", 4)], faults={},
+              late={0, 1})
+    for forms in ({0: "native", 1: "pickle"}, {0: "json", 1: "native"}):
+        for report in (_diagnose(job, forms)[2], _diagnose(job, recorded=forms)[2]):  # whoever's call came first
+            f = report.findings[0]
+            assert (f.kind, f.ranks, f.op, f.seq) == ("stuck_collective", [0, 1], "reduce_scatter", 1), (forms, f)

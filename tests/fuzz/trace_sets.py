@@ -11,7 +11,8 @@ issued, completed or not; Gloo's late completion mark (a finished call shown in 
 `ground_truth` tells which ranks are really blocked and which crashed - what the verdict must account for.
 
 Written forms: the recorder's (`native`), a Flight Recorder dump (pickle or JSON: `gloo:` names, `Float` dtypes,
-members in pg_config, no roots), or both of one rank (merged by the loader). The calls block, as Gloo's do: named
+members in pg_config, no roots, a reduce_scatter recorded as the all_reduce Gloo runs for it), or both of one rank
+(merged by the loader). `as_recorded` is what a Flight Recorder dump keeps of a rank's calls. The calls block, as Gloo's do: named
 `nccl:`, their order would read as NCCL's asynchronous one (trace/frontier.py), which these jobs do not have;
 NCCL's semantics have their own generator (sim/fr_nccl.py, tests/fuzz/test_fuzz_nccl.py).
 """
@@ -21,10 +22,11 @@ from __future__ import annotations
 import json
 import os
 import pickle
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hypothesis import strategies as st
 
+from distdoctor.collectives.names import RECORDED_AS
 from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace, dumps
 
 OPS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "scatter", "all_to_all")
@@ -290,13 +292,31 @@ def _sizes(op: str, size: int, n: int, is_root: bool = False) -> tuple[list, lis
     return [[size]], [[size]]
 
 
-def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False, p2p: bool = True) -> dict:
+def as_recorded(trace: RankTrace, frames: bool = True) -> RankTrace:
+    """The rank's calls as Gloo's Flight Recorder records them, in the recorder's form: no roots, `gloo:` names,
+    and a reduce_scatter as the all_reduce Gloo runs for it (of the whole input: collectives/names.RECORDED_AS,
+    checked on torch 2.13); no stacks with `frames=False` (the JSON form). What a dump of the rank can tell, and
+    nothing more."""
+    entries = []
+    for e in trace.entries:
+        op = RECORDED_AS["gloo"].get(e.op, e.op)
+        sizes = {"out_sizes": e.in_sizes, "out_dtypes": e.in_dtypes} if op != e.op else {}
+        if not frames:
+            sizes["frames"] = []
+        entries.append(replace(e, op=op, raw_op=f"gloo:{op}", root=None, **sizes))
+    return replace(trace, entries=entries)
+
+
+def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False, p2p: bool = True,
+            listed: bool = True) -> dict:
     """The Flight Recorder dump of the same calls: `gloo:` names (the calls block), C++ dtype names, no roots, members
     in pg_config, group-local p2p peers in the profiling name; each call's stack with `frames` (the pickle).
-    `p2p=False`: as torch's Flight Recorder over Gloo writes it, with no send/recv at all."""
+    `p2p=False`: as torch's Flight Recorder over Gloo writes it, with no send/recv at all. `listed=False`: as
+    Gloo's writes it too, a pg_config that lists no group (the groups are named by the entries alone, with the
+    description the trace gives them)."""
     entries = []
     p2p_seq: dict[str, int] = {}
-    for i, e in enumerate(trace.entries):
+    for i, e in enumerate(as_recorded(trace).entries):
         members = groups.get(e.group, [])
         if e.is_p2p and not p2p:
             continue
@@ -306,8 +326,11 @@ def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False
             name = f"gloo:send {me}->{peer}" if e.op == "send" else f"gloo:recv {me}<-{peer}"
         else:
             name = f"gloo:{e.op}"
+        desc = "default_pg" if e.group == "0" else "undefined"
+        if not listed and e.group in trace.groups:
+            desc = trace.groups[e.group].desc or desc
         entries.append({
-            "record_id": i, "process_group": [e.group, "default_pg" if e.group == "0" else "undefined"],
+            "record_id": i, "process_group": [e.group, desc],
             "collective_seq_id": 0 if e.is_p2p else e.seq, "p2p_seq_id": p2p_seq.get(e.group, 0) if e.is_p2p else 0,
             "is_p2p": e.is_p2p, "profiling_name": name, "time_created_ns": int(e.t_created * 1e9) + 1000,
             "input_sizes": e.in_sizes, "output_sizes": e.out_sizes,
@@ -320,13 +343,17 @@ def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False
                if frames else {})})
     pg_config = {g: {"name": g, "desc": "default_pg" if g == "0" else "undefined", "ranks": json.dumps(m)}
                  for g, m in groups.items() if trace.rank in m}
+    if not listed:
+        pg_config = {"": {"name": "", "desc": "", "ranks": "[]"}}
     return {"version": "2.10", "rank": trace.rank, "pg_config": pg_config, "pg_status": {}, "entries": entries,
             "comm_lib_version": ""}  # as Gloo's dumps say it
 
 
-def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, str], p2p: bool = True) -> None:
+def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, str], p2p: bool = True,
+          listed: bool = True) -> None:
     """Each rank's dump in its form: native, pickle, json, or both (native + pickle); `p2p=False`: the Flight
-    Recorder forms hold no send/recv, as Gloo's do not."""
+    Recorder forms hold no send/recv, as Gloo's do not; `listed=False`: their pg_config lists no group's members,
+    as Gloo's does not."""
     groups = dict(job.groups)
     if any("lone" in t.groups for t in ts.values()):
         groups["lone"] = list(range(job.world))
@@ -337,7 +364,7 @@ def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, s
                 f.write(dumps(t))
         if form in ("pickle", "both"):
             with open(os.path.join(directory, f"rank_{r}.fr.pkl"), "wb") as f:
-                pickle.dump(fr_dump(t, groups, frames=True, p2p=p2p), f)
+                pickle.dump(fr_dump(t, groups, frames=True, p2p=p2p, listed=listed), f)
         if form == "json":
             with open(os.path.join(directory, f"fr_rank_{r}.json"), "w") as f:
-                json.dump(fr_dump(t, groups, p2p=p2p), f)
+                json.dump(fr_dump(t, groups, p2p=p2p, listed=listed), f)

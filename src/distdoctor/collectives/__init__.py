@@ -52,9 +52,19 @@ def reduces(name: str) -> bool:
     return _ALIASES.get(name) in REDUCING_OPS
 
 
+def implied_size(op: str, in_numel: int, out_numel: int) -> int:
+    """The group size an all_gather's or reduce_scatter's sizes imply (output = n x input, resp. input = n x
+    output); 0 where no size does, or where the call moved nothing (empty tensors fit any size)."""
+    small, big = (in_numel, out_numel) if op == "all_gather" else (out_numel, in_numel)
+    if small <= 0 or big % small:
+        return 0
+    n = big // small
+    return n if get_spec(op).out_numel(in_numel, n) == out_numel else 0
+
+
 def bus_factor(name: str, n: int) -> float:
     return get_spec(name).bus_factor(n)
 
 
 __all__ = ["CollectiveSpec", "SPECS", "REDUCING_OPS", "get_spec", "canonical_op", "canonical_dtype", "same_collective",
-           "bus_factor", "reduces"]
+           "bus_factor", "reduces", "implied_size"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from distdoctor.collectives.names import backend_of
 from distdoctor.diagnose.crash import COMM_FAILURE, crash_findings, killed_first, stopped
 from distdoctor.findings.kinds import PRIORITY, PRODUCER_ORDERED, Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView
@@ -45,6 +46,13 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
 
 def _seq(e: Entry):
     return e.p2p_seq if e.is_p2p else e.seq
+
+
+def program_name(entries: list[Entry]) -> str:
+    """The name of one call the entries of several ranks record: the program's (a trace without a backend's
+    prefix, the recorder's) where one has it, as a backend may record it under another name (Gloo: a
+    reduce_scatter as all_reduce); else the first entry's."""
+    return next((e.op for e in entries if backend_of(e.raw_op) is None), entries[0].op)
 
 
 class Explainer:
@@ -163,7 +171,8 @@ class Explainer:
             if not self.waits_of.get(r):
                 if r not in self.alone or not any(r in w.waits_for for q in left for w in self.waits_of.get(q, [])):
                     e = self.pending[r][0]  # (a rank alone in its call that others wait for is missing there)
-                    stuck.setdefault((e.group, _seq(e), e.op, e.is_p2p), []).append(r)
+                    # one collective, whatever each trace calls it (Gloo records a reduce_scatter as all_reduce)
+                    stuck.setdefault((e.group, _seq(e), e.op if e.is_p2p else "", e.is_p2p), []).append(r)
                 continue
             for w, sinks in self._sinks(r):
                 for q in sinks:
@@ -187,8 +196,9 @@ class Explainer:
                         + "; ".join(self._describe(q) for q in idle[:8]) + "."),
                 evidence={"waiting": sorted(got["waiters"]), "found_by": "wait-for graph"}))
         in_flight = []  # calls every member issued: one finding for all of them (a big job has one per group)
-        for (group, seq, op, is_p2p), ranks in sorted(stuck.items(), key=lambda kv: str(kv[0])):
+        for (group, seq, _, is_p2p), ranks in sorted(stuck.items(), key=lambda kv: str(kv[0])):
             e = self.pending[ranks[0]][0]
+            op = program_name([self.pending[r][0] for r in ranks])
             if not is_p2p and self._all_issued(ranks[0], e):
                 in_flight.append((group, seq, op, ranks, e))
             else:

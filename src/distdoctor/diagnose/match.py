@@ -6,7 +6,10 @@ Flight Recorder is a ring buffer, so a rank's window may start late: comparison 
 and root; members whose last `seq` is smaller never issued it. Sizes are compared through the collective specs:
 every member's output numel must equal `spec.out_numel(input numel, group size)` (all_gather, reduce_scatter),
 and per-member input sizes must agree where the collective requires it (all_to_all's uneven splits and
-scatter's root-only input are exempt). Dtypes are compared as each call's distinct dtypes
+scatter's root-only input are exempt). The group size is its member count where a dump lists the members; a
+group known only from who issued on it (Gloo's Flight Recorder lists none) may have members that left no dump,
+so its size is only known to lie between its traced members and the world (group_size.py), and its
+members must then imply one size between them. Dtypes are compared as each call's distinct dtypes
 (collectives/names.py `dtype_signature`): a scatter's root passes n tensors where the others pass none, and
 that is one dtype, not a disagreement. The first `seq` with a mismatch or an absent member ends the scan for
 that group: everything after it is a consequence. A `seq` where some members completed and others did not is a
@@ -24,9 +27,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 
-from distdoctor.collectives import get_spec
+from distdoctor.collectives import implied_size
 from distdoctor.collectives.names import dtype_signature
-from distdoctor.diagnose.renamed import recorded_names
+from distdoctor.diagnose.group_size import size_known, size_text, sizes_fit
+from distdoctor.diagnose.renamed import ambiguous_names, recorded_names
 from distdoctor.diagnose.ties import break_tie, tied
 from distdoctor.trace.code_origin import is_user_code
 from distdoctor.trace.model import AGREE_ON, Entry, TraceSet, entry_column, numel
@@ -77,6 +81,7 @@ class GroupView:
     last_completed: dict[int, int] = field(default_factory=dict)  # rank -> highest completed seq
     relation_ok: dict = field(default_factory=dict)  # cache of size-relation checks by (op, sizes identity)
     desc: str = ""  # what the user called the group (DeviceMesh dimension, group_desc), when a trace says
+    world: int | None = None  # the job's size, where known: the most members a group can have
     _lowest: tuple | None = field(default=None, repr=False, compare=False)  # see least_completed_by_others
     _highest: list | None = field(default=None, repr=False, compare=False)  # see most_completed_by_others
 
@@ -137,14 +142,14 @@ def build_views(ts: TraceSet) -> dict[str, GroupView]:
     for rank, trace in ts.ranks.items():
         for name, g in trace.groups.items():
             if name not in views:
-                views[name] = GroupView(name, list(g.ranks), g.inferred, desc=g.desc)
+                views[name] = GroupView(name, list(g.ranks), g.inferred, desc=g.desc, world=ts.world_size)
             elif g.desc and not views[name].desc:
                 views[name].desc = g.desc
         summary = summarize(trace)  # a thousand-rank set has millions of entries: most are never read one by one
         for name, seqs in summary.by_group.items():
             view = views.get(name)
             if view is None:
-                view = views[name] = GroupView(name, [rank], True)
+                view = views[name] = GroupView(name, [rank], True, world=ts.world_size)
             view.by_rank[rank] = SeqEntries(seqs, trace.entries)
             if name in summary.last_completed:
                 view.last_completed[rank] = summary.last_completed[name]
@@ -172,7 +177,7 @@ def _minority(values: dict[int, object], ties: bool = True) -> tuple[list[int], 
     return culprits, reference, {str(v): rs for v, rs in classes.items()}
 
 
-def _uniform(present: dict[int, Entry], n: int, relation_ok: dict) -> bool:
+def _uniform(present: dict[int, Entry], view: GroupView) -> bool:
     """Fast path: every member passed the very same op, sizes, dtypes and root (loaders share equal size and
     dtype lists between entries, so this is mostly identity checks), and the sizes obey the spec's relation."""
     it = iter(present.values())
@@ -183,23 +188,11 @@ def _uniform(present: dict[int, Entry], n: int, relation_ok: dict) -> bool:
                 (e.in_dtypes is not dts and e.in_dtypes != dts) or (e.out_sizes is not outs and e.out_sizes != outs) \
                 or (e.out_dtypes is not out_dts and e.out_dtypes != out_dts):
             return False
-    return _relation_holds(op, ins, outs, n, relation_ok)
-
-
-def _relation_holds(op: str, ins: list, outs: list, n: int, relation_ok: dict) -> bool:
-    """all_gather / reduce_scatter: output numel = spec.out_numel(input numel, group size); cached per distinct
-    pair of (shared) size lists, which the entries keep alive for the whole analysis."""
-    if op not in ("all_gather", "reduce_scatter") or not ins or not outs:
-        return True
-    key = (op, id(ins), id(outs))
-    ok = relation_ok.get(key)
-    if ok is None:
-        ok = relation_ok[key] = numel(outs) == get_spec(op).out_numel(numel(ins), n)
-    return ok
+    return sizes_fit(view, op, ins, outs)
 
 
 def _compare(view: GroupView, seq: int, present: dict[int, Entry]) -> list[Divergence]:
-    if _uniform(present, len(view.members) or len(present), view.relation_ok):
+    if _uniform(present, view):
         return []
     out: list[Divergence] = []
     t = min((e.t_created for e in present.values() if e.t_created), default=None)
@@ -209,8 +202,9 @@ def _compare(view: GroupView, seq: int, present: dict[int, Entry]) -> list[Diver
     seen_as = recorded_names(present)
     culprits, ref_op, classes = _minority(seen_as)
     if culprits:
+        why = "; ".join(filter(None, (_who(classes), ambiguous_names(present, seen_as))))
         out.append(Divergence(view.name, seq, str(ref_op), "type_mismatch", culprits, sorted(present),
-                              f"{_who(classes)}", _tie_marked({"ops": classes}, "op", classes), t))
+                              why, _tie_marked({"ops": classes}, "op", classes), t))
         return out  # different collectives: comparing their sizes would say nothing more
     holders = sorted(present)
     if len(set(ops.values())) > 1:  # one call seen under two names: its sizes are recorded differently too
@@ -229,21 +223,26 @@ def _compare_sizes(view: GroupView, seq: int, present: dict[int, Entry], t, hold
     """Sizes of members that issued the same collective under the same name."""
     out: list[Divergence] = []
     op = next(iter(present.values())).op
-    n = len(view.members) or len(present)
     size_bad: list[int] = []
     why, tie = "", {}
     agree = len({(repr(e.in_sizes), repr(e.out_sizes)) for e in present.values()}) == 1
     if op in ("all_gather", "reduce_scatter") and not (agree and len(present) > 1):
         # Checked across members: when every member passed the very same sizes, the transport agreed with them
         # (a DTensor's all_gather may record an output with a leading dimension of its own).
-        spec = get_spec(op)
-        for r, e in present.items():
-            if e.in_sizes and e.out_sizes and numel(e.out_sizes) != spec.out_numel(numel(e.in_sizes), n):
-                size_bad.append(r)
+        size_bad = [r for r, e in present.items() if not sizes_fit(view, op, e.in_sizes, e.out_sizes)]
         if size_bad:
-            why = (f"{op} over {n} ranks needs output = {'n x input' if op == 'all_gather' else 'input / n'}; "
-                   + "; ".join(f"rank {r}: in {present[r].in_sizes} out {present[r].out_sizes}" for r in size_bad))
-    if not size_bad and op == "all_to_all" and len(present) == n:
+            why = (f"{op} over {size_text(view)} needs output = "
+                   f"{'n x input' if op == 'all_gather' else 'input / n'}; " + "; ".join(
+                       f"rank {r}: in {present[r].in_sizes} out {present[r].out_sizes}" for r in size_bad))
+        elif not size_known(view):  # each fits some size: they must fit the same one
+            implied = {r: implied_size(op, numel(e.in_sizes), numel(e.out_sizes)) for r, e in present.items()
+                       if e.in_sizes and e.out_sizes}
+            size_bad, _, classes = _minority(implied) if len(set(implied.values())) > 1 else ([], None, {})
+            if size_bad:
+                why = f"{op}: the members' sizes imply groups of different sizes: {_who(classes)}"
+                tie = {"undecided": True} if tied(classes) else {}  # (what decides sizes does not decide this)
+    if not size_bad and op == "all_to_all" and size_known(view) and len(present) == len(view.members):
+        # (every member's sizes, or the elements a member that left no trace received are not counted)
         size_bad, why, tie = _unconserved(present)
     if not size_bad and op in SAME_INPUT_SIZE:
         sizes = {r: repr(e.in_sizes) for r, e in present.items() if e.in_sizes or op != "barrier"}
@@ -355,13 +354,12 @@ def agreed_prefix(view: GroupView, start: int, sorted_seqs: dict[int, list[int]]
                 length = min(length, next(i for i, (a, b) in enumerate(zip(mine, ref_cols[name]))
                                           if a is not b and a != b))
     # The size relation of all_gather / reduce_scatter, once per distinct (op, sizes).
-    n = len(view.members) or len(members)
     ops, ins, outs = ref_cols["op"][:length], ref_cols["in_sizes"][:length], ref_cols["out_sizes"][:length]
     for op, i_id, o_id in set(zip(ops, map(id, ins), map(id, outs))):
         if op != "all_gather" and op != "reduce_scatter":
             continue
         at = next(i for i, (a, b, c) in enumerate(zip(ops, ins, outs)) if a == op and id(b) == i_id and id(c) == o_id)
-        if not _relation_holds(op, ins[at], outs[at], n, view.relation_ok):
+        if not sizes_fit(view, op, ins[at], outs[at]):
             length = min(length, at)
     return length
 

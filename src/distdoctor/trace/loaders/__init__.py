@@ -25,7 +25,7 @@ import re
 import stat
 from collections import Counter
 
-from distdoctor.collectives import get_spec
+from distdoctor.collectives import implied_size
 from distdoctor.trace.coded import Entries, frozen
 from distdoctor.trace.loaders.flight_recorder import load_fr_json_bytes, load_fr_pickle
 from distdoctor.trace.loaders.fr_json_scan import kernels
@@ -426,10 +426,7 @@ def _implied_size(trace: RankTrace, group: str) -> int:
             continue
         if not in_sizes or not out_sizes:
             continue
-        ins, outs = numel(in_sizes), numel(out_sizes)
-        small, big = (ins, outs) if op == "all_gather" else (outs, ins)
-        if small and big % small == 0 and get_spec(op).out_numel(ins, big // small) == outs:
-            best = max(best, big // small)
+        best = max(best, implied_size(op, numel(in_sizes), numel(out_sizes)))
     return best
 
 
