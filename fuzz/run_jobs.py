@@ -261,6 +261,18 @@ def _judge(case: dict, first, mode: str = "") -> dict:
     return {"ok": ok, "first": first}
 
 
+def _false_claim(r: dict, first) -> bool:
+    """A claim the truth refutes: any finding on a healthy run, or a first finding naming none of the injected."""
+    if first is None:
+        return False
+    return r["spec"] is None or r["rank"] not in first[1]
+
+
+def _cell(got: list[int]) -> str:
+    said = [f"{n} {what}" for n, what in ((got[2], "undecided"), (got[3], "false")) if n]
+    return f"{got[0]}/{got[1]}" + (f" ({', '.join(said)})" if said else "")
+
+
 def _fits_mode(mode: str, judged: dict, rank) -> str:
     """The mode whose fits judge this one: in the mixed mode, the form the injected rank's dump had."""
     forms = judged.get("forms") or {}
@@ -280,8 +292,9 @@ def _kill_leftovers(dumps: Path) -> None:
 
 
 def scoreboard(results: list[dict]) -> str:
-    """Markdown: one row per (program, fault), right/scored per mode (and how many of the wrong ones said
-    `undecided` rather than a wrong claim); the totals last."""
+    """Markdown: one row per (program, fault), right/scored per mode, and of the wrong ones how many said
+    `undecided` (no claim) and how many were false claims (a finding on a healthy run, or a first finding that
+    names none of the injected ranks); the totals last."""
     cells: dict = {}
     for r in results:
         if "modes" not in r or (r["spec"] and not r.get("fired")):
@@ -292,14 +305,14 @@ def scoreboard(results: list[dict]) -> str:
                 judged = {**judged, **_judge(r, tuple(judged["first"]) if judged.get("first") else None, fits_of)}
             ok = judged["ok"] and judged.get("line_names_only_it", True)
             for key in ((r["program"], r["fault"]), ("all", "injected" if r["spec"] else "healthy")):
-                got = cells.setdefault(key, {}).setdefault(mode, [0, 0, 0])
+                got = cells.setdefault(key, {}).setdefault(mode, [0, 0, 0, 0])
                 got[0] += ok
                 got[1] += 1
                 got[2] += not ok and judged.get("verdict") == "undecided"
+                got[3] += not ok and _false_claim(r, judged.get("first"))
     lines = ["| program | fault | " + " | ".join(MODES) + " |", "|---|---|" + "---|" * len(MODES)]
     for (program, fault), by_mode in sorted(cells.items(), key=lambda kv: (kv[0][0] == "all", kv[0])):
-        row = [f"{by_mode[m][0]}/{by_mode[m][1]}" + (f" ({by_mode[m][2]} undecided)" if by_mode[m][2] else "")
-               if m in by_mode else "-" for m in MODES]
+        row = [_cell(by_mode[m]) if m in by_mode else "-" for m in MODES]
         lines.append(f"| {program} | {fault} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 

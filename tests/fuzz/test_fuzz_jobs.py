@@ -84,3 +84,17 @@ def test_the_mixed_mode_takes_each_ranks_forms_in_turn_and_the_next_one_it_left(
     assert set(chosen) == {0, 1, 2} and all(r in left[form] for r, form in chosen.items())
     assert len(set(chosen.values())) > 1  # ranks in turn: the forms meet
     assert run_jobs.mixed_forms(left, case) == chosen  # the same draw every time
+
+
+def test_the_scoreboard_counts_false_claims_apart():
+    """A wrong verdict that names only innocent ranks, or any finding on a healthy run, is a false claim; one that
+    names the injected rank with a kind that does not fit is wrong but not false."""
+    results = [{"program": "tp", "fault": "sigkill", "spec": "kill:1:SIGKILL@step=3", "rank": 1,
+                "fired": ["kill:1:SIGKILL@step=3"],
+                "modes": {"recorder": {"ok": False, "first": ["size_mismatch", [0]]},
+                          "fr_json": {"ok": False, "first": ["size_mismatch", [1]]}}},
+               {"program": "tp", "fault": "healthy", "spec": None, "rank": None,
+                "modes": {"recorder": {"ok": False, "first": ["missing_ranks", [2]]}}}]
+    table = run_jobs.scoreboard(results).splitlines()
+    assert "| tp | sigkill | - | - | 0/1 (1 false) | - | 0/1 | - |" in table
+    assert "| tp | healthy | - | - | 0/1 (1 false) | - | - | - |" in table
