@@ -13,11 +13,19 @@ issued or completed for that long). Resumed: this rank made progress (issued or 
 or in Flight Recorder) after the episode opened. A rank that is asked to dump for an episode another rank
 detected (`adopt`) joins that episode; every dump's header carries it (`header()`).
 
+Start-up is not a hang (`_stalled`): until a rank has issued its first collective, and while it waits in a group's
+first call (seq 1, where the group's members first meet: one may still be importing torch or building its model,
+slowly on a loaded host), it is never suspected, and confirmed only after the start timeout, max(start_timeout,
+hang_timeout); the episode says `start_up: true` and the reason says "during start-up".
+
 Flight Recorder is read (about 30 ms for 2000 entries on this machine, so not every tick) only when the
 recorder saw no Python-level call for QUIET_S and nothing is pending at the Python level, and then: every tick
 while an episode is open; every STILL_PEEK_S while the main thread sits at the same place (inside one C call:
 a backward blocked on a gradient bucket, or a sleep); and every PROGRESS_PEEK_S otherwise, so a job whose
-collectives are all issued from C++ shows progress and is never taken for idle.
+collectives are all issued from C++ shows progress and is never taken for idle. A look says only that something
+moved since the last one, not when: so Flight Recorder is looked at afresh before a hang is called and when a
+rank joins an episode, and only a move seen after that counts as a resume (a look seconds old, taken before the
+stall, would otherwise read the calls issued before it as progress after it: a false resume).
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ class FlightRecorderPeek:
         self.available = fr_enabled()
         self._decoder = None
         self.key = None
+        self.seen_any = False  # an entry was seen: this rank has issued a collective (hangwatch's start-up)
         self.inflight: dict[int, float] = {}  # record id -> created, seen unretired (for wait samples)
 
     def _setup(self) -> bool:
@@ -71,6 +80,7 @@ class FlightRecorderPeek:
             self.available = False
             return None, False, []
         entries = got.entries
+        self.seen_any = self.seen_any or bool(entries)
         open_ = [e for e in entries if not e.retired]
         key = (entries[-1].record_id if entries else None, tuple(e.record_id for e in open_), _progress(got.pg_status))
         moved = self.key is not None and key != self.key
@@ -175,6 +185,19 @@ class HangWatch:
             self.fr_progress_at = now
         rec.waits.extend(waits)
 
+    def _rebase(self, now: float) -> None:
+        """Look at Flight Recorder now. Before a hang is called and when an episode is joined: what moved since
+        the last look (seconds ago, maybe before the stall) is then taken for what it is, progress before this
+        moment, and never for a resume after it."""
+        if not self.fr.available:
+            return
+        self.last_peek = now
+        flight, moved, waits = self.fr.look(now)
+        self.fr_flight, self.fr_flight_at = flight, now
+        if moved:
+            self.fr_progress_at = now
+        self.rec.waits.extend(waits)
+
     # ---- the rule ------------------------------------------------------------------------------------------
     def tick(self, now: float | None = None) -> tuple[str, str] | None:
         """One look; returns ("dump", reason), ("rewrite", reason) (record a resume in the last dump) or None."""
@@ -187,26 +210,59 @@ class HangWatch:
             ep = self.episode
             if ep is not None and ep["status"] != "resumed":
                 return self._follow(ep, now, timeout)
-            flight = self.in_flight()
-            th = self.threshold()
-            if flight is not None:
-                blocked = now - flight["since"]
-                limit = min(th["threshold_s"], timeout) if th else timeout
-                if blocked >= limit:
-                    status = "confirmed" if blocked >= timeout else "suspected"
-                    self._open(status, flight["since"], flight, th, now)
-                    return "dump", self._reason(status, blocked, flight, th)
-            quiet_since = self.progress_at()
-            if not self.fr.available:
-                # Without Flight Recorder the collectives C++ issues (DDP's buckets) are invisible: a rank whose
-                # main thread keeps moving is then not taken for idle.
-                self._main_is_still(now)
-                quiet_since = max(quiet_since, self._main_still_since)
-            idle = now - quiet_since
-            if idle >= timeout and (ep is None or ep.get("since") != round(quiet_since, 3)):
-                self._open("confirmed", quiet_since, None, th, now)
-                return "dump", self._reason("confirmed", idle, None, th)
+            found = self._stalled(ep, now, timeout)
+            if self.fr.available and self.last_peek < now and (
+                    found is not None or self._starting() and now - self.progress_at() >= timeout
+                    and now - self.last_peek >= STILL_PEEK_S):
+                # a hang is called on a fresh look, never on a stale one (nor start-up on a look before the C++
+                # side issued its first collective)
+                self._rebase(now)
+                found = self._stalled(ep, now, timeout)
+            if found is None:
+                return None
+            status, since, flight, th, stalled_for, start_up = found
+            self._open(status, since, flight, th, now, start_up)
+            return "dump", self._reason(status, stalled_for, flight, th, start_up)
+
+    def _stalled(self, ep: dict | None, now: float, timeout: float) -> tuple | None:
+        """(status, since, the call in flight or None, threshold, for how long, during start-up) when this rank is
+        now suspected or confirmed to hang; None otherwise.
+
+        Start-up is not a hang: a group's first call (seq 1) is where its members first meet, and a member may still
+        be importing torch or building its model there, as a rank that has issued no collective yet may. Those
+        waits have no suspected stage (a slow start is no alarm) and are confirmed after the start timeout,
+        max(start_timeout, hang_timeout); every other wait as before."""
+        flight = self.in_flight()
+        th = self.threshold()
+        start = self._start_bound(timeout)
+        if flight is not None:
+            blocked = now - flight["since"]
+            start_up = flight.get("seq") == 1 and start > timeout
+            suspect = start if start_up else min(th["threshold_s"], timeout) if th else timeout
+            if blocked >= suspect:
+                status = "confirmed" if blocked >= (start if start_up else timeout) else "suspected"
+                return status, flight["since"], flight, th, blocked, start_up
+            if start_up:
+                return None  # waiting at a rendezvous, within the start timeout: not idle either
+        quiet_since = self.progress_at()
+        if not self.fr.available:
+            # Without Flight Recorder the collectives C++ issues (DDP's buckets) are invisible: a rank whose
+            # main thread keeps moving is then not taken for idle.
+            self._main_is_still(now)
+            quiet_since = max(quiet_since, self._main_still_since)
+        idle = now - quiet_since
+        start_up = start > timeout and self._starting()
+        if idle >= (start if start_up else timeout) and (ep is None or ep.get("since") != round(quiet_since, 3)):
+            return "confirmed", quiet_since, None, th, idle, start_up
         return None
+
+    def _start_bound(self, timeout: float) -> float:
+        start = getattr(self.rec.config, "start_timeout", 0.0) or 0.0
+        return max(start, timeout)
+
+    def _starting(self) -> bool:
+        """No collective issued here yet: none the recorder saw, none in Flight Recorder's last look."""
+        return not (self.rec.seq or self.rec.p2p_seq or self.fr.seen_any)
 
     def _follow(self, ep: dict, now: float, timeout: float) -> tuple[str, str] | None:
         if self.progress_at() > self._opened_at:
@@ -215,24 +271,31 @@ class HangWatch:
             ep["resumed_after_s"] = round(self.progress_at() - ep["since"], 3)
             return "rewrite", (f"hang resumed: progress after {ep['resumed_after_s']:.1f} s "
                                f"(hang {before} at {_clock(ep['detected_at'])})")
-        if ep["status"] == "suspected" and now - ep["since"] >= timeout:
+        start_up = bool(ep.get("start_up"))
+        if ep["status"] == "suspected" and now - ep["since"] >= (self._start_bound(timeout) if start_up else timeout):
             ep["status"], ep["confirmed_at"] = "confirmed", now
-            return "dump", self._reason("confirmed", now - ep["since"], self.in_flight(), self.threshold())
+            return "dump", self._reason("confirmed", now - ep["since"], self.in_flight(), self.threshold(), start_up)
         return None
 
-    def _open(self, status: str, since: float, flight: dict | None, th: dict | None, now: float) -> None:
+    def _open(self, status: str, since: float, flight: dict | None, th: dict | None, now: float,
+              start_up: bool = False) -> None:
         self._episodes += 1
         rank = self.rec.rank
         self.episode = {"status": status, "id": f"{socket.gethostname()}:{os.getpid()}:{self._episodes}",
                         "detected_by": rank, "detected_at": round(now, 3), "since": round(since, 3),
                         "hang_timeout_s": self.rec.config.hang_timeout, **(th or {}),
                         "blocked_in": _public(flight), "requested": False}
+        if start_up:
+            self.episode.update(start_up=True, start_timeout_s=self._start_bound(self.rec.config.hang_timeout))
         self._opened_at = now
 
-    def _reason(self, status: str, blocked: float, flight: dict | None, th: dict | None) -> str:
+    def _reason(self, status: str, blocked: float, flight: dict | None, th: dict | None,
+                start_up: bool = False) -> str:
         what = (f"{flight['op']} #{flight['seq']} on group {flight['group']}"
                 + (" (Flight Recorder)" if flight["source"] == "flight_recorder" else "")
                 + _gpu_words(flight.get("gpu"))) if flight else None
+        if start_up:
+            return self._start_reason(blocked, what)
         if status == "suspected":
             return (f"hang suspected: {what} in flight for {blocked:.1f} s (threshold {th['threshold_s']:g} s = "
                     f"max(floor {th['floor_s']:g} s, {th['factor']:g} x longest recent wait "
@@ -241,6 +304,15 @@ class HangWatch:
             f"in flight: {what}" if what else "no collective pending")
         return (f"hang: no collective completed for {blocked:.1f} s (hang timeout "
                 f"{self.rec.config.hang_timeout:g} s; {pending})")
+
+    def _start_reason(self, blocked: float, what: str | None) -> str:
+        cfg = self.rec.config
+        bound = f"start timeout {self._start_bound(cfg.hang_timeout):g} s"
+        if what is None:
+            return (f"hang: during start-up: no collective issued for {blocked:.1f} s since the process group was "
+                    f"created ({bound})")
+        return (f"hang: during start-up: {what}, the group's first call, in flight for {blocked:.1f} s: a member "
+                f"never arrived ({bound})")
 
     def adopt(self, hang: dict) -> bool:
         """Another rank detected a hang and `distdoctor run` asks this rank to dump for it. Returns False when
@@ -251,7 +323,9 @@ class HangWatch:
             if ep is not None and ep["status"] != "resumed" and ORDER[ep["status"]] >= ORDER[status]:
                 return False
             self.episode = {**hang, "status": status, "requested": True}
-            self._opened_at = time.time() if ep is None or ep["status"] == "resumed" else self._opened_at
+            if ep is None or ep["status"] == "resumed":
+                self._opened_at = time.time()
+                self._rebase(self._opened_at)
             return True
 
     def header(self) -> dict | None:
