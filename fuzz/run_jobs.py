@@ -54,7 +54,9 @@ CALLS = {"ddp": 1, "fsdp": 1, "hsdp": 1, "tp": 5, "pipeline": 0, "moe": 6, "dcp"
 MODES = ("live", "closing", "recorder", "fr_pickle", "fr_json")
 FR_MODES = ("fr_pickle", "fr_json")  # Flight Recorder keeps no exception: a rank that raised reads as absent there
 FR_FITS = {"raise": ("crashed", "missing_ranks", "missing_dump")}
-RUN_ARGS = ["--suspect-floor", "2", "--hang-timeout", "12", "--kill-on-hang", "--dump-on-exit"]  # healthy runs dump too
+# healthy runs dump too; start-up (no collective yet, a group's first call) is held to 60 s, not 12: a loaded host
+# starts slowly, and a fault at a group's first call is still caught well within a run's time limit
+RUN_ARGS = ["--suspect-floor", "2", "--hang-timeout", "12", "--start-timeout", "60", "--kill-on-hang", "--dump-on-exit"]
 
 
 def free_port() -> int:
