@@ -178,12 +178,7 @@ class HangWatch:
         if not (open_episode and age >= 0.9 or self._main_is_still(now) and age >= STILL_PEEK_S
                 or age >= PROGRESS_PEEK_S):
             return
-        self.last_peek = now
-        flight, moved, waits = self.fr.look(now)
-        self.fr_flight, self.fr_flight_at = flight, now
-        if moved:
-            self.fr_progress_at = now
-        rec.waits.extend(waits)
+        self._rebase(now)
 
     def _rebase(self, now: float) -> None:
         """Look at Flight Recorder now. Before a hang is called and when an episode is joined: what moved since

@@ -65,20 +65,21 @@ def alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return True
+    return _state(pid) not in ("Z", "X")
 
 
 def stopped(pid: int) -> bool:
     """The process is stopped (SIGSTOP, or traced): a signal other than SIGKILL or SIGCONT waits until it runs."""
+    return _state(pid) in ("T", "t")
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter in /proc (R, S, T, Z...), None when it cannot be read."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+            return f.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return False
+        return None
 
 
 def signal_ranks(dump_dir: str, signum: int = signal.SIGUSR1, ranks=None) -> list[int]:
