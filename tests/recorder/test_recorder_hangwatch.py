@@ -210,40 +210,61 @@ def test_a_hang_is_called_on_a_fresh_look():
     assert w.tick(now) is None and w.episode is None and fr.looks[-1] == now
 
 
-def test_start_up_is_held_to_the_start_timeout():
-    """A rank that has issued nothing yet, or waits in a group's first call (its peers may still be importing
-    torch), is not hung after the hang timeout: confirmed after the start timeout, and said so."""
+class FakeStore:
+    """The job's store, as the ranks use it to say they issued their first collective."""
+
+    def __init__(self, keys=()):
+        self.keys = set(keys)
+
+    def set(self, key, value):
+        self.keys.add(key)
+
+    def check(self, keys):
+        return all(k in self.keys for k in keys)
+
+
+def starting(store, start_timeout=60.0):
     rec = FakeRecorder(timeout=12.0, floor=2.0)
-    rec.config.start_timeout = 60.0
-    rec.last_progress = 100.0
+    rec.config.start_timeout, rec.world_size = start_timeout, 4
     w = watch(rec)
-    w._main_is_still = lambda now: True
-    w._main_still_since = 100.0
+    w.fr.available, w.fr.look = True, lambda now: (None, False, [])  # the idle rule applies with Flight Recorder
+    w.store = lambda: store
+    return rec, w
+
+
+def test_start_up_is_held_to_the_start_timeout():
+    """Until every rank has issued its first collective (one may still be importing torch), a rank that has issued
+    nothing, and a wait, are not hung after the hang timeout: confirmed after the start timeout, and said so."""
+    rec, w = starting(FakeStore())
+    rec.last_progress = 100.0
     assert w.tick(130.0) is None  # idle for 30 s, but no collective issued yet
     kind, reason = w.tick(160.5)
     assert kind == "dump" and reason.startswith("hang: during start-up: no collective issued for 60.5 s"), reason
     assert w.header()["start_up"] is True and w.header()["start_timeout_s"] == 60.0
-    # blocked in the group's first call: not suspected at the floor nor at the hang timeout; confirmed at 60 s
-    rec = FakeRecorder(timeout=12.0, floor=2.0)
-    rec.config.start_timeout = 60.0
-    w = watch(rec)
+    # blocked in a collective while rank 3 has issued none: not suspected at the floor nor at the hang timeout
+    store = FakeStore({"distdoctor/started/0", "distdoctor/started/1"})
+    rec, w = starting(store)
     rec.call(200.0, seq=1)
-    w.fr.available, w.fr.look = True, lambda now: (None, False, [])  # the idle rule applies with Flight Recorder
-    assert w.tick(205.0) is None and w.tick(212.5) is None and w.tick(259.0) is None
+    assert w.tick(205.0) is None and "distdoctor/started/2" in store.keys  # this rank said it has started
+    assert w.tick(212.5) is None and w.tick(259.0) is None
     kind, reason = w.tick(260.5)
     assert kind == "dump" and w.header()["status"] == "confirmed" and w.header()["start_up"] is True
-    assert reason.startswith("hang: during start-up: all_reduce #1 on group 0, the group's first call, in flight "
-                             "for 60.5 s: a member never arrived (start timeout 60 s)"), reason
-    # past the first call, the hang timeout as before; --start-timeout 0: start-up counted like any wait
-    rec = FakeRecorder(timeout=12.0, floor=2.0)
-    w = watch(rec)
-    rec.call(300.0, seq=2)
-    assert w.tick(302.5)[1].startswith("hang suspected: all_reduce #2")
-    rec = FakeRecorder(timeout=12.0, floor=2.0)
-    rec.config.start_timeout = 0.0
-    w = watch(rec)
+    assert reason == ("hang: during start-up: all_reduce #1 on group 0 in flight for 60.5 s, and a rank of the job "
+                      "has issued no collective yet (start timeout 60 s)"), reason
+
+
+def test_once_every_rank_started_a_first_call_is_a_hang_like_any_other():
+    """A rank that skipped a group's first call, two ranks that both receive first: every rank has issued a
+    collective, so the hang timeout holds; and --start-timeout 0 holds start-up to it too."""
+    rec, w = starting(FakeStore({f"distdoctor/started/{r}" for r in range(4)}))
     rec.call(300.0, seq=1)
     assert w.tick(302.5)[1].startswith("hang suspected: all_reduce #1") and "start_up" not in w.header()
+    rec, w = starting(FakeStore(), start_timeout=0.0)
+    rec.call(300.0, seq=1)
+    assert w.tick(302.5)[1].startswith("hang suspected: all_reduce #1") and "start_up" not in w.header()
+    rec, w = starting(None)  # no store to ask: counted as started
+    rec.call(300.0, seq=1)
+    assert w.tick(302.5)[1].startswith("hang suspected: all_reduce #1")
 
 
 # ---- diagnose's `hang` object ----------------------------------------------------------------------------------

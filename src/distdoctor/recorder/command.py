@@ -131,9 +131,9 @@ def _preload_analyzer() -> None:
               help="A hang is confirmed when no collective progressed for this many seconds (0: no hang "
                    "detection at all).")
 @click.option("--start-timeout", type=seconds(), default=DEFAULT_START_TIMEOUT, show_default=True,
-              help="Start-up is not a hang: a rank that has issued no collective yet, or waits in a group's first "
-                   "call (its members may still be importing torch or building the model), is not suspected, and "
-                   "is confirmed only after max(this, --hang-timeout), reported as a hang during start-up. 0: start-up is held to --hang-timeout like any other wait.")
+              help="Start-up is not a hang: until every rank has issued its first collective (one may still be "
+                   "importing torch or building the model), a wait is not suspected, and is confirmed only after "
+                   "max(this, --hang-timeout), reported as a hang during start-up. 0: start-up is held to --hang-timeout like any other wait.")
 @click.option("--suspect-floor", type=seconds(), default=DEFAULT_SUSPECT_FLOOR, show_default=True,
               help="A hang is suspected (every rank dumps, the verdict is printed, the job keeps running) when a "
                    "collective is in flight longer than max(this, --suspect-factor x the longest recent "

@@ -12,8 +12,8 @@ from distdoctor.recorder.layout import LAYOUTS
 
 DEFAULT_BUFFER = 2000
 DEFAULT_HANG_TIMEOUT = 300.0
-# a rank's start-up (its first collective, and each group's first call, where members that are still importing or
-# building the model are awaited) is held to max(this, the hang timeout), not to the hang timeout (hangwatch.py)
+# start-up (until every rank has issued its first collective: one may still be importing torch or building the
+# model) is held to max(this, the hang timeout), not to the hang timeout (hangwatch.py)
 DEFAULT_START_TIMEOUT = 600.0
 DEFAULT_SUSPECT_FLOOR = 10.0  # a hang is suspected after max(floor, factor x the longest recent collective wait)
 DEFAULT_SUSPECT_FACTOR = 3.0

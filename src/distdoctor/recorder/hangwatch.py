@@ -13,9 +13,9 @@ issued or completed for that long). Resumed: this rank made progress (issued or 
 or in Flight Recorder) after the episode opened. A rank that is asked to dump for an episode another rank
 detected (`adopt`) joins that episode; every dump's header carries it (`header()`).
 
-Start-up is not a hang (`_stalled`): until a rank has issued its first collective, and while it waits in a group's
-first call (seq 1, where the group's members first meet: one may still be importing torch or building its model,
-slowly on a loaded host), it is never suspected, and confirmed only after the start timeout, max(start_timeout,
+Start-up is not a hang (`_stalled`): until every rank of the job has issued its first collective (each says so
+in the job's store; one may still be importing torch or building its model, slowly on a loaded host), a wait and
+a rank that issued nothing are never suspected, and confirmed only after the start timeout, max(start_timeout,
 hang_timeout); the episode says `start_up: true` and the reason says "during start-up".
 
 Flight Recorder is read (about 30 ms for 2000 entries on this machine, so not every tick) only when the
@@ -42,6 +42,7 @@ QUIET_S = 2.0
 STILL_PEEK_S = 2.0
 PROGRESS_PEEK_S = 30.0
 ORDER = {"resumed": 0, "suspected": 1, "confirmed": 2}
+STARTED_KEY = "distdoctor/started/{}"  # set in the job's store by each rank once it issued a collective
 
 
 class FlightRecorderPeek:
@@ -135,6 +136,9 @@ class HangWatch:
         self._opened_at = 0.0
         self._episodes = 0
         self._lock = threading.Lock()
+        self.store = _job_store  # the job's store: where ranks say they issued their first collective
+        self._marked = False
+        self._all_started = False
 
     # ---- what this rank is doing ---------------------------------------------------------------------------
     def threshold(self) -> dict | None:
@@ -205,6 +209,7 @@ class HangWatch:
             ep = self.episode
             if ep is not None and ep["status"] != "resumed":
                 return self._follow(ep, now, timeout)
+            self._mark_started()
             found = self._stalled(ep, now, timeout)
             if self.fr.available and self.last_peek < now and (
                     found is not None or self._starting() and now - self.progress_at() >= timeout
@@ -223,22 +228,25 @@ class HangWatch:
         """(status, since, the call in flight or None, threshold, for how long, during start-up) when this rank is
         now suspected or confirmed to hang; None otherwise.
 
-        Start-up is not a hang: a group's first call (seq 1) is where its members first meet, and a member may still
-        be importing torch or building its model there, as a rank that has issued no collective yet may. Those
-        waits have no suspected stage (a slow start is no alarm) and are confirmed after the start timeout,
-        max(start_timeout, hang_timeout); every other wait as before."""
+        Start-up is not a hang: until every rank of the job has issued its first collective (`_job_started`),
+        a rank may still be importing torch or building its model, slowly on a loaded host. A wait then, and a
+        rank that has issued nothing yet, have no suspected stage (a slow start is no alarm) and are confirmed
+        after the start timeout, max(start_timeout, hang_timeout); every other wait as before. Once every rank
+        has issued a collective, a wait in a group's very first call (a rank that skipped it, two ranks that both
+        receive first) is a hang like any other."""
         flight = self.in_flight()
         th = self.threshold()
         start = self._start_bound(timeout)
         if flight is not None:
             blocked = now - flight["since"]
-            start_up = flight.get("seq") == 1 and start > timeout
-            suspect = start if start_up else min(th["threshold_s"], timeout) if th else timeout
-            if blocked >= suspect:
-                status = "confirmed" if blocked >= (start if start_up else timeout) else "suspected"
-                return status, flight["since"], flight, th, blocked, start_up
-            if start_up:
-                return None  # waiting at a rendezvous, within the start timeout: not idle either
+            if blocked >= (min(th["threshold_s"], timeout) if th else timeout):
+                start_up = start > timeout and not self._job_started()
+                if not start_up:
+                    return ("confirmed" if blocked >= timeout else "suspected"), flight["since"], flight, th, \
+                        blocked, False
+                if blocked >= start:
+                    return "confirmed", flight["since"], flight, th, blocked, True
+                return None  # waiting for a member still starting, within the start timeout: not idle either
         quiet_since = self.progress_at()
         if not self.fr.available:
             # Without Flight Recorder the collectives C++ issues (DDP's buckets) are invisible: a rank whose
@@ -246,8 +254,10 @@ class HangWatch:
             self._main_is_still(now)
             quiet_since = max(quiet_since, self._main_still_since)
         idle = now - quiet_since
-        start_up = start > timeout and self._starting()
-        if idle >= (start if start_up else timeout) and (ep is None or ep.get("since") != round(quiet_since, 3)):
+        if idle < timeout or ep is not None and ep.get("since") == round(quiet_since, 3):
+            return None
+        start_up = start > timeout and (self._starting() or not self._job_started())
+        if idle >= (start if start_up else timeout):
             return "confirmed", quiet_since, None, th, idle, start_up
         return None
 
@@ -258,6 +268,32 @@ class HangWatch:
     def _starting(self) -> bool:
         """No collective issued here yet: none the recorder saw, none in Flight Recorder's last look."""
         return not (self.rec.seq or self.rec.p2p_seq or self.fr.seen_any)
+
+    def _mark_started(self) -> None:
+        """Once this rank issued its first collective, say so in the job's store (once, from the watchdog)."""
+        if self._marked or self._starting():
+            return
+        self._marked = True
+        try:
+            store = self.store()
+            if store is not None:
+                store.set(STARTED_KEY.format(self.rec.rank), "1")
+        except Exception:
+            pass
+
+    def _job_started(self) -> bool:
+        """Every rank of the job has issued its first collective (each says so in the job's store once it has;
+        asked only when a wait is long enough to matter, and never again once true). Where the store cannot be
+        asked, the job counts as started: every wait is held to the hang timeout, as without a start timeout."""
+        if not self._all_started:
+            try:
+                store = self.store()
+                world = self.rec.world_size
+                self._all_started = store is None or not world or bool(
+                    store.check([STARTED_KEY.format(r) for r in range(world)]))
+            except Exception:
+                self._all_started = True
+        return self._all_started
 
     def _follow(self, ep: dict, now: float, timeout: float) -> tuple[str, str] | None:
         if self.progress_at() > self._opened_at:
@@ -301,13 +337,13 @@ class HangWatch:
                 f"{self.rec.config.hang_timeout:g} s; {pending})")
 
     def _start_reason(self, blocked: float, what: str | None) -> str:
-        cfg = self.rec.config
-        bound = f"start timeout {self._start_bound(cfg.hang_timeout):g} s"
-        if what is None:
+        bound = f"start timeout {self._start_bound(self.rec.config.hang_timeout):g} s"
+        if what is None and self._starting():
             return (f"hang: during start-up: no collective issued for {blocked:.1f} s since the process group was "
                     f"created ({bound})")
-        return (f"hang: during start-up: {what}, the group's first call, in flight for {blocked:.1f} s: a member "
-                f"never arrived ({bound})")
+        what = f"{what} in flight" if what else "no collective completed"
+        return (f"hang: during start-up: {what} for {blocked:.1f} s, and a rank of the job has issued no collective "
+                f"yet ({bound})")
 
     def adopt(self, hang: dict) -> bool:
         """Another rank detected a hang and `distdoctor run` asks this rank to dump for it. Returns False when
@@ -333,6 +369,13 @@ class HangWatch:
         mine = {"blocked_in": _public(flight), "blocked_for_s": round(now - flight["since"], 3) if flight else None,
                 "idle_for_s": round(now - self.progress_at(), 3)}
         return {**ep, "this_rank": mine}
+
+
+def _job_store():
+    """The default process group's store (torch's own rendezvous store), None without one."""
+    from torch.distributed import distributed_c10d as c10d
+
+    return c10d._get_default_store() if c10d.is_initialized() else None
 
 
 def _public(flight: dict | None) -> dict | None:
