@@ -209,7 +209,7 @@ class HangWatch:
             ep = self.episode
             if ep is not None and ep["status"] != "resumed":
                 return self._follow(ep, now, timeout)
-            self._mark_started()
+            self._mark_started(now)
             found = self._stalled(ep, now, timeout)
             if self.fr.available and self.last_peek < now and (
                     found is not None or self._starting() and now - self.progress_at() >= timeout
@@ -269,9 +269,16 @@ class HangWatch:
         """No collective issued here yet: none the recorder saw, none in Flight Recorder's last look."""
         return not (self.rec.seq or self.rec.p2p_seq or self.fr.seen_any)
 
-    def _mark_started(self) -> None:
-        """Once this rank issued its first collective, say so in the job's store (once, from the watchdog)."""
-        if self._marked or self._starting():
+    def _mark_started(self, now: float) -> None:
+        """Once this rank issued its first collective, say so in the job's store (once, from the watchdog). Until
+        then Flight Recorder is looked at every STILL_PEEK_S (a job whose collectives are all issued from C++
+        would otherwise be seen starting for up to PROGRESS_PEEK_S, and its peers' waits held to the start
+        timeout that long); it holds few entries then, so a look is cheap."""
+        if self._marked:
+            return
+        if self._starting() and self.fr.available and now - self.last_peek >= STILL_PEEK_S:
+            self._rebase(now)
+        if self._starting():
             return
         self._marked = True
         try:
