@@ -43,6 +43,8 @@ STILL_PEEK_S = 2.0
 PROGRESS_PEEK_S = 30.0
 ORDER = {"resumed": 0, "suspected": 1, "confirmed": 2}
 STARTED_KEY = "distdoctor/started/{}"  # set in the job's store by each rank once it issued a collective
+STORE_TIMEOUT_S = 5.0
+_STORE = None  # _job_store's client
 
 
 class FlightRecorderPeek:
@@ -379,10 +381,22 @@ class HangWatch:
 
 
 def _job_store():
-    """The default process group's store (torch's own rendezvous store), None without one."""
-    from torch.distributed import distributed_c10d as c10d
+    """A client of the job's store of its own (MASTER_ADDR:MASTER_PORT, as torch's env:// rendezvous reaches it),
+    made once; None without one. Not the default group's client: under NCCL a rank's main thread can sit in
+    that client's blocking get (the communicator's id exchange at the first collective) holding its lock for the
+    store's whole timeout, and the watchdog must never wait behind it. Each call on this one is bounded."""
+    global _STORE
+    if _STORE is None:
+        master, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+        if not master or not port:
+            return None
+        import datetime
 
-    return c10d._get_default_store() if c10d.is_initialized() else None
+        from torch.distributed import TCPStore
+
+        _STORE = TCPStore(master, int(port), is_master=False, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=STORE_TIMEOUT_S))
+    return _STORE
 
 
 def _public(flight: dict | None) -> dict | None:

@@ -20,7 +20,9 @@ from distdoctor.recorder import layout
 from distdoctor.recorder.live import PEER_FILE, RUN_FILE
 
 LOOK_EVERY_S = 1.0
-STOP_WAIT_S = 5.0  # the poller's last round (a poll times out after 1.5 s) ends before run exits
+# the poller's last round ends before run exits: a poll times out after 1.5 s, a connection to a store that is
+# gone after 5 s (torch's TCPStore); a daemon thread still inside that C++ code at exit aborts the process
+STOP_WAIT_S = 12.0
 
 
 class RunLive:
