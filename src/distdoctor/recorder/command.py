@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -224,7 +225,7 @@ def run_command(dump_dir, hang_timeout, start_timeout, suspect_floor, suspect_fa
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    watch.live.stop()
+    poller_done = watch.live.stop()
     if rc < 0:
         rc = 128 - rc
     watch.stop_orphans()
@@ -249,4 +250,8 @@ def run_command(dump_dir, hang_timeout, start_timeout, suspect_floor, suspect_fa
     watch.clean_up(created)
     if rc != 0:
         _say(f"command exited with code {rc}")
+    if not poller_done:  # end now, with the command's code, rather than abort in the interpreter's finalization
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(rc)
     return rc

@@ -20,9 +20,7 @@ from distdoctor.recorder import layout
 from distdoctor.recorder.live import PEER_FILE, RUN_FILE
 
 LOOK_EVERY_S = 1.0
-# the poller's last round ends before run exits: a poll times out after 1.5 s, a connection to a store that is
-# gone after 5 s (torch's TCPStore); a daemon thread still inside that C++ code at exit aborts the process
-STOP_WAIT_S = 12.0
+STOP_WAIT_S = 2.0  # the poller's last round: a poll times out after 1.5 s
 
 
 class RunLive:
@@ -83,13 +81,16 @@ class RunLive:
         return (f"the verdict over every rank is printed by distdoctor run on the host of rank 0 (or: distdoctor "
                 f"watch --master-addr {addr} --master-port {port}); the dumps here are this host's ranks'.")
 
-    def stop(self) -> None:
-        """Stop the poller and wait for it (bounded): a process that exits while the poller is inside the store
-        client's C++ code can abort ("terminate called without an active exception")."""
+    def stop(self) -> bool:
+        """Stop the poller and wait for it (bounded); returns False when it is still busy: then inside torch's
+        store client (a connection to a store that is gone takes 5 s), and an interpreter that finalizes while a
+        daemon thread is in that C++ code aborts ("terminate called without an active exception", SIGABRT)."""
         if self.watch is not None:
             self.watch.stop_event.set()
         if self._thread is not None:
             self._thread.join(STOP_WAIT_S)
+            return not self._thread.is_alive()
+        return True
 
     def clean_up(self) -> None:
         for path in layout.find(self.dump_dir, RUN_FILE) + layout.find(self.dump_dir, PEER_FILE):
