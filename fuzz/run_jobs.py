@@ -66,9 +66,10 @@ CALLS = {"ddp": 1, "fsdp": 1, "hsdp": 1, "tp": 5, "pipeline": 0, "moe": 6, "dcp"
 MODES = ("live", "closing", "recorder", "fr_pickle", "fr_json", "mixed")
 FR_MODES = ("fr_pickle", "fr_json")  # Flight Recorder keeps no exception: a rank that raised reads as absent there
 FR_FITS = {"raise": ("crashed", "missing_ranks", "missing_dump")}
-# run's flags: dumps from healthy runs too; the hang thresholds are the suite's quick ones unless the campaign
-# sets its own (--suspect-floor / --hang-timeout: a loaded machine needs run's default floor)
-RUN_ARGS = ["--kill-on-hang", "--kill-grace", "10", "--dump-on-exit"]
+# run's flags: dumps from healthy runs too; start-up (no collective yet) held to 60 s: a loaded host starts slowly;
+# the hang thresholds are the suite's quick ones unless the campaign sets its own (--suspect-floor /
+# --hang-timeout: a loaded machine needs run's default floor)
+RUN_ARGS = ["--start-timeout", "60", "--kill-on-hang", "--kill-grace", "10", "--dump-on-exit"]
 QUICK = {"suspect_floor": 2.0, "hang_timeout": 12.0}
 
 

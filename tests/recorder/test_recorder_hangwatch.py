@@ -4,6 +4,7 @@ from the headers of several ranks, in the JSON and the text report."""
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from types import SimpleNamespace
 
@@ -30,12 +31,15 @@ class FakeRecorder:
         self.waits: deque = deque(maxlen=256)
         self.last_progress = 0.0
         self.rank = 2
+        self.seq: dict = {}  # collectives issued per group (none yet: the rank is starting)
+        self.p2p_seq: dict = {}
 
     def pending_summary(self) -> str:
         return f"{len(self.pending)} pending"
 
     def call(self, t: float, seq: int = 7):
         r = Call(t_created=t, group="0", op="all_reduce", seq=seq, p2p_seq=None)
+        self.seq["0"] = seq
         self.pending.add(r)
         self.last_progress = t
         return r
@@ -105,6 +109,7 @@ def test_confirmed_after_the_hang_timeout_and_floor_above_timeout():
 def test_idle_rank_is_confirmed_only_after_the_timeout():
     rec = FakeRecorder(timeout=20.0)
     rec.last_progress = 100.0
+    rec.seq["0"] = 5  # past its start-up
     w = watch(rec)
     w.fr.available, w.fr.look = True, lambda now: (None, False, [])  # Flight Recorder on, showing nothing
     assert w.tick(115.0) is None  # nothing in flight: a pause outside collectives is never suspected
@@ -120,6 +125,7 @@ def test_without_flight_recorder_a_moving_main_thread_is_not_idle():
     """C++-issued collectives (DDP) are invisible then: the rule must not call a busy rank idle."""
     rec = FakeRecorder(timeout=20.0)
     rec.last_progress = 100.0
+    rec.seq["0"] = 5
     w = watch(rec)
     assert w.tick(121.0) is None  # this (main) thread is running
     w._main_pos = w._main_still_since = None
@@ -152,6 +158,113 @@ def test_requests_from_run_are_adopted_once():
     own.rec.call(0.0)
     own.tick(11.0)
     assert own.adopt(episode) is False  # it detected the hang itself
+
+
+class ScriptedFlightRecorder:
+    """Flight Recorder as the hang rule sees it: what is in flight, and a state that changes when the rank's C++ side
+    issues or completes something (a look says only whether it changed since the last look)."""
+
+    def __init__(self, flight=None):
+        self.available, self.seen_any, self.flight, self.state, self._seen = True, True, flight, 0, None
+        self.looks: list[float] = []
+
+    def look(self, now):
+        self.looks.append(now)
+        moved = self._seen is not None and self._seen != self.state
+        self._seen = self.state
+        return self.flight, moved, []
+
+
+def test_a_look_older_than_the_episode_is_no_resume():
+    """The rank's last look at Flight Recorder was before the stall; run asks it to join an episode; the next look
+    sees what moved before the stall (the calls issued then): that is no progress after the episode opened."""
+    now = time.time()
+    rec = FakeRecorder(timeout=12.0, floor=2.0)
+    rec.seq["0"] = 9
+    rec.last_progress = now - 30.0
+    w = HangWatch(rec)
+    w.fr = fr = ScriptedFlightRecorder()
+    w._rebase(now - 10.0)  # a look before the stall
+    fr.state, fr.flight = 1, {"since": now - 4.0, "group": "3", "op": "all_reduce", "seq": 7,
+                              "source": "flight_recorder"}  # then its C++ side issued calls and blocked
+    episode = {"status": "suspected", "detected_by": 0, "detected_at": now - 1.0, "since": now - 4.2}
+    assert w.adopt(episode) is True and fr.looks[-1] >= now  # joined on a fresh look
+    assert w.tick(now + 1.0) is None and w.episode["status"] == "suspected"  # no resume
+    kind, reason = w.tick(now + 9.0)
+    assert kind == "dump" and w.episode["status"] == "confirmed", reason
+    fr.state = 2  # it moved after the episode opened: that is a resume
+    assert w.tick(now + 10.0)[0] == "rewrite" and w.episode["status"] == "resumed"
+
+
+def test_a_hang_is_called_on_a_fresh_look():
+    """The call a stale look showed in flight completed since: looked at again, no hang is opened."""
+    now = time.time()
+    rec = FakeRecorder(timeout=12.0, floor=2.0)
+    rec.seq["0"] = 9
+    rec.last_progress = now - 30.0
+    w = HangWatch(rec)
+    w.fr = fr = ScriptedFlightRecorder({"since": now - 5.0, "group": "3", "op": "all_reduce", "seq": 7,
+                                        "source": "flight_recorder"})
+    w._rebase(now - 1.5)
+    fr.state, fr.flight = 1, None
+    assert w.tick(now) is None and w.episode is None and fr.looks[-1] == now
+
+
+class FakeStore:
+    """The job's store, as the ranks use it to say they issued their first collective."""
+
+    def __init__(self, keys=()):
+        self.keys = set(keys)
+
+    def set(self, key, value):
+        self.keys.add(key)
+
+    def check(self, keys):
+        return all(k in self.keys for k in keys)
+
+
+def starting(store, start_timeout=60.0):
+    rec = FakeRecorder(timeout=12.0, floor=2.0)
+    rec.config.start_timeout, rec.world_size = start_timeout, 4
+    w = watch(rec)
+    w.fr.available, w.fr.look = True, lambda now: (None, False, [])  # the idle rule applies with Flight Recorder
+    w.store = lambda: store
+    return rec, w
+
+
+def test_start_up_is_held_to_the_start_timeout():
+    """Until every rank has issued its first collective (one may still be importing torch), a rank that has issued
+    nothing, and a wait, are not hung after the hang timeout: confirmed after the start timeout, and said so."""
+    rec, w = starting(FakeStore())
+    rec.last_progress = 100.0
+    assert w.tick(130.0) is None  # idle for 30 s, but no collective issued yet
+    kind, reason = w.tick(160.5)
+    assert kind == "dump" and reason.startswith("hang: during start-up: no collective issued for 60.5 s"), reason
+    assert w.header()["start_up"] is True and w.header()["start_timeout_s"] == 60.0
+    # blocked in a collective while rank 3 has issued none: not suspected at the floor nor at the hang timeout
+    store = FakeStore({"distdoctor/started/0", "distdoctor/started/1"})
+    rec, w = starting(store)
+    rec.call(200.0, seq=1)
+    assert w.tick(205.0) is None and "distdoctor/started/2" in store.keys  # this rank said it has started
+    assert w.tick(212.5) is None and w.tick(259.0) is None
+    kind, reason = w.tick(260.5)
+    assert kind == "dump" and w.header()["status"] == "confirmed" and w.header()["start_up"] is True
+    assert reason == ("hang: during start-up: all_reduce #1 on group 0 in flight for 60.5 s, and a rank of the job "
+                      "has issued no collective yet (start timeout 60 s)"), reason
+
+
+def test_once_every_rank_started_a_first_call_is_a_hang_like_any_other():
+    """A rank that skipped a group's first call, two ranks that both receive first: every rank has issued a
+    collective, so the hang timeout holds; and --start-timeout 0 holds start-up to it too."""
+    rec, w = starting(FakeStore({f"distdoctor/started/{r}" for r in range(4)}))
+    rec.call(300.0, seq=1)
+    assert w.tick(302.5)[1].startswith("hang suspected: all_reduce #1") and "start_up" not in w.header()
+    rec, w = starting(FakeStore(), start_timeout=0.0)
+    rec.call(300.0, seq=1)
+    assert w.tick(302.5)[1].startswith("hang suspected: all_reduce #1") and "start_up" not in w.header()
+    rec, w = starting(None)  # no store to ask: counted as started
+    rec.call(300.0, seq=1)
+    assert w.tick(302.5)[1].startswith("hang suspected: all_reduce #1")
 
 
 # ---- diagnose's `hang` object ----------------------------------------------------------------------------------

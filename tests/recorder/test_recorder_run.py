@@ -177,3 +177,27 @@ def test_run_ignores_hang_dumps_of_an_earlier_run(tmp_path):
     (tmp_path / "rank_0.jsonl").write_text(json.dumps(new) + "\n")
     watch.poll()  # nobody registered to ask: the episode opens, its verdict waits for the deadline
     assert watch.episode is not None and watch.episode["status"] == "suspected"
+
+
+def test_one_ranks_resume_does_not_end_another_ranks_hang(tmp_path):
+    """Rank 1 reports progress after the episode rank 0 opened; rank 0 then confirms it (its own clock ran the hang
+    timeout without progress): the job is hung, and run goes on to the confirmed verdict (a hang it dropped
+    left a job that --kill-on-hang never stopped). A rank's report a moment after the resume is the same stall."""
+    import time
+
+    from distdoctor.recorder.run_watch import RESUME_RACE_S, JobWatch
+
+    watch = JobWatch(str(tmp_path), child=None, kill_on_hang=False, say=lambda m: None,
+                     shout=lambda m, nl=True: None)
+    t = time.time()
+    opened = {"status": "suspected", "id": "h:1:1", "detected_by": 0, "detected_at": t, "since": t - 2.5}
+    watch._consider({"rank": 0, "hang": opened})
+    assert watch.episode["status"] == "suspected"
+    watch._consider({"rank": 1, "hang": {**opened, "status": "resumed", "resumed_at": t + 0.5}})
+    assert watch.episode is None
+    watch._consider({"rank": 1, "hang": {"status": "suspected", "detected_at": t + 0.5 + RESUME_RACE_S / 2}})
+    assert watch.episode is None  # the same stall, seen a moment before it cleared
+    watch._consider({"rank": 0, "hang": {**opened, "status": "confirmed", "confirmed_at": t + 12.0}})
+    assert watch.episode is not None and watch.episode["status"] == "confirmed"
+    watch.headers[0] = {"rank": 0, "hang": {**opened, "status": "confirmed", "confirmed_at": t + 12.0}}
+    assert watch._dumped_for(0, "confirmed") is True

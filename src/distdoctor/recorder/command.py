@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -29,8 +30,8 @@ import click
 from distdoctor.errors import InputError
 from distdoctor.options import Number, count, seconds
 from distdoctor.recorder import layout
-from distdoctor.recorder.config import (DEFAULT_BUFFER, DEFAULT_HANG_TIMEOUT, DEFAULT_SUSPECT_FACTOR,
-                                       DEFAULT_SUSPECT_FLOOR, INJECT_ENV)
+from distdoctor.recorder.config import (DEFAULT_BUFFER, DEFAULT_HANG_TIMEOUT, DEFAULT_START_TIMEOUT,
+                                       DEFAULT_SUSPECT_FACTOR, DEFAULT_SUSPECT_FLOOR, INJECT_ENV)
 from distdoctor.recorder.dumpfile import ensure_private_dir, write_atomic
 from distdoctor.recorder.run_watch import KILL_GRACE_S, POLL_S, JobWatch, read_header, remove_leftovers, signal_ranks
 
@@ -50,7 +51,8 @@ def _shout(message: str, nl: bool = True) -> None:
 
 
 def child_env(dump_dir: str, hang_timeout: float, buffer: int, stacks: bool, dump_on_exit: bool,
-              suspect_floor: float = DEFAULT_SUSPECT_FLOOR, suspect_factor: float = DEFAULT_SUSPECT_FACTOR) -> dict:
+              suspect_floor: float = DEFAULT_SUSPECT_FLOOR, suspect_factor: float = DEFAULT_SUSPECT_FACTOR,
+              start_timeout: float = DEFAULT_START_TIMEOUT) -> dict:
     env = dict(os.environ)
     env.update({
         "DISTDOCTOR_TRACE": "1",
@@ -59,6 +61,7 @@ def child_env(dump_dir: str, hang_timeout: float, buffer: int, stacks: bool, dum
         "DISTDOCTOR_HANG_TIMEOUT": repr(float(hang_timeout)),
         "DISTDOCTOR_SUSPECT_FLOOR": repr(float(suspect_floor)),
         "DISTDOCTOR_SUSPECT_FACTOR": repr(float(suspect_factor)),
+        "DISTDOCTOR_START_TIMEOUT": repr(float(start_timeout)),
         "DISTDOCTOR_BUFFER": str(buffer),
         "DISTDOCTOR_STACKS": "1" if stacks else "0",
         "DISTDOCTOR_DUMP_ON_EXIT": "1" if dump_on_exit else "0",
@@ -128,6 +131,10 @@ def _preload_analyzer() -> None:
 @click.option("--hang-timeout", type=seconds(), default=DEFAULT_HANG_TIMEOUT, show_default=True,
               help="A hang is confirmed when no collective progressed for this many seconds (0: no hang "
                    "detection at all).")
+@click.option("--start-timeout", type=seconds(), default=DEFAULT_START_TIMEOUT, show_default=True,
+              help="Start-up is not a hang: until every rank has issued its first collective (one may still be "
+                   "importing torch or building the model), a wait is not suspected, and is confirmed only after "
+                   "max(this, --hang-timeout), reported as a hang during start-up. 0: start-up is held to --hang-timeout like any other wait.")
 @click.option("--suspect-floor", type=seconds(), default=DEFAULT_SUSPECT_FLOOR, show_default=True,
               help="A hang is suspected (every rank dumps, the verdict is printed, the job keeps running) when a "
                    "collective is in flight longer than max(this, --suspect-factor x the longest recent "
@@ -151,7 +158,7 @@ def _preload_analyzer() -> None:
                    "kill:2:SIGTERM@call=40, skip:0@call=7,group=1. What each rank did is written to "
                    "DUMP_DIR/.injected.json. Kinds and WHEN: docs/recorder.md, \"Drills\".")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run_command(dump_dir, hang_timeout, suspect_floor, suspect_factor, kill_on_hang, kill_grace, buffer, no_stacks,
+def run_command(dump_dir, hang_timeout, start_timeout, suspect_floor, suspect_factor, kill_on_hang, kill_grace, buffer, no_stacks,
                 dump_on_exit, dump_layout, inject_specs, command) -> int:
     """Run COMMAND (after --) with the distdoctor recorder on in every process that uses torch.distributed.
 
@@ -161,7 +168,8 @@ def run_command(dump_dir, hang_timeout, suspect_floor, suspect_factor, kill_on_h
     """
     if not command:
         raise InputError("command", "nothing to run; usage: distdoctor run [OPTIONS] -- CMD [ARGS]...")
-    for name, value in (("--hang-timeout", hang_timeout), ("--suspect-floor", suspect_floor),
+    for name, value in (("--hang-timeout", hang_timeout), ("--start-timeout", start_timeout),
+                        ("--suspect-floor", suspect_floor),
                         ("--suspect-factor", suspect_factor)):
         if value < 0:
             raise InputError(name, f"must be >= 0, got {value:g}")
@@ -181,7 +189,8 @@ def run_command(dump_dir, hang_timeout, suspect_floor, suspect_factor, kill_on_h
     created = prepare_dump_dir(dump_dir)
     remove_leftovers(dump_dir)  # an earlier run here that was SIGKILLed left its ranks' pid files and request
 
-    env = child_env(dump_dir, hang_timeout, buffer, not no_stacks, dump_on_exit, suspect_floor, suspect_factor)
+    env = child_env(dump_dir, hang_timeout, buffer, not no_stacks, dump_on_exit, suspect_floor, suspect_factor,
+                    start_timeout)
     env["DISTDOCTOR_DUMP_LAYOUT"] = dump_layout
     if faults:
         env[INJECT_ENV] = json.dumps([str(f) for f in faults])
@@ -216,7 +225,7 @@ def run_command(dump_dir, hang_timeout, suspect_floor, suspect_factor, kill_on_h
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    watch.live.stop()
+    poller_done = watch.live.stop()
     if rc < 0:
         rc = 128 - rc
     watch.stop_orphans()
@@ -241,4 +250,8 @@ def run_command(dump_dir, hang_timeout, suspect_floor, suspect_factor, kill_on_h
     watch.clean_up(created)
     if rc != 0:
         _say(f"command exited with code {rc}")
+    if not poller_done:  # end now, with the command's code, rather than abort in the interpreter's finalization
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(rc)
     return rc

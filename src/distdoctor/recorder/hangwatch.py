@@ -13,11 +13,19 @@ issued or completed for that long). Resumed: this rank made progress (issued or 
 or in Flight Recorder) after the episode opened. A rank that is asked to dump for an episode another rank
 detected (`adopt`) joins that episode; every dump's header carries it (`header()`).
 
+Start-up is not a hang (`_stalled`): until every rank of the job has issued its first collective (each says so
+in the job's store; one may still be importing torch or building its model, slowly on a loaded host), a wait and
+a rank that issued nothing are never suspected, and confirmed only after the start timeout, max(start_timeout,
+hang_timeout); the episode says `start_up: true` and the reason says "during start-up".
+
 Flight Recorder is read (about 30 ms for 2000 entries on this machine, so not every tick) only when the
 recorder saw no Python-level call for QUIET_S and nothing is pending at the Python level, and then: every tick
 while an episode is open; every STILL_PEEK_S while the main thread sits at the same place (inside one C call:
 a backward blocked on a gradient bucket, or a sleep); and every PROGRESS_PEEK_S otherwise, so a job whose
-collectives are all issued from C++ shows progress and is never taken for idle.
+collectives are all issued from C++ shows progress and is never taken for idle. A look says only that something
+moved since the last one, not when: so Flight Recorder is looked at afresh before a hang is called and when a
+rank joins an episode, and only a move seen after that counts as a resume (a look seconds old, taken before the
+stall, would otherwise read the calls issued before it as progress after it: a false resume).
 """
 
 from __future__ import annotations
@@ -34,6 +42,9 @@ QUIET_S = 2.0
 STILL_PEEK_S = 2.0
 PROGRESS_PEEK_S = 30.0
 ORDER = {"resumed": 0, "suspected": 1, "confirmed": 2}
+STARTED_KEY = "distdoctor/started/{}"  # set in the job's store by each rank once it issued a collective
+STORE_TIMEOUT_S = 5.0
+_STORE = None  # _job_store's client
 
 
 class FlightRecorderPeek:
@@ -43,6 +54,7 @@ class FlightRecorderPeek:
         self.available = fr_enabled()
         self._decoder = None
         self.key = None
+        self.seen_any = False  # an entry was seen: this rank has issued a collective (hangwatch's start-up)
         self.inflight: dict[int, float] = {}  # record id -> created, seen unretired (for wait samples)
 
     def _setup(self) -> bool:
@@ -71,6 +83,7 @@ class FlightRecorderPeek:
             self.available = False
             return None, False, []
         entries = got.entries
+        self.seen_any = self.seen_any or bool(entries)
         open_ = [e for e in entries if not e.retired]
         key = (entries[-1].record_id if entries else None, tuple(e.record_id for e in open_), _progress(got.pg_status))
         moved = self.key is not None and key != self.key
@@ -125,6 +138,9 @@ class HangWatch:
         self._opened_at = 0.0
         self._episodes = 0
         self._lock = threading.Lock()
+        self.store = _job_store  # the job's store: where ranks say they issued their first collective
+        self._marked = False
+        self._all_started = False
 
     # ---- what this rank is doing ---------------------------------------------------------------------------
     def threshold(self) -> dict | None:
@@ -168,12 +184,20 @@ class HangWatch:
         if not (open_episode and age >= 0.9 or self._main_is_still(now) and age >= STILL_PEEK_S
                 or age >= PROGRESS_PEEK_S):
             return
+        self._rebase(now)
+
+    def _rebase(self, now: float) -> None:
+        """Look at Flight Recorder now. Before a hang is called and when an episode is joined: what moved since
+        the last look (seconds ago, maybe before the stall) is then taken for what it is, progress before this
+        moment, and never for a resume after it."""
+        if not self.fr.available:
+            return
         self.last_peek = now
         flight, moved, waits = self.fr.look(now)
         self.fr_flight, self.fr_flight_at = flight, now
         if moved:
             self.fr_progress_at = now
-        rec.waits.extend(waits)
+        self.rec.waits.extend(waits)
 
     # ---- the rule ------------------------------------------------------------------------------------------
     def tick(self, now: float | None = None) -> tuple[str, str] | None:
@@ -187,26 +211,98 @@ class HangWatch:
             ep = self.episode
             if ep is not None and ep["status"] != "resumed":
                 return self._follow(ep, now, timeout)
-            flight = self.in_flight()
-            th = self.threshold()
-            if flight is not None:
-                blocked = now - flight["since"]
-                limit = min(th["threshold_s"], timeout) if th else timeout
-                if blocked >= limit:
-                    status = "confirmed" if blocked >= timeout else "suspected"
-                    self._open(status, flight["since"], flight, th, now)
-                    return "dump", self._reason(status, blocked, flight, th)
-            quiet_since = self.progress_at()
-            if not self.fr.available:
-                # Without Flight Recorder the collectives C++ issues (DDP's buckets) are invisible: a rank whose
-                # main thread keeps moving is then not taken for idle.
-                self._main_is_still(now)
-                quiet_since = max(quiet_since, self._main_still_since)
-            idle = now - quiet_since
-            if idle >= timeout and (ep is None or ep.get("since") != round(quiet_since, 3)):
-                self._open("confirmed", quiet_since, None, th, now)
-                return "dump", self._reason("confirmed", idle, None, th)
+            self._mark_started(now)
+            found = self._stalled(ep, now, timeout)
+            if self.fr.available and self.last_peek < now and (
+                    found is not None or self._starting() and now - self.progress_at() >= timeout
+                    and now - self.last_peek >= STILL_PEEK_S):
+                # a hang is called on a fresh look, never on a stale one (nor start-up on a look before the C++
+                # side issued its first collective)
+                self._rebase(now)
+                found = self._stalled(ep, now, timeout)
+            if found is None:
+                return None
+            status, since, flight, th, stalled_for, start_up = found
+            self._open(status, since, flight, th, now, start_up)
+            return "dump", self._reason(status, stalled_for, flight, th, start_up)
+
+    def _stalled(self, ep: dict | None, now: float, timeout: float) -> tuple | None:
+        """(status, since, the call in flight or None, threshold, for how long, during start-up) when this rank is
+        now suspected or confirmed to hang; None otherwise.
+
+        Start-up is not a hang: until every rank of the job has issued its first collective (`_job_started`),
+        a rank may still be importing torch or building its model, slowly on a loaded host. A wait then, and a
+        rank that has issued nothing yet, have no suspected stage (a slow start is no alarm) and are confirmed
+        after the start timeout, max(start_timeout, hang_timeout); every other wait as before. Once every rank
+        has issued a collective, a wait in a group's very first call (a rank that skipped it, two ranks that both
+        receive first) is a hang like any other."""
+        flight = self.in_flight()
+        th = self.threshold()
+        start = self._start_bound(timeout)
+        if flight is not None:
+            blocked = now - flight["since"]
+            if blocked >= (min(th["threshold_s"], timeout) if th else timeout):
+                start_up = start > timeout and not self._job_started()
+                if not start_up:
+                    return ("confirmed" if blocked >= timeout else "suspected"), flight["since"], flight, th, \
+                        blocked, False
+                if blocked >= start:
+                    return "confirmed", flight["since"], flight, th, blocked, True
+                return None  # waiting for a member still starting, within the start timeout: not idle either
+        quiet_since = self.progress_at()
+        if not self.fr.available:
+            # Without Flight Recorder the collectives C++ issues (DDP's buckets) are invisible: a rank whose
+            # main thread keeps moving is then not taken for idle.
+            self._main_is_still(now)
+            quiet_since = max(quiet_since, self._main_still_since)
+        idle = now - quiet_since
+        if idle < timeout or ep is not None and ep.get("since") == round(quiet_since, 3):
+            return None
+        start_up = start > timeout and (self._starting() or not self._job_started())
+        if idle >= (start if start_up else timeout):
+            return "confirmed", quiet_since, None, th, idle, start_up
         return None
+
+    def _start_bound(self, timeout: float) -> float:
+        start = getattr(self.rec.config, "start_timeout", 0.0) or 0.0
+        return max(start, timeout)
+
+    def _starting(self) -> bool:
+        """No collective issued here yet: none the recorder saw, none in Flight Recorder's last look."""
+        return not (self.rec.seq or self.rec.p2p_seq or self.fr.seen_any)
+
+    def _mark_started(self, now: float) -> None:
+        """Once this rank issued its first collective, say so in the job's store (once, from the watchdog). Until
+        then Flight Recorder is looked at every STILL_PEEK_S (a job whose collectives are all issued from C++
+        would otherwise be seen starting for up to PROGRESS_PEEK_S, and its peers' waits held to the start
+        timeout that long); it holds few entries then, so a look is cheap."""
+        if self._marked:
+            return
+        if self._starting() and self.fr.available and now - self.last_peek >= STILL_PEEK_S:
+            self._rebase(now)
+        if self._starting():
+            return
+        self._marked = True
+        try:
+            store = self.store()
+            if store is not None:
+                store.set(STARTED_KEY.format(self.rec.rank), "1")
+        except Exception:
+            pass
+
+    def _job_started(self) -> bool:
+        """Every rank of the job has issued its first collective (each says so in the job's store once it has;
+        asked only when a wait is long enough to matter, and never again once true). Where the store cannot be
+        asked, the job counts as started: every wait is held to the hang timeout, as without a start timeout."""
+        if not self._all_started:
+            try:
+                store = self.store()
+                world = self.rec.world_size
+                self._all_started = store is None or not world or bool(
+                    store.check([STARTED_KEY.format(r) for r in range(world)]))
+            except Exception:
+                self._all_started = True
+        return self._all_started
 
     def _follow(self, ep: dict, now: float, timeout: float) -> tuple[str, str] | None:
         if self.progress_at() > self._opened_at:
@@ -215,24 +311,31 @@ class HangWatch:
             ep["resumed_after_s"] = round(self.progress_at() - ep["since"], 3)
             return "rewrite", (f"hang resumed: progress after {ep['resumed_after_s']:.1f} s "
                                f"(hang {before} at {_clock(ep['detected_at'])})")
-        if ep["status"] == "suspected" and now - ep["since"] >= timeout:
+        start_up = bool(ep.get("start_up"))
+        if ep["status"] == "suspected" and now - ep["since"] >= (self._start_bound(timeout) if start_up else timeout):
             ep["status"], ep["confirmed_at"] = "confirmed", now
-            return "dump", self._reason("confirmed", now - ep["since"], self.in_flight(), self.threshold())
+            return "dump", self._reason("confirmed", now - ep["since"], self.in_flight(), self.threshold(), start_up)
         return None
 
-    def _open(self, status: str, since: float, flight: dict | None, th: dict | None, now: float) -> None:
+    def _open(self, status: str, since: float, flight: dict | None, th: dict | None, now: float,
+              start_up: bool = False) -> None:
         self._episodes += 1
         rank = self.rec.rank
         self.episode = {"status": status, "id": f"{socket.gethostname()}:{os.getpid()}:{self._episodes}",
                         "detected_by": rank, "detected_at": round(now, 3), "since": round(since, 3),
                         "hang_timeout_s": self.rec.config.hang_timeout, **(th or {}),
                         "blocked_in": _public(flight), "requested": False}
+        if start_up:
+            self.episode.update(start_up=True, start_timeout_s=self._start_bound(self.rec.config.hang_timeout))
         self._opened_at = now
 
-    def _reason(self, status: str, blocked: float, flight: dict | None, th: dict | None) -> str:
+    def _reason(self, status: str, blocked: float, flight: dict | None, th: dict | None,
+                start_up: bool = False) -> str:
         what = (f"{flight['op']} #{flight['seq']} on group {flight['group']}"
                 + (" (Flight Recorder)" if flight["source"] == "flight_recorder" else "")
                 + _gpu_words(flight.get("gpu"))) if flight else None
+        if start_up:
+            return self._start_reason(blocked, what)
         if status == "suspected":
             return (f"hang suspected: {what} in flight for {blocked:.1f} s (threshold {th['threshold_s']:g} s = "
                     f"max(floor {th['floor_s']:g} s, {th['factor']:g} x longest recent wait "
@@ -241,6 +344,15 @@ class HangWatch:
             f"in flight: {what}" if what else "no collective pending")
         return (f"hang: no collective completed for {blocked:.1f} s (hang timeout "
                 f"{self.rec.config.hang_timeout:g} s; {pending})")
+
+    def _start_reason(self, blocked: float, what: str | None) -> str:
+        bound = f"start timeout {self._start_bound(self.rec.config.hang_timeout):g} s"
+        if what is None and self._starting():
+            return (f"hang: during start-up: no collective issued for {blocked:.1f} s since the process group was "
+                    f"created ({bound})")
+        what = f"{what} in flight" if what else "no collective completed"
+        return (f"hang: during start-up: {what} for {blocked:.1f} s, and a rank of the job has issued no collective "
+                f"yet ({bound})")
 
     def adopt(self, hang: dict) -> bool:
         """Another rank detected a hang and `distdoctor run` asks this rank to dump for it. Returns False when
@@ -251,7 +363,9 @@ class HangWatch:
             if ep is not None and ep["status"] != "resumed" and ORDER[ep["status"]] >= ORDER[status]:
                 return False
             self.episode = {**hang, "status": status, "requested": True}
-            self._opened_at = time.time() if ep is None or ep["status"] == "resumed" else self._opened_at
+            if ep is None or ep["status"] == "resumed":
+                self._opened_at = time.time()
+                self._rebase(self._opened_at)
             return True
 
     def header(self) -> dict | None:
@@ -264,6 +378,25 @@ class HangWatch:
         mine = {"blocked_in": _public(flight), "blocked_for_s": round(now - flight["since"], 3) if flight else None,
                 "idle_for_s": round(now - self.progress_at(), 3)}
         return {**ep, "this_rank": mine}
+
+
+def _job_store():
+    """A client of the job's store of its own (MASTER_ADDR:MASTER_PORT, as torch's env:// rendezvous reaches it),
+    made once; None without one. Not the default group's client: under NCCL a rank's main thread can sit in
+    that client's blocking get (the communicator's id exchange at the first collective) holding its lock for the
+    store's whole timeout, and the watchdog must never wait behind it. Each call on this one is bounded."""
+    global _STORE
+    if _STORE is None:
+        master, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+        if not master or not port:
+            return None
+        import datetime
+
+        from torch.distributed import TCPStore
+
+        _STORE = TCPStore(master, int(port), is_master=False, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=STORE_TIMEOUT_S))
+    return _STORE
 
 
 def _public(flight: dict | None) -> dict | None:

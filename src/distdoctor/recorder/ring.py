@@ -121,6 +121,7 @@ class Recorder:
         name, ranks, _ = info
         r = _Record()
         now = time.time()
+        self.last_progress = now  # first: the watchdog thread must never see this call counted (seq) but not dated
         r.index = next(self._index)
         r.group = name
         r.op = op if not is_p2p else call.direction
@@ -157,7 +158,6 @@ class Recorder:
         r.frames = patch.caller_frames(sys._getframe(2), self.config.frames) if self.config.frames else []
         self.buffer.append(r)
         self.pending.add(r)
-        self.last_progress = now
         return r
 
     def complete(self, r: _Record, now: float | None = None) -> None:
@@ -404,15 +404,15 @@ class Recorder:
 # ---- public API --------------------------------------------------------------------------------------------
 
 def enable(dump_dir=None, hang_timeout=None, buffer_size=None, stacks=None, dump_on_exit=None,
-           suspect_floor=None, suspect_factor=None) -> Recorder:
+           suspect_floor=None, suspect_factor=None, start_timeout=None) -> Recorder:
     """Start recording in this process (idempotent; a second call updates the settings given)."""
     config = RecorderConfig.resolve(dump_dir, hang_timeout, buffer_size, stacks, dump_on_exit, suspect_floor,
-                                    suspect_factor)
+                                    suspect_factor, start_timeout)
     rec = patch.current
     if rec is not None:
         old = rec.config
         given = {"dump_dir": dump_dir, "hang_timeout": hang_timeout, "stacks": stacks, "dump_on_exit": dump_on_exit,
-                 "suspect_floor": suspect_floor, "suspect_factor": suspect_factor}
+                 "suspect_floor": suspect_floor, "suspect_factor": suspect_factor, "start_timeout": start_timeout}
         rec.config = dataclasses.replace(old, **{k: getattr(config, k) for k, v in given.items() if v is not None})
         return rec
     rec = patch.current = Recorder(config)

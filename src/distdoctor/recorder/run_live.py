@@ -20,12 +20,14 @@ from distdoctor.recorder import layout
 from distdoctor.recorder.live import PEER_FILE, RUN_FILE
 
 LOOK_EVERY_S = 1.0
+STOP_WAIT_S = 2.0  # the poller's last round: a poll times out after 1.5 s
 
 
 class RunLive:
     def __init__(self, dump_dir: str, say) -> None:
         self.dump_dir, self.say = dump_dir, say
         self.watch = None
+        self._thread: threading.Thread | None = None
         self.elsewhere: tuple[str, int] | None = None  # the store, when rank 0 runs on another host
         self._next_look = 0.0
 
@@ -47,7 +49,8 @@ class RunLive:
             from distdoctor.diagnose.live_watch import LiveWatch
 
             self.watch = LiveWatch(addr, port, self.say, None, passive=True)
-            threading.Thread(target=self.watch.run, name="distdoctor-live-watch", daemon=True).start()
+            self._thread = threading.Thread(target=self.watch.run, name="distdoctor-live-watch", daemon=True)
+            self._thread.start()
             self.say(f"reading every rank's state live through the job's store at {addr}:{port}")
             return
 
@@ -78,9 +81,16 @@ class RunLive:
         return (f"the verdict over every rank is printed by distdoctor run on the host of rank 0 (or: distdoctor "
                 f"watch --master-addr {addr} --master-port {port}); the dumps here are this host's ranks'.")
 
-    def stop(self) -> None:
+    def stop(self) -> bool:
+        """Stop the poller and wait for it (bounded); returns False when it is still busy: then inside torch's
+        store client (a connection to a store that is gone takes 5 s), and an interpreter that finalizes while a
+        daemon thread is in that C++ code aborts ("terminate called without an active exception", SIGABRT)."""
         if self.watch is not None:
             self.watch.stop_event.set()
+        if self._thread is not None:
+            self._thread.join(STOP_WAIT_S)
+            return not self._thread.is_alive()
+        return True
 
     def clean_up(self) -> None:
         for path in layout.find(self.dump_dir, RUN_FILE) + layout.find(self.dump_dir, PEER_FILE):

@@ -35,6 +35,7 @@ POLL_S = 0.25
 FANOUT_WAIT_S = 6.0
 KILL_GRACE_S = 30.0
 ORPHAN_GRACE_S = 10.0
+RESUME_RACE_S = 1.0  # a hang a rank reports this soon after another rank's resume is taken for the same stall
 ORDER = {"resumed": 0, "suspected": 1, "confirmed": 2}
 
 
@@ -64,11 +65,21 @@ def alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+    return _state(pid) not in ("Z", "X")
+
+
+def stopped(pid: int) -> bool:
+    """The process is stopped (SIGSTOP, or traced): a signal other than SIGKILL or SIGCONT waits until it runs."""
+    return _state(pid) in ("T", "t")
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter in /proc (R, S, T, Z...), None when it cannot be read."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+            return f.read().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return True
+        return None
 
 
 def signal_ranks(dump_dir: str, signum: int = signal.SIGUSR1, ranks=None) -> list[int]:
@@ -107,6 +118,7 @@ class JobWatch:
         self.episode: dict | None = None
         self.started = time.time()
         self.closed_at = self.started  # a hang detected before this run started is an older run's
+        self.resumed = False  # closed_at is a resume's (not the start's)
         self.verdicts = 0
         self.printed_stamps: dict | None = None  # the dump files a printed verdict was made from
         self._requests = 0
@@ -166,11 +178,12 @@ class JobWatch:
                 self.shout(f"distdoctor run: resumed after {hang.get('resumed_after_s', 0):.1f} s: rank "
                            f"{header['rank']} made progress again (hang {ep['status']} at {_clock(ep['detected_at'])})"
                            "; still watching.")
-                self.closed_at = max(hang.get("resumed_at") or 0, time.time() - 1)
+                self.closed_at = hang.get("resumed_at") or time.time()
+                self.resumed = True
                 self.episode = None
                 self.hung_verdict = None
             return
-        if (hang.get("detected_at") or 0) <= self.closed_at:
+        if not self._after_close(hang, RESUME_RACE_S if self.resumed else 0.0):
             return  # a dump made for an episode that has resumed since
         if ep is None or ORDER[status] > ORDER[ep["status"]]:
             self._fan_out(header["rank"], hang)
@@ -183,8 +196,10 @@ class JobWatch:
         where = mine.get("blocked_in") or hang.get("blocked_in")
         what = (f"{where['op']} #{where['seq']} on group {where['group']} in flight for "
                 f"{mine.get('blocked_for_s') or 0:.1f} s") if where else "no collective progress"
+        bound = (f"during start-up; start timeout {hang.get('start_timeout_s') or 0:g} s" if hang.get("start_up") else
+                 f"hang timeout {hang.get('hang_timeout_s') or 0:g} s")
         reason = (f"hang suspected on rank {rank}: {what}" if status == "suspected" else
-                  f"hang: confirmed on rank {rank}: {what} (hang timeout {hang.get('hang_timeout_s') or 0:g} s)")
+                  f"hang: confirmed on rank {rank}: {what} ({bound})")
         todo = sorted(r for r in registered_ranks(self.dump_dir) if not self._dumped_for(r, status))
         request = {"id": f"{socket.gethostname()}:{os.getpid()}:{self._requests}", "status": status, "ranks": todo,
                    "hang": episode, "reason": reason + "; dumped at distdoctor run's request"}
@@ -197,12 +212,21 @@ class JobWatch:
         # A confirmed hang is printed at the time it was confirmed (the episode began when it was suspected).
         at = (hang.get("confirmed_at") if status == "confirmed" else None) or hang.get("detected_at") or now
         self.episode = {"status": status, "detected_at": hang.get("detected_at") or now, "at": at, "rank": rank,
-                        "deadline": now + FANOUT_WAIT_S, "printed": False}
+                        "deadline": now + FANOUT_WAIT_S, "printed": False, "start_up": bool(hang.get("start_up"))}
+
+    def _after_close(self, hang: dict, slack: float = 0.0) -> bool:
+        """Whether a rank's hang report is about the job as it is now, not about an episode that resumed since:
+        detected after the resume (`slack` later, for a report: a rank that saw the same stall a moment before it
+        cleared), or confirmed after it. One rank's progress does not end another's hang: a rank whose own clock
+        then ran the whole hang timeout without progress is hung, whatever the rank that resumed did."""
+        if (hang.get("detected_at") or 0) > self.closed_at + slack:
+            return True
+        return hang.get("status") == "confirmed" and (hang.get("confirmed_at") or 0) > self.closed_at
 
     def _dumped_for(self, rank: int, status: str) -> bool:
         hang = (self.headers.get(rank) or {}).get("hang")
         return (isinstance(hang, dict) and hang.get("status") in ORDER and ORDER[hang["status"]] >= ORDER[status]
-                and (hang.get("detected_at") or 0) > self.closed_at)
+                and self._after_close(hang))
 
     def _all_dumped(self, ep: dict) -> bool:
         host = socket.gethostname()
@@ -216,7 +240,8 @@ class JobWatch:
         self.shout("")
         since = f" (suspected at {_clock(ep['detected_at'])})" if ep.get("at", ep["detected_at"]) != ep["detected_at"] \
             else ""
-        self.shout(f"distdoctor run: HANG {status.upper()} at {_clock(ep.get('at', ep['detected_at']))}{since}; every "
+        phase = " DURING START-UP" if ep.get("start_up") else ""  # a member never reached its first collective
+        self.shout(f"distdoctor run: HANG {status.upper()}{phase} at {_clock(ep.get('at', ep['detected_at']))}{since}; every "
                    "rank was asked to dump"
                    + (f" ({_ranks(late)} did not within {FANOUT_WAIT_S:g} s)" if late else "")
                    + (". The job keeps running." if status == "suspected" or not self.kill_on_hang else "."))
@@ -247,7 +272,8 @@ class JobWatch:
             return []
         self.say(f"{_ranks(left)} still running after the command ended (its launcher is gone): stopping them")
         for pid in left.values():
-            _kill(pid, signal.SIGTERM)
+            # a stopped process (SIGSTOP) cannot act on SIGTERM: waiting for it would only wait
+            _kill(pid, signal.SIGKILL if stopped(pid) else signal.SIGTERM)
         deadline = time.time() + grace_s
         while time.time() < deadline and any(alive(pid) for pid in left.values()):
             time.sleep(0.1)
