@@ -75,6 +75,7 @@ class GroupView:
     inferred: bool
     by_rank: dict[int, Mapping[int, Entry]] = field(default_factory=dict)  # rank -> seq -> entry (ranks with a trace)
     last_completed: dict[int, int] = field(default_factory=dict)  # rank -> highest completed seq
+    unseen: dict[int, frozenset] = field(default_factory=dict)  # rank -> seqs its trace cannot see (RankTrace.unseen)
     relation_ok: dict = field(default_factory=dict)  # cache of size-relation checks by (op, sizes identity)
     desc: str = ""  # what the user called the group (DeviceMesh dimension, group_desc), when a trace says
     _lowest: tuple | None = field(default=None, repr=False, compare=False)  # see least_completed_by_others
@@ -148,6 +149,9 @@ def build_views(ts: TraceSet) -> dict[str, GroupView]:
             view.by_rank[rank] = SeqEntries(seqs, trace.entries)
             if name in summary.last_completed:
                 view.last_completed[rank] = summary.last_completed[name]
+        for name, seqs in (trace.unseen or {}).items():
+            if name in views:
+                views[name].unseen[rank] = seqs
     order = {rank: k for k, rank in enumerate(ts.ranks)}  # members that left a trace, in the set's rank order
     for view in views.values():  # (not every rank against every member list: 16 384 ranks x 2 057 groups)
         for rank in sorted({r for r in view.members if r in order}, key=order.__getitem__):
@@ -395,8 +399,8 @@ def first_divergence(view: GroupView) -> Divergence | None:
             e = seqs.get(seq)
             if e is not None:
                 present[r] = e
-            elif his[r] < seq:
-                absent.append(r)
+            elif his[r] < seq and seq not in view.unseen.get(r, ()):
+                absent.append(r)  # (a call its trace cannot see is no proof it never came)
         if not present:
             continue
         divs = _compare(view, seq, present)
