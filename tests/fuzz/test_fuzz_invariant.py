@@ -23,7 +23,7 @@ from distdoctor.diagnose import analyze
 from distdoctor.report.diagnose_text import render_text
 from distdoctor.trace.loaders import load_traces
 
-from trace_sets import Job, ground_truth, jobs, run, traces, write
+from trace_sets import Job, _from_cpp, ground_truth, jobs, run, traces, write
 
 LONG = settings.default.max_examples >= 2000
 EXAMPLES = 2000 if LONG else 40
@@ -168,3 +168,49 @@ def test_a_scatter_member_receiving_another_dtype_is_seen_in_every_form():
         firsts.add((f.kind, f.group, f.op, f.seq))
         assert {"dtype_mismatch", "missing_dump"} <= {g.kind for g in report.findings}
     assert firsts == {("dtype_mismatch", "0", "scatter", 1)}
+
+
+MIXED_FAULTS = ("none", "stop", "crash", "skip", "size", "dtype", "op", "no_dump")
+
+
+def _first_ranks(report):
+    return (report.findings[0].kind, tuple(report.findings[0].ranks)) if report.findings else None
+
+
+def _shown(job: Job, ran: dict, forms: dict[int, str]) -> bool:
+    """Whether some rank's dump, in the form it left, shows a rank blocked or crashed: the blocked call in Flight
+    Recorder's form or, when Python issued it, the recorder's; the exception in the recorder's."""
+    blocked, crashed = ground_truth(job, ran)
+    for r in blocked:
+        calls, issued, _ = ran[r]
+        if forms[r] != "native" or not _from_cpp(job, calls[issued - 1]):
+            return True
+    return any(forms[r] in ("native", "both") for r in crashed)
+
+
+@CHECKS
+@given(jobs(faults=MIXED_FAULTS, max_faults=1, late=False, cpp=True), st.data())
+def test_calls_the_recorder_cannot_see_make_no_claim_when_ranks_left_different_forms(job, data):
+    """Some collectives are issued from C++ (DDP's buckets): Flight Recorder numbers them, the recorder does not
+    see them. Ranks that left only the recorder's trace beside ranks that left only Flight Recorder's dump are
+    numbered by two authorities: a healthy job has no finding whatever forms its ranks left, and a job with one
+    fault has the first finding (kind and ranks) of the all-recorder or the all-Flight-Recorder set, never a
+    third - none only when no dump shows a blocked or crashed rank."""
+    forms = {r: data.draw(st.sampled_from(["native", "pickle", "json", "both"])) for r in range(job.world)}
+    ran, _, mixed = _diagnose(job, forms)
+    if not job.faults:
+        assert mixed.findings == [], (forms, mixed.findings[:1])
+        return
+    allowed = {_first_ranks(_diagnose(job)[2]), _first_ranks(_diagnose(job, dict.fromkeys(forms, "pickle"))[2])}
+    if _shown(job, ran, forms):
+        allowed.discard(None)
+        assert mixed.verdict == "problem", (forms, ground_truth(job, ran))
+    got = _first_ranks(mixed)
+    if got is not None and mixed.findings[0].evidence.get("undecided"):
+        # a rank whose form cannot see the call leaves a tie the evidence cannot break: "one of ranks ...",
+        # among them the one the other forms name
+        (rank, _), = job.faults.items()
+        assert rank in got[1] and got[0] in {a[0] for a in allowed if a}, (forms, mixed.findings[:1], allowed)
+        return
+    assert got in allowed | {None} - ({None} if _shown(job, ran, forms) else set()), \
+        (forms, mixed.findings[:1], allowed)

@@ -395,14 +395,18 @@ def first_divergence(view: GroupView) -> Divergence | None:
     for seq in sorted(s for s in tail if s <= end):
         present: dict[int, Entry] = {}
         absent: list[int] = []
+        unseen: list[int] = []
         for r, seqs in view.by_rank.items():
             e = seqs.get(seq)
             if e is not None:
                 present[r] = e
-            elif his[r] < seq and seq not in view.unseen.get(r, ()):
-                absent.append(r)  # (a call its trace cannot see is no proof it never came)
+            elif his[r] < seq:
+                # a call its trace cannot see (issued from C++, the recorder's view) is no proof it never came
+                (unseen if seq in view.unseen.get(r, ()) else absent).append(r)
         if not present:
             continue
+        if unseen and not absent and _only_one_can_be_missing(view, present, unseen):
+            absent = unseen
         divs = _compare(view, seq, present)
         if divs:
             return divs[0] if len(divs) == 1 else _merge(divs)
@@ -431,6 +435,13 @@ def first_divergence(view: GroupView) -> Divergence | None:
                                        {"completed": sorted(done), "stuck": sorted(stuck),
                                         "states": {r: present[r].state for r in sorted(present)}}, t)
     return state_div
+
+
+def _only_one_can_be_missing(view: GroupView, present: dict[int, Entry], unseen: list[int]) -> bool:
+    """Every member left a trace, all but one hold the call, nobody completed it: the one member whose trace
+    cannot see it is the one it waits for (had it come, the call would have completed)."""
+    return len(unseen) == 1 and set(view.members) <= set(view.by_rank) and \
+        len(present) + 1 >= len(view.members) and not any(view.is_done(r, e) for r, e in present.items())
 
 
 def _late_mark(view: GroupView, d: Divergence) -> bool:

@@ -26,6 +26,7 @@ import dataclasses
 from collections import Counter
 
 from distdoctor.collectives import same_collective
+from distdoctor.collectives.names import dtype_signature
 from distdoctor.trace.frontier import is_async
 from distdoctor.trace.loaders.align_ranks import align_across_ranks
 from distdoctor.trace.model import Entry, GroupInfo, RankTrace, numel
@@ -41,6 +42,9 @@ def _compatible(rec: Entry, fr: Entry, timed: bool = True, sizes: bool = True) -
     Flight Recorder's entry cannot predate the call; `sizes`: both are of one process, so the sizes agree.)"""
     if not same_collective(rec.op, rec.raw_op, fr.op, fr.raw_op):
         return False
+    a, b = dtype_signature(rec.in_dtypes, rec.out_dtypes), dtype_signature(fr.in_dtypes, fr.out_dtypes)
+    if a and b and a != b:
+        return False  # one process's call has one dtype in both forms
     if sizes and rec.op == fr.op and rec.in_sizes and fr.in_sizes and numel(rec.in_sizes) != numel(fr.in_sizes):
         return False  # sizes differ in layout between the two ([[8]] vs [[2, 4]]), never in element count
     if timed and rec.t_created is not None and fr.t_created is not None and \
@@ -182,13 +186,11 @@ def renumber_recorder_only(ranks: dict[int, RankTrace]) -> None:
     present nor absent: RankTrace.unseen). On a group no rank left both forms of, through the recorder-only
     ranks' consensus embedded in the Flight Recorder ranks' (align_ranks.py)."""
     maps: dict[str, tuple[int, dict[int, int], list[int], frozenset[int]]] = {}
-    covered: set[str] = set()
     for rank, t in sorted(ranks.items()):
-        covered |= set((t.merged or {}).get("aligned_by") or ())
         for group, pairs in ((t.merged or {}).get("seq_map") or {}).items():
             if group not in maps and pairs:
                 maps[group] = (rank, {a: b for a, b in pairs}, pairs[-1], _cpp_only(t, group, pairs))
-    across = align_across_ranks(ranks, covered)
+    across = align_across_ranks(ranks, set(maps))
     for rank, t in ranks.items():
         if t.merged or t.source != "native":
             continue
@@ -204,7 +206,7 @@ def renumber_recorder_only(ranks: dict[int, RankTrace]) -> None:
             done[group] = via
             if unseen:
                 t.unseen = {**(t.unseen or {}), group: unseen}
-        placed = sorted(g for g in across if any(e.group == g for e in t.entries))
+        placed = sorted(g for g in across if g in (t.unseen or {}) or any(e.group == g for e in t.entries))
         if done or placed:
             t.summary = None
             t.merged = {"paths": [t.path], "renumbered_through": done}
