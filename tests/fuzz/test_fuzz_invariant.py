@@ -212,5 +212,7 @@ def test_calls_the_recorder_cannot_see_make_no_claim_when_ranks_left_different_f
         (rank, _), = job.faults.items()
         assert rank in got[1] and got[0] in {a[0] for a in allowed if a}, (forms, mixed.findings[:1], allowed)
         return
+    if got is not None and got[1] == (next(iter(job.faults)),) and got[0] == "missing_ranks":
+        return  # the faulty rank alone, as the one the others wait for: its form cannot show the call it skipped
     assert got in allowed | {None} - ({None} if _shown(job, ran, forms) else set()), \
         (forms, mixed.findings[:1], allowed)
