@@ -3,7 +3,7 @@
 Algorithm (linear in the number of entries): for every group, index each member's collective entries by `seq`.
 Flight Recorder is a ring buffer, so a rank's window may start late: comparison starts at the largest first
 `seq` any member still holds. For each `seq` in order, the members holding it are compared on op, sizes, dtypes
-and root; members whose last `seq` is smaller never issued it. Sizes are compared through the collective specs:
+and root; members whose last `seq` is smaller never issued it, unless their trace cannot see the call (unseen.py). Sizes are compared through the collective specs:
 every member's output numel must equal `spec.out_numel(input numel, group size)` (all_gather, reduce_scatter),
 and per-member input sizes must agree where the collective requires it (all_to_all's uneven splits and
 scatter's root-only input are exempt). Dtypes are compared as each call's distinct dtypes
@@ -28,6 +28,7 @@ from distdoctor.collectives import get_spec
 from distdoctor.collectives.names import dtype_signature
 from distdoctor.diagnose.renamed import recorded_names
 from distdoctor.diagnose.ties import break_tie, tied
+from distdoctor.diagnose.unseen import absent_from
 from distdoctor.trace.code_origin import is_user_code
 from distdoctor.trace.model import AGREE_ON, Entry, TraceSet, entry_column, numel
 from distdoctor.trace.summary import summarize
@@ -149,9 +150,8 @@ def build_views(ts: TraceSet) -> dict[str, GroupView]:
             view.by_rank[rank] = SeqEntries(seqs, trace.entries)
             if name in summary.last_completed:
                 view.last_completed[rank] = summary.last_completed[name]
-        for name, seqs in (trace.unseen or {}).items():
-            if name in views:
-                views[name].unseen[rank] = seqs
+        for name in (trace.unseen or {}).keys() & views.keys():  # (RankTrace.unseen: see unseen.py)
+            views[name].unseen[rank] = trace.unseen[name]
     order = {rank: k for k, rank in enumerate(ts.ranks)}  # members that left a trace, in the set's rank order
     for view in views.values():  # (not every rank against every member list: 16 384 ranks x 2 057 groups)
         for rank in sorted({r for r in view.members if r in order}, key=order.__getitem__):
@@ -395,18 +395,16 @@ def first_divergence(view: GroupView) -> Divergence | None:
     for seq in sorted(s for s in tail if s <= end):
         present: dict[int, Entry] = {}
         absent: list[int] = []
-        unseen: list[int] = []
         for r, seqs in view.by_rank.items():
             e = seqs.get(seq)
             if e is not None:
                 present[r] = e
             elif his[r] < seq:
-                # a call its trace cannot see (issued from C++, the recorder's view) is no proof it never came
-                (unseen if seq in view.unseen.get(r, ()) else absent).append(r)
+                absent.append(r)
         if not present:
             continue
-        if unseen and not absent and _only_one_can_be_missing(view, present, unseen):
-            absent = unseen
+        if absent and view.unseen:
+            absent = absent_from(view, seq, present, absent)
         divs = _compare(view, seq, present)
         if divs:
             return divs[0] if len(divs) == 1 else _merge(divs)
@@ -435,13 +433,6 @@ def first_divergence(view: GroupView) -> Divergence | None:
                                        {"completed": sorted(done), "stuck": sorted(stuck),
                                         "states": {r: present[r].state for r in sorted(present)}}, t)
     return state_div
-
-
-def _only_one_can_be_missing(view: GroupView, present: dict[int, Entry], unseen: list[int]) -> bool:
-    """Every member left a trace, all but one hold the call, nobody completed it: the one member whose trace
-    cannot see it is the one it waits for (had it come, the call would have completed)."""
-    return len(unseen) == 1 and set(view.members) <= set(view.by_rank) and \
-        len(present) + 1 >= len(view.members) and not any(view.is_done(r, e) for r, e in present.items())
 
 
 def _late_mark(view: GroupView, d: Divergence) -> bool:

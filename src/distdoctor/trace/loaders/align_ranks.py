@@ -41,6 +41,9 @@ _LAYOUT_FREE = {"scatter", "gather", "all_to_all", "all_to_all_single", "all_gat
 
 # How far two ranks' wall clocks may disagree (one host's clock, or hosts kept in sync)
 TIME_SLACK_S = 0.05
+# Beyond this many places for one call, the times are not read (each is a comparison; a long run of identical
+# calls would make them quadratic): the call keeps its own number where it fits, else none.
+MAX_CANDIDATES = 64
 
 
 def _same_call(rec: Entry, fr: Entry, strict: bool = True) -> bool:
@@ -124,7 +127,7 @@ def _by_time(recs: list[Entry], frs: list[list[Entry]], lo: int, hi: int, strict
     it, and a rank enters its next call after leaving this one; both read the host's wall clock). None when the
     times leave more than one, or cannot tell (no completion time: an NCCL call returns before it completes)."""
     rec = recs[0]
-    if rec.t_created is None or rec.t_completed is None:
+    if rec.t_created is None or rec.t_completed is None or hi - lo > MAX_CANDIDATES:
         return None
     fits = []
     for j in range(lo, hi + 1):
