@@ -55,11 +55,8 @@ def _allowed(name: str, mix: tuple[str, ...]) -> list:
 def test_the_same_first_finding_whatever_forms_the_ranks_left(scenario_dumps, name):
     base = scenario_dumps["dir"] / name
     for mix in _mixes(name):
-        if name == "ddp" and (all(mix[r] == "recorder" for r in (0, 2, 3)) or
-                              ("recorder" in mix and "merged" not in mix)):
-            # No dump of a waiting rank shows DDP's C++-issued all_reduce: nothing shows the hang. Or some ranks
-            # left only recorder traces and no rank left both forms: their numbering (Python calls only) cannot
-            # be told apart from a skipped call, so it is not translated.
+        if name == "ddp" and all(mix[r] == "recorder" for r in (0, 2, 3)):
+            # No dump of a waiting rank shows DDP's C++-issued all_reduce: nothing shows the hang.
             continue
         paths = [p for r, form in enumerate(mix) for p in _files(base, r, form) if (base.parent / p).exists()]
         ts = load_traces(paths)

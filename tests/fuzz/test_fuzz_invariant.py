@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import tempfile
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +28,7 @@ from distdoctor.diagnose import analyze
 from distdoctor.report.diagnose_text import render_text
 from distdoctor.trace.loaders import load_traces
 
-from trace_sets import Job, as_recorded, ground_truth, jobs, run, traces, write
+from trace_sets import Job, _from_cpp, as_recorded, ground_truth, jobs, run, traces, write
 
 LONG = settings.default.max_examples >= 2000
 EXAMPLES = 2000 if LONG else 40
@@ -216,10 +217,21 @@ def test_a_gloo_all_reduce_with_the_sizes_of_a_reduce_scatter_is_that_call():
     job = _two_ranks([("all_reduce", 16, None), ("reduce_scatter", 8, None), ("all_reduce", 4, None)], ("skip", 0))
     _, _, native = _diagnose(job)
     assert (native.findings[0].kind, native.findings[0].seq) == ("type_mismatch", 1)
-    for forms in ({0: "native", 1: "pickle"}, {0: "pickle", 1: "json"}):
-        _, _, report = _diagnose(job, forms)
-        f = report.findings[0]
-        assert (f.kind, f.ranks, f.seq) == ("size_mismatch", [0, 1], 2), (forms, f.kind, f.ranks, f.seq)
+    _, _, report = _diagnose(job, {0: "pickle", 1: "json"})
+    f = report.findings[0]
+    assert (f.kind, f.ranks, f.seq) == ("size_mismatch", [0, 1], 2), (f.kind, f.ranks, f.seq)
+
+
+@pytest.mark.xfail(strict=True, reason="still wrong (docs/diagnose.md): one recorder-only rank against one Flight "
+                   "Recorder rank, the dump's extra call is placed as a C++-issued one; an even vote not yet hedged")
+def test_one_recorder_trace_against_one_dump_hedges_the_call_only_the_dump_holds():
+    """The same job, rank 0 leaving only its recorder trace and rank 1 only its Gloo pickle: rank 1's extra call is
+    either one issued from C++ (which the recorder never sees) or the call rank 0 skipped. One dump against one
+    trace cannot tell: the finding must name both ranks ("one of"), never rank 1 alone."""
+    job = _two_ranks([("all_reduce", 16, None), ("reduce_scatter", 8, None), ("all_reduce", 4, None)], ("skip", 0))
+    _, _, report = _diagnose(job, {0: "native", 1: "pickle"})
+    f = report.findings[0]
+    assert 0 in f.ranks, (f.kind, f.ranks, f.seq)
 
 
 def test_a_root_that_no_dump_records_is_no_finding():
@@ -248,3 +260,51 @@ def test_a_call_every_member_is_in_is_named_as_the_program_calls_it():
         for report in (_diagnose(job, forms)[2], _diagnose(job, recorded=forms)[2]):  # whoever's call came first
             f = report.findings[0]
             assert (f.kind, f.ranks, f.op, f.seq) == ("stuck_collective", [0, 1], "reduce_scatter", 1), (forms, f)
+
+
+MIXED_FAULTS = ("none", "stop", "crash", "skip", "size", "dtype", "op", "no_dump")
+
+
+def _first_ranks(report):
+    return (report.findings[0].kind, tuple(report.findings[0].ranks)) if report.findings else None
+
+
+def _shown(job: Job, ran: dict, forms: dict[int, str]) -> bool:
+    """Whether some rank's dump, in the form it left, shows a rank blocked or crashed: the blocked call in Flight
+    Recorder's form or, when Python issued it, the recorder's; the exception in the recorder's."""
+    blocked, crashed = ground_truth(job, ran)
+    for r in blocked:
+        calls, issued, _ = ran[r]
+        if forms[r] != "native" or not _from_cpp(job, calls[issued - 1]):
+            return True
+    return any(forms[r] in ("native", "both") for r in crashed)
+
+
+@CHECKS
+@given(jobs(faults=MIXED_FAULTS, max_faults=1, late=False, cpp=True), st.data())
+def test_calls_the_recorder_cannot_see_make_no_claim_when_ranks_left_different_forms(job, data):
+    """Some collectives are issued from C++ (DDP's buckets): Flight Recorder numbers them, the recorder does not
+    see them. Ranks that left only the recorder's trace beside ranks that left only Flight Recorder's dump are
+    numbered by two authorities: a healthy job has no finding whatever forms its ranks left, and a job with one
+    fault has the first finding (kind and ranks) of the all-recorder or the all-Flight-Recorder set, never a
+    third - none only when no dump shows a blocked or crashed rank."""
+    forms = {r: data.draw(st.sampled_from(["native", "pickle", "json", "both"])) for r in range(job.world)}
+    ran, _, mixed = _diagnose(job, forms)
+    if not job.faults:
+        assert mixed.findings == [], (forms, mixed.findings[:1])
+        return
+    allowed = {_first_ranks(_diagnose(job)[2]), _first_ranks(_diagnose(job, dict.fromkeys(forms, "pickle"))[2])}
+    if _shown(job, ran, forms):
+        allowed.discard(None)
+        assert mixed.verdict == "problem", (forms, ground_truth(job, ran))
+    got = _first_ranks(mixed)
+    if got is not None and mixed.findings[0].evidence.get("undecided"):
+        # a rank whose form cannot see the call leaves a tie the evidence cannot break: "one of ranks ...",
+        # among them the one the other forms name
+        (rank, _), = job.faults.items()
+        assert rank in got[1] and got[0] in {a[0] for a in allowed if a}, (forms, mixed.findings[:1], allowed)
+        return
+    if got is not None and got[1] == (next(iter(job.faults)),) and got[0] == "missing_ranks":
+        return  # the faulty rank alone, as the one the others wait for: its form cannot show the call it skipped
+    assert got in allowed | {None} - ({None} if _shown(job, ran, forms) else set()), \
+        (forms, mixed.findings[:1], allowed)

@@ -10,9 +10,10 @@ at once when sends are eager), until nothing moves. Then `traces` writes what ea
 issued, completed or not; Gloo's late completion mark (a finished call shown in flight) where the job says so.
 `ground_truth` tells which ranks are really blocked and which crashed - what the verdict must account for.
 
-Written forms: the recorder's (`native`), a Flight Recorder dump (pickle or JSON: `gloo:` names, `Float` dtypes,
-members in pg_config, no roots, a reduce_scatter recorded as the all_reduce Gloo runs for it), or both of one rank
-(merged by the loader). `as_recorded` is what a Flight Recorder dump keeps of a rank's calls. The calls block, as Gloo's do: named
+Written forms: the recorder's (`native`; without the calls a job issued from C++, `recorder_view`), a Flight
+Recorder dump (pickle or JSON: `gloo:` names, `Float` dtypes, members in pg_config, no roots, a reduce_scatter
+recorded as the all_reduce Gloo runs for it), or both of one rank (merged by the loader). `as_recorded` is what a
+Flight Recorder dump keeps of a rank's calls. The calls block, as Gloo's do: named
 `nccl:`, their order would read as NCCL's asynchronous one (trace/frontier.py), which these jobs do not have;
 NCCL's semantics have their own generator (sim/fr_nccl.py, tests/fuzz/test_fuzz_nccl.py).
 """
@@ -46,6 +47,7 @@ class Step:
     root: int | None = None
     src: int | None = None  # p2p
     dst: int | None = None
+    cpp: bool = False  # issued from C++ (DDP's gradient buckets): in Flight Recorder's dump, not the recorder's
 
 
 @dataclass
@@ -64,10 +66,11 @@ class Job:
 
 @st.composite
 def jobs(draw, max_world: int = 8, faults=FAULTS, max_faults: int = 3, late: bool = True,
-         noise: bool = False, stale: bool = False) -> Job:
+         noise: bool = False, stale: bool = False, cpp: bool = False) -> Job:
     """`noise`: the dumps also show a few calls in the wrong state (evidence that agrees with no execution).
     `stale`: some ranks (never all) show none of their collectives completed, as calls made with async_op=True
-    whose Work nobody waited on."""
+    whose Work nobody waited on. `cpp`: some collectives are issued from C++ (the recorder does not see them,
+    its numbering counts fewer calls than the communicator's; `recorder_view`)."""
     world = draw(st.integers(1, max_world))
     groups = {"0": list(range(world))}
     descs = {"0": "default_pg"}
@@ -85,7 +88,8 @@ def jobs(draw, max_world: int = 8, faults=FAULTS, max_faults: int = 3, late: boo
             continue
         op = draw(st.sampled_from(OPS))
         steps.append(Step(g, op, draw(st.sampled_from([4, 8, 16])), draw(st.sampled_from(DTYPES)),
-                          draw(st.sampled_from(members)) if op in ROOTED else None))
+                          draw(st.sampled_from(members)) if op in ROOTED else None,
+                          cpp=cpp and draw(st.integers(0, 2)) == 0))
     n_faults = draw(st.integers(0, min(max_faults, world)))
     chosen = draw(st.lists(st.integers(0, world - 1), min_size=n_faults, max_size=n_faults, unique=True))
     fault_map = {r: (draw(st.sampled_from(faults)), draw(st.integers(0, len(steps) - 1))) for r in chosen}
@@ -267,6 +271,8 @@ def traces(job: Job, ran: dict) -> dict[int, RankTrace]:
                                  stream="MainThread", frames=frames))
         now = [Frame("<module>", USER, 1), Frame("load_batch", "data.py", 7)] if end == "stop" and reached else \
             [Frame("<module>", USER, 1), Frame("step", USER, calls[issued - 1].line if issued else 1)]
+        if issued and not calls[issued - 1].done and _from_cpp(job, calls[issued - 1]):
+            now.append(TORCH_FRAME)  # in a call issued from C++: inside torch (DDP's backward hook)
         stacks = {"MainThread (1)": now}
         reason = "hang"
         if end == "crash" and reached:
@@ -278,6 +284,29 @@ def traces(job: Job, ran: dict) -> dict[int, RankTrace]:
                                    if r in m},
                            dump_reason=reason, dump_time=2000.0)
     return out
+
+
+TORCH_FRAME = Frame("_engine_run_backward", "/usr/lib/python3/site-packages/torch/autograd/graph.py", 825)
+
+
+def _from_cpp(job: Job, call: Call) -> bool:
+    k = call.line - 100
+    return 0 <= k < len(job.steps) and job.steps[k].cpp
+
+
+def recorder_view(job: Job, trace: RankTrace) -> RankTrace:
+    """What the recorder saw of the rank: no call issued from C++, collectives numbered among the rest."""
+    seqs: dict[str, int] = {}
+    entries = []
+    for e in trace.entries:
+        k = e.frames[-1].line - 100 if e.frames else -1  # a JSON form's reference keeps no stacks (as_recorded)
+        if 0 <= k < len(job.steps) and job.steps[k].cpp:
+            continue  # issued from C++: the recorder never saw it
+        if e.seq is not None:
+            seqs[e.group] = seqs.get(e.group, 0) + 1
+            e = replace(e, seq=seqs[e.group])
+        entries.append(replace(e, index=len(entries)))
+    return replace(trace, entries=entries)
 
 
 def _sizes(op: str, size: int, n: int, is_root: bool = False) -> tuple[list, list]:
@@ -361,7 +390,7 @@ def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, s
         form = forms.get(r, "native")
         if form in ("native", "both"):
             with open(os.path.join(directory, f"rank_{r}.jsonl"), "w") as f:
-                f.write(dumps(t))
+                f.write(dumps(recorder_view(job, t)))
         if form in ("pickle", "both"):
             with open(os.path.join(directory, f"rank_{r}.fr.pkl"), "wb") as f:
                 pickle.dump(fr_dump(t, groups, frames=True, p2p=p2p, listed=listed), f)

@@ -3,7 +3,7 @@
 Algorithm (linear in the number of entries): for every group, index each member's collective entries by `seq`.
 Flight Recorder is a ring buffer, so a rank's window may start late: comparison starts at the largest first
 `seq` any member still holds. For each `seq` in order, the members holding it are compared on op, sizes, dtypes
-and root; members whose last `seq` is smaller never issued it. Sizes are compared through the collective specs:
+and root; members whose last `seq` is smaller never issued it, unless their trace cannot see the call (unseen.py). Sizes are compared through the collective specs:
 every member's output numel must equal `spec.out_numel(input numel, group size)` (all_gather, reduce_scatter),
 and per-member input sizes must agree where the collective requires it (all_to_all's uneven splits and
 scatter's root-only input are exempt). The group size is its member count where a dump lists the members; a
@@ -32,6 +32,7 @@ from distdoctor.collectives.names import dtype_signature
 from distdoctor.diagnose.group_size import size_known, size_text, sizes_fit
 from distdoctor.diagnose.renamed import ambiguous_names, recorded_names
 from distdoctor.diagnose.ties import break_tie, tied
+from distdoctor.diagnose.unseen import absent_from
 from distdoctor.trace.code_origin import is_user_code
 from distdoctor.trace.model import AGREE_ON, Entry, TraceSet, entry_column, numel
 from distdoctor.trace.summary import summarize
@@ -79,6 +80,7 @@ class GroupView:
     inferred: bool
     by_rank: dict[int, Mapping[int, Entry]] = field(default_factory=dict)  # rank -> seq -> entry (ranks with a trace)
     last_completed: dict[int, int] = field(default_factory=dict)  # rank -> highest completed seq
+    unseen: dict[int, frozenset] = field(default_factory=dict)  # rank -> seqs its trace cannot see (RankTrace.unseen)
     relation_ok: dict = field(default_factory=dict)  # cache of size-relation checks by (op, sizes identity)
     desc: str = ""  # what the user called the group (DeviceMesh dimension, group_desc), when a trace says
     world: int | None = None  # the job's size, where known: the most members a group can have
@@ -153,6 +155,8 @@ def build_views(ts: TraceSet) -> dict[str, GroupView]:
             view.by_rank[rank] = SeqEntries(seqs, trace.entries)
             if name in summary.last_completed:
                 view.last_completed[rank] = summary.last_completed[name]
+        for name in (trace.unseen or {}).keys() & views.keys():  # (RankTrace.unseen: see unseen.py)
+            views[name].unseen[rank] = trace.unseen[name]
     order = {rank: k for k, rank in enumerate(ts.ranks)}  # members that left a trace, in the set's rank order
     for view in views.values():  # (not every rank against every member list: 16 384 ranks x 2 057 groups)
         for rank in sorted({r for r in view.members if r in order}, key=order.__getitem__):
@@ -397,6 +401,8 @@ def first_divergence(view: GroupView) -> Divergence | None:
                 absent.append(r)
         if not present:
             continue
+        if absent and view.unseen:
+            absent = absent_from(view, seq, present, absent)
         divs = _compare(view, seq, present)
         if divs:
             return divs[0] if len(divs) == 1 else _merge(divs)

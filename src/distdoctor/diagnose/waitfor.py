@@ -87,6 +87,8 @@ def _incomplete(rank: int, e: Entry, views: dict[str, GroupView], ts: TraceSet) 
 def completed_by_peers(rank: int, e: Entry, view: GroupView, ts: TraceSet) -> bool:
     """Every other member (all of them with a trace) completed collective `e`: its communication is over, whatever
     the rank's own dump says (Gloo retires an entry a moment after the call returned)."""
+    if e.seq is None:
+        return False  # a call whose place in the group's order is unknown (loaders/align_ranks.py)
     least = view.least_completed_by_others(rank)
     return least is not None and least >= e.seq
 

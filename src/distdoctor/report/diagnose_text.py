@@ -26,10 +26,18 @@ def merged_note(traces: list) -> str:
         parts.append(f"{fmt_ranks([t.rank for t in merged])}: the recorder's trace and Flight Recorder's dump merged "
                      f"into one view" + (f" ({only_fr} call(s) only Flight Recorder saw: issued from C++, e.g. DDP's "
                                          f"gradient buckets)" if only_fr else ""))
-    if renumbered:
-        via = sorted({r for t in renumbered for r in t.merged["renumbered_through"].values()})
+    through = [t for t in renumbered if t.merged["renumbered_through"]]
+    if through:
+        via = sorted({r for t in through for r in t.merged["renumbered_through"].values()})
         parts.append(f"{fmt_ranks([t.rank for t in renumbered])} left no Flight Recorder dump: sequence numbers "
                      f"translated through {fmt_ranks(via)}'s; the calls C++ issued are missing from their view")
+    placed = [t for t in renumbered if t.merged.get("placed_among_flight_recorder")]
+    if placed:
+        unseen = max(sum(g["unseen"] for g in t.merged["placed_among_flight_recorder"].values()) for t in placed)
+        parts.append(f"{fmt_ranks([t.rank for t in placed])} left only the recorder's trace: their calls were placed "
+                     f"among the Flight Recorder ranks' by the calls they share"
+                     + (f"; {unseen} call(s) the recorder cannot see (issued from C++) are unknown for them, "
+                        f"neither present nor absent" if unseen else ""))
     return "; ".join(parts)
 
 

@@ -148,6 +148,9 @@ class RankTrace:
     comm_lib_version: str | None = None  # the dump's `nccl_version` / `comm_lib_version`: its backend speaks NCCL
     # pg_status's pg_id -> group name where the dump says so (the recorder's traces, from NCCL's own entries)
     pg_names: dict[str, str] | None = None
+    # group -> the communicator's sequence numbers this trace cannot see (calls issued where its recorder does not
+    # look, known from peers that left Flight Recorder's dump: loaders/align_ranks.py): neither present nor absent
+    unseen: dict[str, frozenset[int]] | None = None
 
     def column(self, name: str) -> list:
         return entry_column(self.entries, name)

@@ -26,7 +26,9 @@ import dataclasses
 from collections import Counter
 
 from distdoctor.collectives import same_collective
+from distdoctor.collectives.names import dtype_signature
 from distdoctor.trace.frontier import is_async
+from distdoctor.trace.loaders.align_ranks import align_across_ranks
 from distdoctor.trace.model import Entry, GroupInfo, RankTrace, numel
 
 # A Flight Recorder entry is created inside the call the recorder saw begin: never earlier than it, up to clock
@@ -40,6 +42,9 @@ def _compatible(rec: Entry, fr: Entry, timed: bool = True, sizes: bool = True) -
     Flight Recorder's entry cannot predate the call; `sizes`: both are of one process, so the sizes agree.)"""
     if not same_collective(rec.op, rec.raw_op, fr.op, fr.raw_op):
         return False
+    a, b = dtype_signature(rec.in_dtypes, rec.out_dtypes), dtype_signature(fr.in_dtypes, fr.out_dtypes)
+    if a and b and a != b:
+        return False  # one process's call has one dtype in both forms
     if sizes and rec.op == fr.op and rec.in_sizes and fr.in_sizes and numel(rec.in_sizes) != numel(fr.in_sizes):
         return False  # sizes differ in layout between the two ([[8]] vs [[2, 4]]), never in element count
     if timed and rec.t_created is not None and fr.t_created is not None and \
@@ -174,32 +179,43 @@ def merge_rank(rec: RankTrace, fr: RankTrace) -> RankTrace:
 
 def renumber_recorder_only(ranks: dict[int, RankTrace]) -> None:
     """A rank that left only its recorder trace, in a job where C++ issued collectives the recorder does not see
-    (DDP): its sequence numbers count fewer calls than its peers' communicators did. Translate them through a
-    merged rank's own alignment (the same program makes the same Python calls in the same order): the k-th
-    Python collective on a group gets the number the merged rank's k-th one got; beyond the aligned range, the
-    last offset holds. Calls only C++ issued stay unknown for that rank (neither present nor absent). Without a
-    merged rank nothing is translated: a rank's recorder trace against another rank's Flight Recorder dump
-    cannot tell calls issued from C++ from a call one rank skipped."""
-    maps: dict[str, tuple[int, dict[int, int], list[int]]] = {}
+    (DDP): its sequence numbers count fewer calls than its peers' communicators did. On a group a merged rank
+    aligned with itself, translate them through that alignment (the same program makes the same Python calls in
+    the same order): the k-th Python collective on a group gets the number the merged rank's k-th one got;
+    beyond the aligned range, the last offset holds. Calls only C++ issued stay unknown for that rank (neither
+    present nor absent: RankTrace.unseen). On a group no rank left both forms of, through the recorder-only
+    ranks' consensus embedded in the Flight Recorder ranks' (align_ranks.py)."""
+    maps: dict[str, tuple[int, dict[int, int], list[int], frozenset[int]]] = {}
     for rank, t in sorted(ranks.items()):
         for group, pairs in ((t.merged or {}).get("seq_map") or {}).items():
             if group not in maps and pairs:
-                maps[group] = (rank, {a: b for a, b in pairs}, pairs[-1])
-    if not maps:
-        return
+                maps[group] = (rank, {a: b for a, b in pairs}, pairs[-1], _cpp_only(t, group, pairs))
+    across = align_across_ranks(ranks, set(maps))
     for rank, t in ranks.items():
         if t.merged or t.source != "native":
             continue
-        done = {}
+        done: dict[str, object] = {}
         for group, positions in _collectives_by_group(list(t.entries)).items():
             got = maps.get(group)
             if got is None:
                 continue
-            via, table, (last_rec, last_fr) = got
+            via, table, (last_rec, last_fr), unseen = got
             for i in positions:
                 e = t.entries[i]
                 e.seq = table.get(e.seq, last_fr + e.seq - last_rec if e.seq > last_rec else None)
             done[group] = via
-        if done:
+            if unseen:
+                t.unseen = {**(t.unseen or {}), group: unseen}
+        placed = sorted(g for g in across if g in (t.unseen or {}) or any(e.group == g for e in t.entries))
+        if done or placed:
             t.summary = None
             t.merged = {"paths": [t.path], "renumbered_through": done}
+            if placed:
+                t.merged["placed_among_flight_recorder"] = {g: across[g] for g in placed}
+
+
+def _cpp_only(t: RankTrace, group: str, pairs: list[list[int]]) -> frozenset[int]:
+    """The merged rank's collectives on `group` its recorder did not see (issued from C++)."""
+    paired = {b for _, b in pairs}
+    return frozenset(e.seq for e in t.entries if e.group == group and e.seq is not None and not e.is_p2p
+                     and e.seq not in paired)
