@@ -1,0 +1,41 @@
+"""Recorder traces of a job whose collectives are issued from C++ (DDP, DCP), where one rank raised: the hang
+headers name the survivors' calls by Flight Recorder's numbering, the recorder's entries count only the Python
+calls. A real DCP run (rank 1 raised at a step) read `order_deadlock [0, 2, 3]` first from its recorder traces: a
+rank blocked in #7 was taken to wait for one already in #8 (past #7), and back. The rank that raised comes first,
+and no cycle is made of two numberings or of the victims of its exception. Over generated jobs (trace_sets.py)."""
+
+from __future__ import annotations
+
+import tempfile
+
+from hypothesis import given
+
+from distdoctor.diagnose.analyze import analyze
+from distdoctor.trace.loaders import load_traces
+from distdoctor.trace.model import dumps
+from test_fuzz_invariant import CHECKS
+from trace_sets import crash_under_hidden_calls
+
+
+def _diagnose(traces):
+    with tempfile.TemporaryDirectory() as d:
+        for r, t in traces.items():
+            with open(f"{d}/rank_{r}.jsonl", "w") as f:
+                f.write(dumps(t))
+        ts = load_traces([d])
+    assert ts.errors == [], ts.errors
+    return analyze(ts)
+
+
+@CHECKS
+@given(crash_under_hidden_calls())
+def test_the_rank_that_raised_comes_first_and_no_cycle_is_made_of_its_victims(case):
+    traces, culprit = case
+    report = _diagnose(traces)
+    first = report.findings[0]
+    assert (first.kind, first.ranks) == ("crashed", [culprit]), [(f.kind, f.ranks) for f in report.findings]
+    assert not any(f.kind == "order_deadlock" for f in report.findings), [(f.kind, f.ranks) for f in report.findings]
+    for w in report.waits:  # a rank in a later call of the group (by the same numbering) has passed this one
+        ahead = [b for b in w.waits_for if (traces[b].hang or {}).get("this_rank", {}).get("blocked_in", {})
+                 .get("seq", 0) > w.entry.seq]
+        assert not ahead, (w.rank, w.entry.seq, w.waits_for)
