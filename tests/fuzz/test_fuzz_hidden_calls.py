@@ -14,7 +14,7 @@ from distdoctor.diagnose.analyze import analyze
 from distdoctor.trace.loaders import load_traces
 from distdoctor.trace.model import dumps
 from test_fuzz_invariant import CHECKS
-from trace_sets import crash_under_hidden_calls
+from trace_sets import crash_under_hidden_calls, cycle_among_victims
 
 
 def _diagnose(traces):
@@ -39,3 +39,15 @@ def test_the_rank_that_raised_comes_first_and_no_cycle_is_made_of_its_victims(ca
         ahead = [b for b in w.waits_for if (traces[b].hang or {}).get("this_rank", {}).get("blocked_in", {})
                  .get("seq", 0) > w.entry.seq]
         assert not ahead, (w.rank, w.entry.seq, w.waits_for)
+
+
+@CHECKS
+@given(cycle_among_victims())
+def test_a_cycle_whose_every_wait_also_waits_for_the_rank_that_raised_does_not_outrank_it(case):
+    traces, culprit = case
+    report = _diagnose(traces)
+    first = report.findings[0]
+    assert (first.kind, first.ranks) == ("crashed", [culprit]), [(f.kind, f.ranks) for f in report.findings]
+    assert not any(f.kind == "order_deadlock" for f in report.findings)
+    cycle = [c for c in report.consequences if c["kind"] == "order_deadlock"]
+    assert cycle and cycle[0]["finding"] == 0, report.consequences

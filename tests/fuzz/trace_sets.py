@@ -418,3 +418,39 @@ def crash_under_hidden_calls(draw) -> tuple[dict[int, RankTrace], int]:
             t.dump_reason = "signal: SIGTERM"
         out[r] = t
     return out, culprit
+
+
+@st.composite
+def cycle_among_victims(draw) -> tuple[dict[int, RankTrace], int]:
+    """(the recorder's traces, the rank that raised): two ranks blocked in collectives of two groups in opposite
+    orders, each call also waiting for a third member that raised on its own before either: whatever the order,
+    neither call could complete; the two then die of the closed connection or the launcher's SIGTERM."""
+    world = draw(st.integers(3, 6))
+    c, a, b = draw(st.permutations(range(world)))[:3]
+    members = sorted((a, b, c))
+    out = {}
+    for r in range(world):
+        entries = [Entry(index=0, group="0", op="all_reduce", seq=1, raw_op="all_reduce", in_sizes=[[8]],
+                         out_sizes=[[8]], in_dtypes=["float32"], out_dtypes=["float32"], state="completed",
+                         t_created=1000.0, stream="MainThread", frames=[Frame("step", USER, 100)])]
+        if r in (a, b):
+            g = "1" if r == a else "2"
+            entries.append(Entry(index=1, group=g, op="all_reduce", seq=1, raw_op="all_reduce", in_sizes=[[8]],
+                                 out_sizes=[[8]], in_dtypes=["float32"], out_dtypes=["float32"], state="started",
+                                 t_created=1001.0, stream="MainThread", frames=[Frame("step", USER, 101)]))
+        t = RankTrace(rank=r, source="native", world_size=world, entries=entries,
+                      groups={"0": GroupInfo("0", list(range(world)), False, "default_pg"),
+                              **({g: GroupInfo(g, members, False, "") for g in ("1", "2")} if r in members else {})},
+                      stacks={"MainThread (1)": [Frame("<module>", USER, 1), Frame("step", USER, 200)]},
+                      dump_reason="signal: SIGTERM", dump_time=1010.0)
+        if r == c:
+            t.dump_reason, t.dump_time = "exception: ValueError: bad batch", 1000.5
+            t.exception = {"type": "ValueError", "message": "bad batch", "thread": "MainThread",
+                           "where": f"step ({USER}:201)", "exit_code": 1}
+        elif r in (a, b) and draw(st.booleans()):
+            kind, _, message = PEER_CLOSED.partition(": ")
+            t.dump_reason = f"exception: {PEER_CLOSED}"
+            t.exception = {"type": kind, "message": message, "thread": "MainThread",
+                           "where": f"step ({USER}:101)", "exit_code": 1}
+        out[r] = t
+    return out, c

@@ -126,6 +126,8 @@ def analyze(ts: TraceSet) -> Report:
     crash_fs = crash_findings(ts, crashes, waiting)
     findings.extend(crash_fs)
     crash_finding = {r: f for f in crash_fs for r in f.ranks}
+    findings = _victims_cycles(cycles, findings, crash_finding, consequences)
+    cycle_finding = {r: f for f in findings for r in f.ranks if f.kind in ("order_deadlock", "p2p_deadlock")}
 
     world = range(ts.world_size or 0)
     no_dump = [r for r in world if r not in ts.ranks]
@@ -267,6 +269,27 @@ def _cycles(waits: list[Wait], nccl: bool = False) -> list[Cycle]:
     while the order of calls across groups is the CPU's, which the GPU does not follow."""
     cycles = find_cycles(on_possible_cycle(waits))
     return [c for c in cycles if len(set(c.groups)) == 1] if nccl else cycles
+
+
+def _victims_cycles(cycles: list[Cycle], findings: list[Finding], crash_finding: dict[int, Finding],
+                    consequences: list[dict]) -> list[Finding]:
+    """A cycle whose every wait also waits for a rank that crashed on its own is no cause: none of its calls could
+    complete whatever the order, and its ranks are the crash's victims (they then die of the closed connection or
+    the launcher's SIGTERM). Its finding becomes a consequence of the crash, which comes first."""
+    for c in cycles:
+        if c.p2p_only:
+            continue
+        causes = [next((crash_finding[b] for b in w.waits_for if b in crash_finding), None) for _, _, w in c.steps]
+        if not all(causes):
+            continue
+        f = next((f for f in findings if f.kind == "order_deadlock" and f.ranks == sorted(set(c.ranks))), None)
+        if f is None:
+            continue
+        findings = [x for x in findings if x is not f]
+        consequences.append({"kind": f.kind, "group": f.group, "seq": f.seq, "op": f.op, "ranks": f.ranks,
+                             "because": "their calls also wait for a rank that crashed first: a cycle among its "
+                                        "victims", "_ref": causes[0]})
+    return findings
 
 
 def _survivors_wait(f: Finding, d: Divergence, views: dict[str, GroupView]) -> None:
