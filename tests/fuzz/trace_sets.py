@@ -454,3 +454,26 @@ def cycle_among_victims(draw) -> tuple[dict[int, RankTrace], int]:
                            "where": f"step ({USER}:101)", "exit_code": 1}
         out[r] = t
     return out, c
+
+
+@st.composite
+def pipeline_left(draw) -> tuple[Job, int, dict[int, str]]:
+    """(a pipeline job, the rank that left it, each rank's dump form): stages pass activations forward and
+    gradients back with send/recv only; one rank exits mid-way with its process group alive (its recorder dump:
+    `exit: normal exit`, no destroy_process_group); each other rank left the recorder's trace or Gloo's Flight
+    Recorder dump (pickle or JSON), which records no send/recv."""
+    world = draw(st.integers(3, 6))
+    steps = []
+    for _ in range(draw(st.integers(1, 3))):
+        steps += [Step("0", "p2p", 8, src=i, dst=i + 1) for i in range(world - 1)]
+        steps += [Step("0", "p2p", 8, src=i + 1, dst=i) for i in reversed(range(world - 1))]
+    left = draw(st.integers(0, world - 1))
+    job = Job(world, {"0": list(range(world))}, {"0": "default_pg"}, steps,
+              {left: ("stop", draw(st.integers(1, len(steps) - 1)))})
+    forms = {r: "native" if r == left else draw(st.sampled_from(["native", "pickle", "json"])) for r in range(world)}
+    return job, left, forms
+
+
+def left_alive(trace: RankTrace) -> RankTrace:
+    """The dump the recorder's exit hook leaves of a rank that exited with its process group alive."""
+    return replace(trace, dump_reason="exit: normal exit", stacks={})
