@@ -40,8 +40,17 @@ P2P_OPS = ("send", "recv")
 def sort_findings(findings: list[Finding]) -> list[Finding]:
     """Root cause first (PRIORITY), then by when the evidence happened, then by ranks; kinds whose producer
     already orders them strongest first (PRODUCER_ORDERED) keep that order among themselves (the sort is stable)."""
-    return sorted(findings, key=lambda f: (PRIORITY[f.kind], f.t if f.t is not None else float("inf"),
+    return sorted(findings, key=lambda f: (_rank_of(f), f.t if f.t is not None else float("inf"),
                                            [] if f.kind in PRODUCER_ORDERED else sorted(f.ranks)))
+
+
+def _rank_of(f: Finding) -> float:
+    """PRIORITY, except that a lost rank hedged with ranks whose own traces show them absent from the call the
+    others wait in (analyze.py, `_hedge_lost`: "one of ...") comes after those ranks' missing_ranks: the evidence
+    first, a missing dump (which says nothing of what the rank did) after it."""
+    if f.kind == "missing_dump" and f.evidence.get("undecided"):
+        return PRIORITY["missing_ranks"] + 0.5
+    return PRIORITY[f.kind]
 
 
 def _seq(e: Entry):
