@@ -13,6 +13,7 @@ from hypothesis import given
 from distdoctor.diagnose.analyze import analyze
 from distdoctor.trace.loaders import load_traces
 from distdoctor.trace.model import dumps
+from real_dumps import diagnose_form, truth
 from test_fuzz_invariant import CHECKS
 from trace_sets import crash_under_hidden_calls, cycle_among_victims
 
@@ -51,3 +52,12 @@ def test_a_cycle_whose_every_wait_also_waits_for_the_rank_that_raised_does_not_o
     assert not any(f.kind == "order_deadlock" for f in report.findings)
     cycle = [c for c in report.consequences if c["kind"] == "order_deadlock"]
     assert cycle and cycle[0]["finding"] == 0, report.consequences
+
+
+def test_the_real_dcp_run_names_the_rank_that_raised_from_the_recorders_traces():
+    """The run itself: DCP, 4 ranks, rank 1 raised at a step (`tests/fixtures/gloo-dcp-raise`)."""
+    fired = truth("gloo-dcp-raise")
+    _, report = diagnose_form("gloo-dcp-raise", "rank_*.jsonl", 4)
+    first = report["findings"][0]
+    assert (first["kind"], first["ranks"]) == ("crashed", [fired["rank"]]), report["findings"]
+    assert not any(f["kind"] == "order_deadlock" for f in report["findings"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from real_dumps import diagnose_form, truth
 from test_fuzz_invariant import CHECKS, _diagnose
 from trace_sets import Job, Step
 
@@ -60,3 +61,14 @@ def test_a_rank_whose_own_trace_shows_it_absent_comes_before_a_rank_without_a_tr
         first = report.findings[0]
         assert first.kind == "missing_ranks" and b in first.ranks and a not in first.ranks, \
             [(f.kind, f.ranks) for f in report.findings]
+
+
+def test_the_real_ddp_skip_names_the_rank_that_skipped_from_the_recorders_traces():
+    """The run itself: DDP, 4 ranks, rank 1 skipped its loss all_reduce, Gloo aborted rank 0 (no dump)
+    (`tests/fixtures/gloo-ddp-skip`)."""
+    fired = truth("gloo-ddp-skip")
+    _, report = diagnose_form("gloo-ddp-skip", "rank_*.jsonl", 4)
+    first = report["findings"][0]
+    assert (first["kind"], first["ranks"]) == ("missing_ranks", [fired["rank"]]), report["findings"]
+    lost = next(f for f in report["findings"] if f["kind"] == "missing_dump")
+    assert lost["ranks"] == [0] and lost["detail"].startswith("one of ranks 0, 1: "), lost["detail"]

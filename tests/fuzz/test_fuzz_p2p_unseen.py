@@ -13,6 +13,7 @@ from hypothesis import given
 
 from distdoctor.diagnose.analyze import analyze
 from distdoctor.trace.loaders import load_traces
+from real_dumps import diagnose_form, truth
 from test_fuzz_invariant import CHECKS
 from trace_sets import left_alive, pipeline_left, run, traces, write
 
@@ -32,3 +33,14 @@ def test_a_rank_whose_dump_cannot_show_p2p_is_never_blamed_alone(case):
     if report.findings:
         first = report.findings[0]
         assert first.ranks == [left] or (first.detail.startswith("one of") and left in first.ranks), got
+
+
+def test_the_real_pipeline_run_names_the_rank_that_exited_in_its_mix_of_forms():
+    """The run itself: a 4-rank pipeline, rank 0 exited with code 3 at a step; ranks 0 and 3 left the recorder's
+    traces, 1 and 2 Gloo's Flight Recorder dumps, empty (`tests/fixtures/gloo-pipeline-exit-mixed`)."""
+    fired = truth("gloo-pipeline-exit-mixed")
+    _, report = diagnose_form("gloo-pipeline-exit-mixed", "rank_*", 4)
+    first = report["findings"][0]
+    assert (first["kind"], first["ranks"]) == ("missing_ranks", [fired["rank"]]), report["findings"]
+    assert "exited with its process group alive" in first["detail"], first["detail"]
+    assert not [f for f in report["findings"] if f["ranks"] in ([1], [2])], report["findings"]
