@@ -28,14 +28,20 @@ def _diagnose(traces):
     return analyze(ts)
 
 
+def _crash_first(case):
+    """The report, once its first finding is the crash of the rank that raised and no finding is a cycle."""
+    traces, culprit = case
+    report = _diagnose(traces)
+    got = [(f.kind, f.ranks) for f in report.findings]
+    assert got[0] == ("crashed", [culprit]) and not any(k == "order_deadlock" for k, _ in got), got
+    return report
+
+
 @CHECKS
 @given(crash_under_hidden_calls())
 def test_the_rank_that_raised_comes_first_and_no_cycle_is_made_of_its_victims(case):
-    traces, culprit = case
-    report = _diagnose(traces)
-    first = report.findings[0]
-    assert (first.kind, first.ranks) == ("crashed", [culprit]), [(f.kind, f.ranks) for f in report.findings]
-    assert not any(f.kind == "order_deadlock" for f in report.findings), [(f.kind, f.ranks) for f in report.findings]
+    traces = case[0]
+    report = _crash_first(case)
     for w in report.waits:  # a rank in a later call of the group (by the same numbering) has passed this one
         ahead = [b for b in w.waits_for if (traces[b].hang or {}).get("this_rank", {}).get("blocked_in", {})
                  .get("seq", 0) > w.entry.seq]
@@ -45,11 +51,7 @@ def test_the_rank_that_raised_comes_first_and_no_cycle_is_made_of_its_victims(ca
 @CHECKS
 @given(cycle_among_victims())
 def test_a_cycle_whose_every_wait_also_waits_for_the_rank_that_raised_does_not_outrank_it(case):
-    traces, culprit = case
-    report = _diagnose(traces)
-    first = report.findings[0]
-    assert (first.kind, first.ranks) == ("crashed", [culprit]), [(f.kind, f.ranks) for f in report.findings]
-    assert not any(f.kind == "order_deadlock" for f in report.findings)
+    report = _crash_first(case)
     cycle = [c for c in report.consequences if c["kind"] == "order_deadlock"]
     assert cycle and cycle[0]["finding"] == 0, report.consequences
 
