@@ -4,7 +4,8 @@ Order of reasoning:
 1. wait-for graph (waitfor.py): cycles are deadlocks (order_deadlock, p2p_deadlock); they explain every
    missing rank and stuck state on their groups.
 2. ranks that died of an exception on their own (crash.py): crashed; ranks of the world without a trace:
-   missing_dump. The survivors' waits on them are consequences.
+   missing_dump. The survivors' waits on them are consequences, and so is a cycle whose every wait also waits
+   for a rank that crashed on its own (its victims: none of its calls could complete whatever the order).
 3. per-group first divergence (match.py): mismatches are findings. An absent rank that waits for other ranks
    in another call is a consequence (its own wait is reported where it waits); absent ranks that wait for
    nobody (stuck in Python: a data loader, a sleep, an exit path; or alone in a call nobody else issued)
