@@ -9,6 +9,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from real_dumps import diagnose_form, truth
 from test_fuzz_invariant import CHECKS, _diagnose
 from trace_sets import Job, Step
 
@@ -45,3 +46,32 @@ def test_a_lost_rank_alone_is_named_without_a_hedge(job, form):
     (a, _), = job.faults.items()
     first = report.findings[0]
     assert (first.kind, first.ranks) == ("missing_dump", [a]) and not first.detail.startswith("one of"), first.detail
+
+
+@CHECKS
+@given(lost_beside_a_stop(), st.sampled_from(["native", "pickle", "json"]))
+def test_a_rank_whose_own_trace_shows_it_absent_comes_before_a_rank_without_a_trace(job, form):
+    """A real DDP run (rank 1 skipped its loss all_reduce, Gloo aborted rank 0): the recorder's traces read
+    `missing_dump [0]` first. Rank 1's own trace shows it absent from the call the others wait in; rank 0's absence
+    of a dump says nothing of what it did: the evidence comes first, the hedged lost rank after it."""
+    (a, _), (b, (fault, _)) = job.faults.items()
+    _, _, report = _diagnose(job, {r: form for r in range(job.world)})
+    lost = next(f for f in report.findings if f.kind == "missing_dump")
+    if lost.evidence.get("undecided"):
+        first = report.findings[0]
+        assert first.kind == "missing_ranks" and b in first.ranks and a not in first.ranks, \
+            [(f.kind, f.ranks) for f in report.findings]
+
+
+def test_the_real_ddp_skip_names_the_rank_that_skipped_from_the_recorders_traces():
+    """The run itself: DDP, 4 ranks, rank 1 skipped its loss all_reduce, Gloo aborted rank 0 (no dump)
+    (`tests/fixtures/gloo-ddp-skip`)."""
+    fired = truth("gloo-ddp-skip")
+    _, report = diagnose_form("gloo-ddp-skip", "rank_*.jsonl", 4)
+    first = report["findings"][0]
+    assert (first["kind"], first["ranks"]) == ("missing_ranks", [fired["rank"]]), report["findings"]
+    # the per-call-site count: the loss all_reduce's site, one call fewer on the rank that skipped it
+    short = first["evidence"]["site_shortfall"][str(fired["rank"])]
+    assert short["site"] == "log_loss (jobs.py:40)" and short["calls"] == min(short["others"].values()) - 1, short
+    lost = next(f for f in report["findings"] if f["kind"] == "missing_dump")
+    assert lost["ranks"] == [0] and lost["detail"].startswith("one of ranks 0, 1: "), lost["detail"]

@@ -397,3 +397,112 @@ def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, s
         if form == "json":
             with open(os.path.join(directory, f"fr_rank_{r}.json"), "w") as f:
                 json.dump(fr_dump(t, groups, p2p=p2p, listed=listed), f)
+
+
+# ---- calls issued from C++: the recorder sees only the Python ones ------------------------------------------
+
+PEER_CLOSED = ("RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:20916. This is typically caused "
+               "by a remote worker crashing.")
+
+
+@st.composite
+def crash_under_hidden_calls(draw) -> tuple[dict[int, RankTrace], int]:
+    """(the recorder's traces of every rank, the rank that raised): a job whose collectives are mostly issued from
+    C++ (DDP, DCP): the recorder's own entries number only the `seen` calls Python made, while its watchdog's hang
+    header names the call each rank was blocked in by Flight Recorder's numbering (`k` of them so far). One rank
+    raised on its own before call #k; the others are blocked in #k, or in #k + 1 where they finished #k before the
+    loss reached them (a broadcast's root has sent its part), and then die of the closed connection or the
+    launcher's SIGTERM. What Flight Recorder saw is gone with its dumps: only the recorder's traces are read."""
+    world = draw(st.integers(3, 8))
+    seen = draw(st.integers(1, 4))
+    k = seen + draw(st.integers(1, 6))  # the calls from C++ lie between
+    culprit = draw(st.integers(0, world - 1))
+    ahead = draw(st.sets(st.sampled_from([r for r in range(world) if r != culprit]), max_size=world - 2))
+    out = {}
+    for r in range(world):
+        entries = [Entry(index=i, group="0", op="broadcast", seq=i + 1, raw_op="broadcast", in_sizes=[[8]],
+                         out_sizes=[[8]], in_dtypes=["float32"], out_dtypes=["float32"], root=0, state="completed",
+                         t_created=1000.0 + i, stream="MainThread", frames=[Frame("step", USER, 100 + i)])
+                   for i in range(seen)]
+        t = RankTrace(rank=r, source="native", world_size=world, entries=entries,
+                      groups={"0": GroupInfo("0", list(range(world)), False, "default_pg")},
+                      stacks={"MainThread (1)": [Frame("<module>", USER, 1), Frame("step", USER, 200)]},
+                      dump_time=1010.0 + r * 0.01)
+        if r == culprit:
+            t.dump_reason, t.dump_time = "exception: RuntimeError: boom", 1005.0
+            t.exception = {"type": "RuntimeError", "message": "boom", "thread": "MainThread",
+                           "where": f"step ({USER}:201)", "exit_code": 1}
+            out[r] = t
+            continue
+        call = {"group": "0", "seq": k + (r in ahead), "op": "broadcast", "source": "flight_recorder",
+                "since": 1004.0}
+        t.hang = {"status": draw(st.sampled_from(["suspected", "confirmed"])), "detected_at": 1007.0,
+                  "since": 1004.0, "blocked_in": call, "this_rank": {"blocked_in": call, "blocked_for_s": 5.0}}
+        if draw(st.booleans()):
+            kind, _, message = PEER_CLOSED.partition(": ")
+            t.dump_reason = f"exception: {PEER_CLOSED}"
+            t.exception = {"type": kind, "message": message, "thread": "MainThread",
+                           "where": f"step ({USER}:200)", "exit_code": 1}
+        else:
+            t.dump_reason = "signal: SIGTERM"
+        out[r] = t
+    return out, culprit
+
+
+@st.composite
+def cycle_among_victims(draw) -> tuple[dict[int, RankTrace], int]:
+    """(the recorder's traces, the rank that raised): two ranks blocked in collectives of two groups in opposite
+    orders, each call also waiting for a third member that raised on its own before either: whatever the order,
+    neither call could complete; the two then die of the closed connection or the launcher's SIGTERM."""
+    world = draw(st.integers(3, 6))
+    c, a, b = draw(st.permutations(range(world)))[:3]
+    members = sorted((a, b, c))
+    out = {}
+    for r in range(world):
+        entries = [Entry(index=0, group="0", op="all_reduce", seq=1, raw_op="all_reduce", in_sizes=[[8]],
+                         out_sizes=[[8]], in_dtypes=["float32"], out_dtypes=["float32"], state="completed",
+                         t_created=1000.0, stream="MainThread", frames=[Frame("step", USER, 100)])]
+        if r in (a, b):
+            g = "1" if r == a else "2"
+            entries.append(Entry(index=1, group=g, op="all_reduce", seq=1, raw_op="all_reduce", in_sizes=[[8]],
+                                 out_sizes=[[8]], in_dtypes=["float32"], out_dtypes=["float32"], state="started",
+                                 t_created=1001.0, stream="MainThread", frames=[Frame("step", USER, 101)]))
+        t = RankTrace(rank=r, source="native", world_size=world, entries=entries,
+                      groups={"0": GroupInfo("0", list(range(world)), False, "default_pg"),
+                              **({g: GroupInfo(g, members, False, "") for g in ("1", "2")} if r in members else {})},
+                      stacks={"MainThread (1)": [Frame("<module>", USER, 1), Frame("step", USER, 200)]},
+                      dump_reason="signal: SIGTERM", dump_time=1010.0)
+        if r == c:
+            t.dump_reason, t.dump_time = "exception: ValueError: bad batch", 1000.5
+            t.exception = {"type": "ValueError", "message": "bad batch", "thread": "MainThread",
+                           "where": f"step ({USER}:201)", "exit_code": 1}
+        elif r in (a, b) and draw(st.booleans()):
+            kind, _, message = PEER_CLOSED.partition(": ")
+            t.dump_reason = f"exception: {PEER_CLOSED}"
+            t.exception = {"type": kind, "message": message, "thread": "MainThread",
+                           "where": f"step ({USER}:101)", "exit_code": 1}
+        out[r] = t
+    return out, c
+
+
+@st.composite
+def pipeline_left(draw) -> tuple[Job, int, dict[int, str]]:
+    """(a pipeline job, the rank that left it, each rank's dump form): stages pass activations forward and
+    gradients back with send/recv only; one rank exits mid-way with its process group alive (its recorder dump:
+    `exit: normal exit`, no destroy_process_group); each other rank left the recorder's trace or Gloo's Flight
+    Recorder dump (pickle or JSON), which records no send/recv."""
+    world = draw(st.integers(3, 6))
+    steps = []
+    for _ in range(draw(st.integers(1, 3))):
+        steps += [Step("0", "p2p", 8, src=i, dst=i + 1) for i in range(world - 1)]
+        steps += [Step("0", "p2p", 8, src=i + 1, dst=i) for i in reversed(range(world - 1))]
+    left = draw(st.integers(0, world - 1))
+    job = Job(world, {"0": list(range(world))}, {"0": "default_pg"}, steps,
+              {left: ("stop", draw(st.integers(1, len(steps) - 1)))})
+    forms = {r: "native" if r == left else draw(st.sampled_from(["native", "pickle", "json"])) for r in range(world)}
+    return job, left, forms
+
+
+def left_alive(trace: RankTrace) -> RankTrace:
+    """The dump the recorder's exit hook leaves of a rank that exited with its process group alive."""
+    return replace(trace, dump_reason="exit: normal exit", stacks={})

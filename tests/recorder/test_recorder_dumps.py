@@ -167,3 +167,16 @@ def test_sigterm_while_dumping_an_exception_keeps_the_dump(tmp_path):
     assert trace.dump_reason == "exception: ValueError: bad batch 7" and len(trace.entries) == 12000
     assert trace.exception["type"] == "ValueError" and trace.exception["where"].startswith("<module> (")
     assert "ValueError: bad batch 7" in err  # the traceback was still printed before the process ended
+
+
+def test_exit_with_a_failure_code_dumps_the_code_and_where(ranks_factory, tmp_path):
+    """SystemExit passes no excepthook: a rank that leaves with sys.exit(3) mid-job is dumped as one that raised
+    SystemExit, with its exit code and the line that chose it, and diagnose reads it as a crash (a cause)."""
+    job = ranks_factory("exit_code.py", 2)
+    assert job.wait(timeout=120) == [0, 3]
+    rank1 = read(tmp_path / "dumps" / "rank_1.jsonl")
+    assert rank1.dump_reason == "exception: SystemExit: 3"
+    assert rank1.exception["exit_code"] == 3 and rank1.exception["type"] == "SystemExit"
+    assert rank1.exception["where"].startswith("give_up (") and "exit_code.py:" in rank1.exception["where"]
+    from distdoctor.diagnose.progress import crash_of
+    assert crash_of(rank1)["exit_code"] == 3

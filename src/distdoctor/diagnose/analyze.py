@@ -4,7 +4,8 @@ Order of reasoning:
 1. wait-for graph (waitfor.py): cycles are deadlocks (order_deadlock, p2p_deadlock); they explain every
    missing rank and stuck state on their groups.
 2. ranks that died of an exception on their own (crash.py): crashed; ranks of the world without a trace:
-   missing_dump. The survivors' waits on them are consequences.
+   missing_dump. The survivors' waits on them are consequences, and so is a cycle whose every wait also waits
+   for a rank that crashed on its own (its victims: none of its calls could complete whatever the order).
 3. per-group first divergence (match.py): mismatches are findings. An absent rank that waits for other ranks
    in another call is a consequence (its own wait is reported where it waits); absent ranks that wait for
    nobody (stuck in Python: a data loader, a sleep, an exit path; or alone in a call nobody else issued)
@@ -38,7 +39,7 @@ from distdoctor.diagnose.siblings import all_divergences
 from distdoctor.diagnose.progress import (describe_rank, is_gloo_fr, last_completed, probably_inside,
                                          rank_progress, where_now)
 from distdoctor.diagnose.rankstate import rank_states
-from distdoctor.diagnose.sites import annotate
+from distdoctor.diagnose.sites import annotate, site_shortfall
 from distdoctor.diagnose.straggler import find_stragglers
 from distdoctor.diagnose.threads import thread_findings
 from distdoctor.diagnose.waitfor import Cycle, Wait, build_waits, conditional_waits, find_cycles, on_possible_cycle
@@ -126,6 +127,8 @@ def analyze(ts: TraceSet) -> Report:
     crash_fs = crash_findings(ts, crashes, waiting)
     findings.extend(crash_fs)
     crash_finding = {r: f for f in crash_fs for r in f.ranks}
+    findings = _victims_cycles(cycles, findings, crash_finding, consequences)
+    cycle_finding = {r: f for f in findings for r in f.ranks if f.kind in ("order_deadlock", "p2p_deadlock")}
 
     world = range(ts.world_size or 0)
     no_dump = [r for r in world if r not in ts.ranks]
@@ -175,7 +178,7 @@ def analyze(ts: TraceSet) -> Report:
                                      "because": "those ranks died of a communication failure first"})
             if idle:
                 findings.append(_missing_ranks(d, idle, explained, ts, pending, views, explainer))
-                _hedge_lost(lost_finding, d, idle, views[d.group].members, no_dump)
+                _hedge_lost(lost_finding, d, idle, views[d.group].members, no_dump, pending)
             elif explained and not crashed and not unseen:
                 consequences.append({"kind": d.kind, "group": d.group, "seq": d.seq, "op": d.op, "ranks": d.ranks,
                                      "because": "those ranks are blocked in other collectives"})
@@ -269,6 +272,27 @@ def _cycles(waits: list[Wait], nccl: bool = False) -> list[Cycle]:
     return [c for c in cycles if len(set(c.groups)) == 1] if nccl else cycles
 
 
+def _victims_cycles(cycles: list[Cycle], findings: list[Finding], crash_finding: dict[int, Finding],
+                    consequences: list[dict]) -> list[Finding]:
+    """A cycle whose every wait also waits for a rank that crashed on its own is no cause: none of its calls could
+    complete whatever the order, and its ranks are the crash's victims (they then die of the closed connection or
+    the launcher's SIGTERM). Its finding becomes a consequence of the crash, which comes first."""
+    for c in cycles:
+        if c.p2p_only:
+            continue
+        causes = [next((crash_finding[b] for b in w.waits_for if b in crash_finding), None) for _, _, w in c.steps]
+        if not all(causes):
+            continue
+        f = next((f for f in findings if f.kind == "order_deadlock" and f.ranks == sorted(set(c.ranks))), None)
+        if f is None:
+            continue
+        findings = [x for x in findings if x is not f]
+        consequences.append({"kind": f.kind, "group": f.group, "seq": f.seq, "op": f.op, "ranks": f.ranks,
+                             "because": "their calls also wait for a rank that crashed first: a cycle among its "
+                                        "victims", "_ref": causes[0]})
+    return findings
+
+
 def _survivors_wait(f: Finding, d: Divergence, views: dict[str, GroupView]) -> None:
     """A crashed rank's finding also says where the others wait for it (the first such collective)."""
     if "others_wait_in" in f.evidence:
@@ -354,7 +378,8 @@ def _missing_dump(no_dump: list[int], waits: list[Wait], views: dict[str, GroupV
                    evidence={"blocked": blocked})
 
 
-def _hedge_lost(lost: Finding | None, d: Divergence, idle: list[int], members: list[int], no_dump: list[int]) -> None:
+def _hedge_lost(lost: Finding | None, d: Divergence, idle: list[int], members: list[int], no_dump: list[int],
+                pending: dict[int, list[Entry]]) -> None:
     """Ranks with no trace beside ranks that, alive, never issued the call the others wait in: either may have
     stopped the job (Gloo aborts a process, SIGABRT and no dump, whose peer passes a call of another kind or size:
     a rank that skipped or changed a call costs its peer its dump). The lost ranks' finding says so."""
@@ -363,6 +388,8 @@ def _hedge_lost(lost: Finding | None, d: Divergence, idle: list[int], members: l
         return
     suspects = sorted(set(lost_here) | set(idle))
     lost.evidence.update(undecided=True, suspects=suspects)
+    if not any(pending.get(r) for r in idle):  # their own traces show them in no call: moved on past it
+        lost.evidence["suspects_in_no_call"] = sorted(idle)
     lost.detail = (f"one of {fmt_ranks(suspects)}: " + lost.detail + f" {fmt_ranks(idle)}, alive, never issued "
                    f"{d.op} #{d.seq} on group '{d.group}' either: a rank that skipped or changed a call can cost its "
                    f"peer its dump (Gloo aborts a process whose peer passes a call of another kind or size), and a "
@@ -392,6 +419,12 @@ def _missing_ranks(d: Divergence, idle: list[int], explained: list[int], ts: Tra
                          f"it called from {site['rank_site']} where {fmt_ranks(site['others'])} called "
                          f"from {site['others_site']}.")
             f.evidence.setdefault("callsite_divergence", {})[str(r)] = site
+        call = views[d.group].by_rank[d.present[0]][d.seq]
+        short = None if pending.get(r) else site_shortfall(views[d.group], r, call, d.present)
+        if short:
+            f.detail += (f" Rank {r} called {d.op} from {short['site']} {short['calls']} time(s) on this group, "
+                         f"{fmt_ranks(short['others'])} at least {min(short['others'].values())}.")
+            f.evidence.setdefault("site_shortfall", {})[str(r)] = short
     if any(ts.ranks.get(r) is not None and ts.ranks[r].source.startswith("flight_recorder") for r in idle) and \
             any(is_gloo_fr(t) for t in ts.ranks.values()):
         f.detail += (" (Gloo's Flight Recorder does not record send/recv: a rank blocked in p2p looks idle "

@@ -25,7 +25,7 @@ from distdoctor.collectives.names import backend_of
 from distdoctor.diagnose.crash import COMM_FAILURE, crash_findings, killed_first, stopped
 from distdoctor.findings.kinds import PRIORITY, PRODUCER_ORDERED, Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView
-from distdoctor.diagnose.progress import describe_rank
+from distdoctor.diagnose.progress import describe_rank, left_alive, shows_no_p2p
 from distdoctor.diagnose.waitfor import Wait, completed_by_peers
 from distdoctor.trace.model import Entry, TraceSet
 from distdoctor.trace.summary import summarize
@@ -40,8 +40,18 @@ P2P_OPS = ("send", "recv")
 def sort_findings(findings: list[Finding]) -> list[Finding]:
     """Root cause first (PRIORITY), then by when the evidence happened, then by ranks; kinds whose producer
     already orders them strongest first (PRODUCER_ORDERED) keep that order among themselves (the sort is stable)."""
-    return sorted(findings, key=lambda f: (PRIORITY[f.kind], f.t if f.t is not None else float("inf"),
+    return sorted(findings, key=lambda f: (_rank_of(f), f.t if f.t is not None else float("inf"),
                                            [] if f.kind in PRODUCER_ORDERED else sorted(f.ranks)))
+
+
+def _rank_of(f: Finding) -> float:
+    """PRIORITY, except that a lost rank hedged with ranks whose own traces show them absent from the call the
+    others wait in and in no call at all (analyze.py, `_hedge_lost`: "one of ..."; they moved on past it) comes
+    after those ranks' missing_ranks: the evidence first, a missing dump (which says nothing of what the rank
+    did) after it. A rank blocked elsewhere may be waiting, unseen, for the lost one: then the lost rank leads."""
+    if f.kind == "missing_dump" and f.evidence.get("undecided") and f.evidence.get("suspects_in_no_call"):
+        return PRIORITY["missing_ranks"] + 0.5
+    return PRIORITY[f.kind]
 
 
 def _seq(e: Entry):
@@ -133,6 +143,10 @@ class Explainer:
             by.update(after)
             reached = self.reaches([(f, [r for r, g in after.items() if g is f]) for f in findings])
             by.update((r, reached[r]) for r in subjects if r not in by and r in reached)
+            by.update((r, f) for r in subjects if r not in by for f in [self.through_blind(r, named)] if f)
+            # waits into dumps that cannot show p2p: the finding that weighed them accounts for the waiters
+            by.update((r, f) for f in findings if "no_p2p_in_dump" in f.evidence
+                      for r in f.evidence["waiting"] if r in subjects and r not in by)
             # A communication failure (a peer closed the connection, a timeout) echoes a peer's crash or loss.
             gone = next((f for f in findings if f.kind in ("crashed", "missing_dump")), None)
             if gone is not None:
@@ -165,6 +179,7 @@ class Explainer:
         idle_at: dict[tuple, dict] = {}  # (group, seq, op) -> waiters, idle ranks, entry
         lost: set[int] = set()
         stuck: dict[tuple, list[int]] = {}
+        unknown: dict[tuple, dict] = {}  # like idle_at, for peers whose dumps cannot show p2p
         for r in left:
             if r in crashed or (killed is not None and r in comm):
                 continue
@@ -178,6 +193,12 @@ class Explainer:
                 for q in sinks:
                     if q not in self.ts.ranks:
                         lost.add(q)
+                    elif w.entry.is_p2p and q not in named and not self.pending.get(q) and \
+                            shows_no_p2p(self.ts.ranks[q]):
+                        got = unknown.setdefault((w.entry.group, _seq(w.entry), w.entry.op), {
+                            "waiters": set(), "idle": set(), "entry": w.entry})
+                        got["waiters"].add(w.rank)
+                        got["idle"].add(q)
                     elif (not self.pending.get(q) or q in self.alone) and q not in named:
                         got = idle_at.setdefault((w.entry.group, _seq(w.entry), w.entry.op), {
                             "waiters": set(), "idle": set(), "entry": w.entry})
@@ -195,6 +216,7 @@ class Explainer:
                         f"{fmt_group(group, self._desc(group))} for {fmt_ranks(idle)}, which never joined it. "
                         + "; ".join(self._describe(q) for q in idle[:8]) + "."),
                 evidence={"waiting": sorted(got["waiters"]), "found_by": "wait-for graph"}))
+        out.extend(self._unknown_p2p(key, got, named) for key, got in sorted(unknown.items(), key=lambda kv: str(kv[0])))
         in_flight = []  # calls every member issued: one finding for all of them (a big job has one per group)
         for (group, seq, _, is_p2p), ranks in sorted(stuck.items(), key=lambda kv: str(kv[0])):
             e = self.pending[ranks[0]][0]
@@ -206,6 +228,57 @@ class Explainer:
         if in_flight:
             out.append(self._in_flight(in_flight))
         return out
+
+    def _blind(self, q: int) -> bool:
+        return q in self.ts.ranks and not self.pending.get(q) and shows_no_p2p(self.ts.ranks[q])
+
+    def through_blind(self, rank: int, named: dict[int, Finding]) -> Finding | None:
+        """A rank whose p2p wait ends at peers whose dumps cannot show p2p, on a group a member of which a
+        finding names as stopped: the wait goes on where the dumps cannot see, to that member (the pipeline's
+        stages wait for each other in turn); the finding accounts for it. None otherwise."""
+        for w, sinks in self._sinks(rank):
+            if not w.entry.is_p2p or not sinks or not all(self._blind(q) for q in sinks):
+                continue
+            view = self.views.get(w.entry.group)
+            for m in view.members if view is not None else []:
+                f = named.get(m)
+                if f is not None and f.kind in ("missing_ranks", "crashed", "missing_dump"):
+                    return f
+        return None
+
+    def _unknown_p2p(self, key: tuple, got: dict, named: dict[int, Finding]) -> Finding:
+        """Ranks wait in p2p for peers whose dumps cannot show p2p (Gloo's Flight Recorder records none): those
+        peers may never have posted the other half, or be blocked in p2p with others; absence of evidence. The
+        evidence that decides is a member that left the job with its process group alive (its recorder dump
+        says it exited, no destroy_process_group), alone; else it is one of the ranks the dumps cannot show."""
+        group, seq, op = key
+        e, waiters = got["entry"], sorted(got["waiters"])
+        view = self.views.get(group)
+        members = view.members if view is not None else sorted(self.ts.ranks)
+        free = [m for m in members if m in self.ts.ranks and m not in named and not self.pending.get(m)]
+        left = [m for m in free if left_alive(self.ts.ranks[m])]
+        blind = sorted({m for m in free if shows_no_p2p(self.ts.ranks[m])} | got["idle"])
+        where = f"{op} #{seq} on {fmt_group(group, self._desc(group))}"
+        peers = fmt_ranks(got["idle"])
+        why = (f"{fmt_ranks(waiters)} wait{'s' if len(waiters) == 1 else ''} in {where} for {peers}, whose "
+               f"dump{'s' if len(got['idle']) > 1 else ''} (Gloo's Flight Recorder) record{'' if len(got['idle']) > 1 else 's'} "
+               f"no send/recv: whether {peers} posted the other half, or {'is' if len(got['idle']) == 1 else 'are'} "
+               f"blocked in p2p with another rank, these dumps cannot show")
+        if len(left) == 1:
+            ranks = left
+            detail = (f"Suspected, because {self._describe(left[0])}, while {why}; rank {left[0]} is the only member "
+                      f"whose dump shows it stopped: it left the job while the others still wait.")
+        elif not left and len(blind) == 1:
+            ranks = blind
+            detail = f"Suspected, because {why}; no other rank is unaccounted for."
+        else:
+            ranks = left or blind
+            detail = f"one of {fmt_ranks(ranks)}: {why}" + (
+                f"; {fmt_ranks(left)} left the job with the process group alive" if left else "") + "."
+        return Finding("missing_ranks", ranks, group=group, seq=seq, op=op, t=e.t_created, detail=detail,
+                       evidence={"waiting": waiters, "found_by": "wait-for graph", "no_p2p_in_dump": blind,
+                                 **({"left_alive": left} if left else {}),
+                                 **({"undecided": True, "suspects": ranks} if len(ranks) > 1 else {})})
 
     def _describe(self, q: int) -> str:
         pend = self.pending.get(q) or []

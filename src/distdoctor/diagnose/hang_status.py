@@ -20,7 +20,8 @@ blocked (a suspected or confirmed hang, `this_rank.blocked_in`) in a call only F
 from C++: DDP's gradient buckets), while this rank's Flight Recorder dump is not among the traces, was blocked
 in a call its trace cannot hold. It is blocked in it all the same: the analysis gets a pending entry for it
 (`raw_op` "watchdog:<op>") and, for a collective, a wait for every member of the group that did not reach it
-(members whose own header shows them in that call, or whose Flight Recorder dump holds it, reached it). So the
+(members whose own header shows them in that call or in a later collective of the group, or whose Flight
+Recorder dump holds it, reached it). So the
 verdict is never `ok` beside a hang the recorder saw, and the members that never came are where the wait-for
 graph ends (explain.py names them). Where the trace can hold the call (the recorder's own calls, a rank whose
 Flight Recorder dump was given), the trace's state is the evidence, header or not.
@@ -169,6 +170,17 @@ def _holds(trace, call: dict) -> Entry | None:
     return None
 
 
+def _reached(theirs: dict, call: dict) -> bool:
+    """A member whose own header shows it in this call, or in a later collective of the group by the same
+    numbering (Flight Recorder's), reached it: the root of a broadcast, say, finished its part and went on. (A
+    recorder trace's own entries number the Python calls only: they are not compared with these.)"""
+    if theirs["group"] != call["group"] or theirs.get("source") != call.get("source"):
+        return False
+    if theirs["seq"] == call["seq"]:
+        return theirs["op"] == call["op"]
+    return theirs["seq"] > call["seq"] and theirs["op"] not in ("send", "recv")
+
+
 def header_waits(ts: TraceSet, views: dict[str, GroupView], pending: dict[int, list[Entry]]) -> list[Wait]:
     """Pending entries (added to `pending`) and waits for ranks the hang headers show blocked in a call their
     traces do not hold (see the module's docstring)."""
@@ -193,13 +205,12 @@ def header_waits(ts: TraceSet, views: dict[str, GroupView], pending: dict[int, l
         view = views.get(call["group"])
         if e.is_p2p or view is None:
             continue
-        key = (call["group"], call["seq"], call["op"])
         blockers = []
         for m in view.members:
             if m == r:
                 continue
             theirs = blocked.get(m)
-            if theirs is not None and (theirs[0]["group"], theirs[0]["seq"], theirs[0]["op"]) == key:
+            if theirs is not None and _reached(theirs[0], call):
                 continue
             trace = ts.ranks.get(m)
             if trace is not None and _holds(trace, call) is not None:

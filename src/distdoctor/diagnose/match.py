@@ -496,3 +496,4 @@ def callsite_divergence(view: GroupView, rank: int, upto: int) -> dict | None:
             return {"seq": seq, "op": mine[seq].op, "rank_site": fmt(site), "others_site": fmt(majority),
                     "others": theirs[majority]}
     return None
+

@@ -134,14 +134,19 @@ def pair_disagreements(ts: TraceSet) -> list[Finding]:
 def unposted_peers(ts: TraceSet, waits, pending: dict, on_cycle: set[int]) -> list[Finding]:
     """Ranks blocked in a send/recv whose peer never posted the other half and waits for nobody (stuck in
     compute, a data loader, a buffer it cannot get): the p2p form of `missing_ranks`, one finding per group;
-    `ranks` are the idle peers."""
+    `ranks` are the idle peers. A peer whose dump cannot show p2p (Gloo's Flight Recorder) is not idle for all
+    anyone knows: the explainer weighs it (explain.py, `unknown_p2p`)."""
     from distdoctor.diagnose.progress import describe_rank
+
+    from distdoctor.diagnose.progress import shows_no_p2p
 
     by_group: dict[str, list] = {}
     waiting = {w.rank for w in waits}
     for w in waits:
         e = w.entry
         if not e.is_p2p or e.peer is None or e.peer not in ts.ranks or w.rank in on_cycle:
+            continue
+        if shows_no_p2p(ts.ranks[e.peer]):  # its dump cannot show the matching half: unknown (explain.py)
             continue
         if e.peer in waiting:  # the peer waits for others in something else: that is where the story goes on
             continue

@@ -200,6 +200,9 @@ def describe_rank(rank: int, trace: RankTrace | None, pending: list[Entry], note
                      + (f" ({note})" if note else ""))
     elif not crash:
         parts.append("it is in no collective" + (f" ({note})" if note else ""))
+    gone = left_alive(trace)
+    if gone and not pending:
+        parts.append(gone)
     now = where_now(trace)
     if now and not crash:
         parts.append(f"its {'streams are' if trace.source == 'simulated' else 'main thread is'} now at {now}")
@@ -209,3 +212,19 @@ def describe_rank(rank: int, trace: RankTrace | None, pending: list[Entry], note
 def is_gloo_fr(trace: RankTrace | None) -> bool:
     return bool(trace and trace.source.startswith("flight_recorder")
                 and any(op.startswith("gloo:") for op in trace.column("raw_op")[-50:]))
+
+
+def shows_no_p2p(trace: RankTrace | None) -> bool:
+    """A dump that cannot show a send or recv: Gloo's Flight Recorder (no NCCL version) records none. Such a rank
+    in no call may be blocked in p2p all the same: absence of evidence, not evidence that it never posted one."""
+    return bool(trace and trace.source.startswith("flight_recorder") and not trace.comm_lib_version
+                and not any(e.is_p2p for e in trace.entries[-256:]))
+
+
+def left_alive(trace: RankTrace | None) -> str | None:
+    """A phrase when the recorder's dump says the process exited with its process group alive (its exit hook
+    dumped, no destroy_process_group): a rank that left the job on its own, mid-way when peers still wait."""
+    reason = (trace.dump_reason or "") if trace is not None else ""
+    if not reason.startswith("exit:") or "destroy" in reason:
+        return None
+    return f"it exited with its process group alive (its dump: '{reason}', no destroy_process_group)"

@@ -22,7 +22,8 @@ it — waits for that dump to be on disk, and an exception's dump is never repla
 Exceptions: sys.excepthook and threading.excepthook are chained; the dump carries the exception's traceback
 as an extra stack and, in its header, the exception's type, message and where it was raised. Exit: an
 atexit hook dumps when a collective is still pending (or always with dump_on_exit), unless an exception dump
-already told the story; `destroy_process_group()` does the same (recorder.at_destroy).
+already told the story; a main thread's sys.exit with a failure code (kept by a sys.exit wrapper: SystemExit
+passes no excepthook) is dumped as the exception SystemExit with that exit code and where it was called; `destroy_process_group()` does the same (recorder.at_destroy).
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class Watchdog:
         self._in_excepthook = False
         self._prev_excepthook = None
         self._prev_thread_hook = None
+        self._prev_exit = None
+        self.exit_call: dict | None = None  # the main thread's sys.exit(code): the code and where it was called
 
     # ---- start / stop --------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -91,6 +94,8 @@ class Watchdog:
             sys.excepthook = self._prev_excepthook
         if threading.excepthook == self._thread_excepthook:
             threading.excepthook = self._prev_thread_hook
+        if sys.exit == self._sys_exit:
+            sys.exit = self._prev_exit
         atexit.unregister(self._at_exit)
         self._remove_pid_file()
 
@@ -268,6 +273,17 @@ class Watchdog:
         sys.excepthook = self._excepthook
         self._prev_thread_hook = threading.excepthook
         threading.excepthook = self._thread_excepthook
+        self._prev_exit = sys.exit
+        sys.exit = self._sys_exit
+
+    def _sys_exit(self, status=None):
+        """sys.exit: SystemExit passes no excepthook, so the code a rank leaves with and where it chose to are
+        kept here for the exit dump (a rank that exits mid-job with code 3 is a cause, as an exception is)."""
+        if threading.current_thread() is threading.main_thread():
+            caller = sys._getframe(1)
+            self.exit_call = {"code": status, "where": f"{caller.f_code.co_name} ({caller.f_code.co_filename}:"
+                                                       f"{caller.f_lineno})"}
+        self._prev_exit(status)
 
     def _exception_dump(self, exc_type, exc, tb, thread) -> None:
         if exc_type is None or issubclass(exc_type, SystemExit):
@@ -309,6 +325,15 @@ class Watchdog:
         rec = self.rec
         self._remove_pid_file()
         if rec.final_dump_reason is not None:
+            return
+        call = self.exit_call
+        if call is not None and call["code"] not in (None, 0):  # a failure code: dumped as an exception is
+            code = call["code"] if isinstance(call["code"], int) else 1
+            reason = f"exception: SystemExit: {call['code']}"[:500]
+            rec.exception = {"type": "SystemExit", "message": str(call["code"])[:2000], "thread": "MainThread",
+                             "where": call["where"], "exit_code": code}
+            rec.final_dump_reason = reason
+            rec.dump(reason)
             return
         if rec.pending:
             rec.dump(f"exit: process exiting with {rec.pending_summary()}")
