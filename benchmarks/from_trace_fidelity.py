@@ -69,7 +69,7 @@ def main() -> None:
     for name, got in ratios.items():
         print(f"{name:8s} simulated / recorded makespan: median {statistics.median(got):.3f} "
               f"({', '.join(f'{r:.3f}' for r in got)})")
-    print(f"load average (1 min) after each recording: {', '.join(f'{x:.1f}' for x in loads)}")
+    print(f"load average (1 min) after each round: {', '.join(f'{x:.1f}' for x in loads)}")
 
 
 if __name__ == "__main__":
