@@ -19,6 +19,10 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+# DDP's constructor and an optimizer's first step import torch._dynamo (some 800 modules). Imported here, before the
+# process group exists, a rank slow to import it on a loaded machine is slow to start, not a rank that its peers
+# wait for inside a collective for longer than `distdoctor run --hang-timeout` allows.
+import torch._dynamo  # noqa: F401,E402
 
 STEP_PAUSE = float(os.environ.get("FUZZ_STEP_PAUSE", "0.05"))
 

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+import work_units
+
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 # Worker processes and CLI subprocesses must import this checkout's distdoctor, not another install.
@@ -19,3 +21,19 @@ def cli_env():
     env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+# The suite on two cores (pytest-xdist; pyproject's addopts: `-n 2 --dist loadgroup`): see work_units.py.
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which appends an xdist_group to the test's id
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput"):  # an xdist worker (the controller collects nothing)
+        work_units.mark_groups(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") == "loadgroup":
+        return work_units.scheduler(config, log)
+    return None

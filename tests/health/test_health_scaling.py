@@ -50,7 +50,9 @@ def test_scaling_command_on_one_and_two_ranks(run, tmp_path):
         assert 0 <= p["exposed_allreduce_share"] < 1
         assert p["global_batch"] == (32 * n if mode == "weak" else 64)
     assert measured[(1, "weak")]["efficiency"] == 1 and measured[(1, "weak")]["exposed_allreduce_share"] == 0
-    assert 0 < measured[(2, "weak")]["efficiency"] < 2.5  # sanity, not a timing claim
+    for (n, mode), p in measured.items():  # the documented ratio of the measured throughputs (its value is the
+        # machine's: on a loaded 2-core box two ranks can even seem superlinear, so no bound is asserted on it)
+        assert p["efficiency"] == pytest.approx(p["samples_per_s"] / (n * measured[(1, mode)]["samples_per_s"]))
     assert [p["world_size"] for p in doc["projected"] if p["mode"] == "weak"] == [4, 8, 16, 32, 64, 128, 256, 512, 1024]
     assert max(p["world_size"] for p in doc["projected"] if p["mode"] == "strong") == 64  # one sample per rank
     ab = doc["alpha_beta"]

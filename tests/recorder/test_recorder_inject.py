@@ -145,6 +145,8 @@ def test_each_kind_does_to_the_call_what_it_says(kind_runs, spec):
 
 
 JOB = WORKERS / "drill_job.py"
+GRAD_ALL_REDUCE_LINE = next(i for i, line in enumerate(JOB.read_text().splitlines(), 1)
+                            if "dist.all_reduce(p.grad)" in line)
 
 
 def run_drill(tmp_path, cli_env, spec, nproc=4, extra=()):
@@ -170,7 +172,7 @@ def test_a_drill_under_torchrun_is_caught_and_its_truth_kept(tmp_path, cli_env):
     assert truth["inject"] == ["skip:2@call=9"]
     [fired] = truth["fired"]
     assert fired["rank"] == 2 and fired["call"] == {"op": "all_reduce", "group": "0", "seq": 6}
-    assert fired["site"] == f"{JOB}:28"
+    assert fired["site"] == f"{JOB}:{GRAD_ALL_REDUCE_LINE}"
     out = done.stdout
     assert "HANG SUSPECTED" in out, out[-3000:]
     first = next(ln for ln in out.splitlines() if ln.startswith("1. "))

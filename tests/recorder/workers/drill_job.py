@@ -9,6 +9,10 @@ import time
 
 import torch
 import torch.distributed as dist
+# DDP's constructor and an optimizer's first step import torch._dynamo (some 800 modules). Imported here, before the
+# process group exists, a rank slow to import it on a loaded machine is slow to start, not a rank that its peers
+# wait for inside a collective for longer than `distdoctor run --hang-timeout` allows.
+import torch._dynamo  # noqa: F401,E402
 
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 6
 pause = float(sys.argv[2]) if len(sys.argv) > 2 else 0.05
