@@ -178,7 +178,7 @@ def analyze(ts: TraceSet) -> Report:
                                      "because": "those ranks died of a communication failure first"})
             if idle:
                 findings.append(_missing_ranks(d, idle, explained, ts, pending, views, explainer))
-                _hedge_lost(lost_finding, d, idle, views[d.group].members, no_dump, pending)
+                _hedge_lost(lost_finding, d, idle, views[d.group], no_dump, pending)
             elif explained and not crashed and not unseen:
                 consequences.append({"kind": d.kind, "group": d.group, "seq": d.seq, "op": d.op, "ranks": d.ranks,
                                      "because": "those ranks are blocked in other collectives"})
@@ -378,22 +378,29 @@ def _missing_dump(no_dump: list[int], waits: list[Wait], views: dict[str, GroupV
                    evidence={"blocked": blocked})
 
 
-def _hedge_lost(lost: Finding | None, d: Divergence, idle: list[int], members: list[int], no_dump: list[int],
+def _hedge_lost(lost: Finding | None, d: Divergence, idle: list[int], view, no_dump: list[int],
                 pending: dict[int, list[Entry]]) -> None:
     """Ranks with no trace beside ranks that, alive, never issued the call the others wait in: either may have
     stopped the job (Gloo aborts a process, SIGABRT and no dump, whose peer passes a call of another kind or size:
     a rank that skipped or changed a call costs its peer its dump). The lost ranks' finding says so."""
-    lost_here = [r for r in no_dump if r in members]
+    lost_here = [r for r in no_dump if r in view.members]
     if lost is None or not lost_here or lost.evidence.get("undecided"):
         return
     suspects = sorted(set(lost_here) | set(idle))
     lost.evidence.update(undecided=True, suspects=suspects)
-    if not any(pending.get(r) for r in idle):  # their own traces show them in no call: moved on past it
-        lost.evidence["suspects_in_no_call"] = sorted(idle)
+    if not any(pending.get(r) for r in idle) and all(_moved_past(view, r, d) for r in idle):
+        lost.evidence["suspects_in_no_call"] = sorted(idle)  # their own traces show them past the call, in none
     lost.detail = (f"one of {fmt_ranks(suspects)}: " + lost.detail + f" {fmt_ranks(idle)}, alive, never issued "
                    f"{d.op} #{d.seq} on group '{d.group}' either: a rank that skipped or changed a call can cost its "
                    f"peer its dump (Gloo aborts a process whose peer passes a call of another kind or size), and a "
                    f"rank that died leaves the others waiting; these traces do not say which came first.")
+
+
+def _moved_past(view, rank: int, d: Divergence) -> bool:
+    """Whether `rank`'s trace shows it under way on the group, so that its absence from the call the others wait
+    in is its own doing: it made calls there before. A rank that recorded no call on the group yet may merely be
+    late (still starting: a slow import under load) and says nothing against the lost rank."""
+    return bool(view.by_rank.get(rank))
 
 
 def _missing_ranks(d: Divergence, idle: list[int], explained: list[int], ts: TraceSet,
