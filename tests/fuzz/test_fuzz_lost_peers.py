@@ -81,8 +81,5 @@ def test_the_real_ddp_skip_names_the_rank_that_skipped_from_the_recorders_traces
     _, report = diagnose_form("gloo-ddp-skip", "rank_*.jsonl", 4)
     first = report["findings"][0]
     assert (first["kind"], first["ranks"]) == ("missing_ranks", [fired["rank"]]), report["findings"]
-    # the per-call-site count: the loss all_reduce's site, one call fewer on the rank that skipped it
-    short = first["evidence"]["site_shortfall"][str(fired["rank"])]
-    assert short["site"] == "log_loss (jobs.py:40)" and short["calls"] == min(short["others"].values()) - 1, short
     lost = next(f for f in report["findings"] if f["kind"] == "missing_dump")
     assert lost["ranks"] == [0] and lost["detail"].startswith("one of ranks 0, 1: "), lost["detail"]

@@ -39,7 +39,7 @@ from distdoctor.diagnose.siblings import all_divergences
 from distdoctor.diagnose.progress import (describe_rank, is_gloo_fr, last_completed, probably_inside,
                                          rank_progress, where_now)
 from distdoctor.diagnose.rankstate import rank_states
-from distdoctor.diagnose.sites import annotate, site_shortfall
+from distdoctor.diagnose.sites import annotate
 from distdoctor.diagnose.straggler import find_stragglers
 from distdoctor.diagnose.threads import thread_findings
 from distdoctor.diagnose.waitfor import Cycle, Wait, build_waits, conditional_waits, find_cycles, on_possible_cycle
@@ -426,12 +426,6 @@ def _missing_ranks(d: Divergence, idle: list[int], explained: list[int], ts: Tra
                          f"it called from {site['rank_site']} where {fmt_ranks(site['others'])} called "
                          f"from {site['others_site']}.")
             f.evidence.setdefault("callsite_divergence", {})[str(r)] = site
-        call = views[d.group].by_rank[d.present[0]][d.seq]
-        short = None if pending.get(r) else site_shortfall(views[d.group], r, call, d.present)
-        if short:
-            f.detail += (f" Rank {r} called {d.op} from {short['site']} {short['calls']} time(s) on this group, "
-                         f"{fmt_ranks(short['others'])} at least {min(short['others'].values())}.")
-            f.evidence.setdefault("site_shortfall", {})[str(r)] = short
     if any(ts.ranks.get(r) is not None and ts.ranks[r].source.startswith("flight_recorder") for r in idle) and \
             any(is_gloo_fr(t) for t in ts.ranks.values()):
         f.detail += (" (Gloo's Flight Recorder does not record send/recv: a rank blocked in p2p looks idle "

@@ -26,9 +26,9 @@ has a handful of distinct sites).
 
 from __future__ import annotations
 
-from distdoctor.findings.kinds import Finding, fmt_ranks
-from distdoctor.diagnose.match import GroupView, callsite
+from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.progress import main_stack
+from distdoctor.findings.kinds import Finding, fmt_ranks
 from distdoctor.trace.code_origin import is_user_code
 from distdoctor.trace.model import Entry, Frame, RankTrace, TraceSet
 
@@ -196,22 +196,3 @@ def annotate(findings: list[Finding], ts: TraceSet, views: dict[str, GroupView],
         words = "; ".join(f"{fmt_ranks(rs)} {what} {site}" for rs, what, site in parts[:6])
         more = f"; and {len(parts) - 6} more" if len(parts) > 6 else ""
         f.detail += f" In the code: {words}{more}."
-
-
-def site_shortfall(view: GroupView, rank: int, call: Entry, present: list[int]) -> dict | None:
-    """How many calls `rank` made from the call site of `call` (the one the `present` ranks wait in) against
-    them: fewer on a rank in no call means it went on past that site without it (a skipped call, a rank-conditional
-    branch). None when the call has no site, or the rank made as many as the fewest of the others."""
-    site = callsite(call)
-    if not site:
-        return None
-
-    def count(r: int) -> int:
-        return sum(1 for e in view.by_rank.get(r, {}).values() if callsite(e) == site)
-
-    theirs = {r: count(r) for r in present}
-    mine = count(rank)
-    if not theirs or mine >= min(theirs.values()):
-        return None
-    fn, ln, name = site[0]
-    return {"site": f"{name} ({fn.rsplit('/', 1)[-1]}:{ln})", "calls": mine, "others": theirs}
