@@ -342,3 +342,18 @@ def test_odd_hang_headers_are_ignored(tmp_path, bad):
     (tmp_path / "rank_0.jsonl").write_text("\n".join([json.dumps(header), *text[1:]]) + "\n")
     ts = load_traces([str(tmp_path)])
     assert hang_status.summarize(ts) is None
+
+
+def test_a_collective_completed_with_the_whole_world_proves_the_job_started():
+    """A rank stopped early in training (SIGSTOP at step 3) may never have marked itself started in the store; a
+    collective this rank completed on a group of the whole world proves every rank issued one: the hang timeout
+    holds, not the start timeout (the chaos drills had waited 600 s for it)."""
+    from types import SimpleNamespace
+
+    rec, w = starting(FakeStore({"distdoctor/started/0", "distdoctor/started/1", "distdoctor/started/2"}))
+    rec.world_size = 4
+    rec.groups = {"pg": ("0", [0, 1, 2, 3], "default_pg"), "sub": ("1", [2, 3], "")}
+    rec.buffer = [SimpleNamespace(group="1", state="completed", seq=1)]
+    assert w._job_started() is False  # a subgroup's completion proves only its members
+    rec.buffer.append(SimpleNamespace(group="0", state="completed", seq=1))
+    assert w._job_started() is True

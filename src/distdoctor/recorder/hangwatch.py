@@ -55,6 +55,7 @@ class FlightRecorderPeek:
         self._decoder = None
         self.key = None
         self.seen_any = False  # an entry was seen: this rank has issued a collective (hangwatch's start-up)
+        self.done_groups: set[str] = set()  # groups with a collective retired here: all their members issued one
         self.inflight: dict[int, float] = {}  # record id -> created, seen unretired (for wait samples)
 
     def _setup(self) -> bool:
@@ -84,6 +85,8 @@ class FlightRecorderPeek:
             return None, False, []
         entries = got.entries
         self.seen_any = self.seen_any or bool(entries)
+        self.done_groups.update(str(e.process_group[0]) for e in entries
+                                if e.retired and not e.is_p2p and e.process_group)
         open_ = [e for e in entries if not e.retired]
         key = (entries[-1].record_id if entries else None, tuple(e.record_id for e in open_), _progress(got.pg_status))
         moved = self.key is not None and key != self.key
@@ -294,6 +297,8 @@ class HangWatch:
         """Every rank of the job has issued its first collective (each says so in the job's store once it has;
         asked only when a wait is long enough to matter, and never again once true). Where the store cannot be
         asked, the job counts as started: every wait is held to the hang timeout, as without a start timeout."""
+        if not self._all_started and self._proven_started():
+            self._all_started = True
         if not self._all_started:
             try:
                 store = self.store()
@@ -303,6 +308,21 @@ class HangWatch:
             except Exception:
                 self._all_started = True
         return self._all_started
+
+    def _proven_started(self) -> bool:
+        """A collective this rank completed proves every member of its group issued one: the job has started
+        when those groups cover the world. A rank stopped before its watchdog could mark itself started in the
+        store (a stop early in training) must not hold its peers' waits to the start timeout."""
+        world = getattr(self.rec, "world_size", None)
+        done = {r.group for r in list(getattr(self.rec, "buffer", ())) if r.state == "completed" and r.seq is not None}
+        done |= getattr(self.fr, "done_groups", set())  # collectives issued from C++ (DDP's, DTensor's) too
+        if not world or not done:
+            return False
+        members: set[int] = set()
+        for name, ranks, *_ in list(getattr(self.rec, "groups", {}).values()):
+            if name in done:
+                members.update(ranks)
+        return len(members) >= world
 
     def _follow(self, ep: dict, now: float, timeout: float) -> tuple[str, str] | None:
         if self.progress_at() > self._opened_at:
