@@ -357,3 +357,19 @@ def test_a_collective_completed_with_the_whole_world_proves_the_job_started():
     assert w._job_started() is False  # a subgroup's completion proves only its members
     rec.buffer.append(SimpleNamespace(group="0", state="completed", seq=1))
     assert w._job_started() is True
+
+
+def test_a_rank_says_every_member_of_a_group_it_completed_a_call_on_has_started():
+    """A peer stopped before its own watchdog spoke is still marked started by the ranks that completed a
+    collective with it (a tensor-parallel job: no rank's own groups cover the world)."""
+    from types import SimpleNamespace
+
+    store = FakeStore()
+    rec, w = starting(store)
+    rec.world_size = 4
+    rec.groups = {"tp": ("1", [2, 3], ""), "dp": ("2", [0, 2], "")}
+    rec.buffer = [SimpleNamespace(group="1", state="completed", seq=1)]
+    rec.call(100.0, seq=1)
+    w._mark_started(100.5)
+    assert {"distdoctor/started/2", "distdoctor/started/3"} <= store.keys
+    assert "distdoctor/started/0" not in store.keys  # the dp group completed nothing here

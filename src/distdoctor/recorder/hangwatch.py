@@ -142,7 +142,7 @@ class HangWatch:
         self._episodes = 0
         self._lock = threading.Lock()
         self.store = _job_store  # the job's store: where ranks say they issued their first collective
-        self._marked = False
+        self._marked: set[int] = set()  # ranks this one has said in the store have started
         self._all_started = False
 
     # ---- what this rank is doing ---------------------------------------------------------------------------
@@ -275,21 +275,26 @@ class HangWatch:
         return not (self.rec.seq or self.rec.p2p_seq or self.fr.seen_any)
 
     def _mark_started(self, now: float) -> None:
-        """Once this rank issued its first collective, say so in the job's store (once, from the watchdog). Until
-        then Flight Recorder is looked at every STILL_PEEK_S (a job whose collectives are all issued from C++
-        would otherwise be seen starting for up to PROGRESS_PEEK_S, and its peers' waits held to the start
-        timeout that long); it holds few entries then, so a look is cheap."""
-        if self._marked:
-            return
+        """Say in the job's store which ranks have started: this one once it issued its first collective, and every
+        member of a group this rank completed a collective on (all of them issued it), so that a rank stopped
+        before its own watchdog could say so is still known to have started. Until this rank has issued one,
+        Flight Recorder is looked at every STILL_PEEK_S (a job whose collectives are all issued from C++ would
+        otherwise be seen starting for up to PROGRESS_PEEK_S, and its peers' waits held to the start timeout that
+        long); it holds few entries then, so a look is cheap."""
         if self._starting() and self.fr.available and now - self.last_peek >= STILL_PEEK_S:
             self._rebase(now)
-        if self._starting():
+        proven = self._proven_ranks()
+        if not self._starting() and self.rec.rank is not None:
+            proven.add(self.rec.rank)
+        new = proven - self._marked
+        if not new:
             return
-        self._marked = True
+        self._marked |= new
         try:
             store = self.store()
             if store is not None:
-                store.set(STARTED_KEY.format(self.rec.rank), "1")
+                for r in sorted(new):
+                    store.set(STARTED_KEY.format(r), "1")
         except Exception:
             pass
 
@@ -309,20 +314,21 @@ class HangWatch:
                 self._all_started = True
         return self._all_started
 
-    def _proven_started(self) -> bool:
-        """A collective this rank completed proves every member of its group issued one: the job has started
-        when those groups cover the world. A rank stopped before its watchdog could mark itself started in the
-        store (a stop early in training) must not hold its peers' waits to the start timeout."""
-        world = getattr(self.rec, "world_size", None)
+    def _proven_ranks(self) -> set[int]:
+        """The members of every group this rank completed a collective on (the recorder's and Flight Recorder's,
+        which sees those issued from C++): each of them issued it, so each has started."""
         done = {r.group for r in list(getattr(self.rec, "buffer", ())) if r.state == "completed" and r.seq is not None}
-        done |= getattr(self.fr, "done_groups", set())  # collectives issued from C++ (DDP's, DTensor's) too
-        if not world or not done:
-            return False
+        done |= getattr(self.fr, "done_groups", set())
         members: set[int] = set()
         for name, ranks, *_ in list(getattr(self.rec, "groups", {}).values()):
             if name in done:
                 members.update(ranks)
-        return len(members) >= world
+        return members
+
+    def _proven_started(self) -> bool:
+        """This rank's own completions cover the world: the job has started, whatever the store says."""
+        world = getattr(self.rec, "world_size", None)
+        return bool(world) and len(self._proven_ranks()) >= world
 
     def _follow(self, ep: dict, now: float, timeout: float) -> tuple[str, str] | None:
         if self.progress_at() > self._opened_at:
