@@ -388,7 +388,7 @@ def _hedge_lost(lost: Finding | None, d: Divergence, idle: list[int], view, no_d
         return
     suspects = sorted(set(lost_here) | set(idle))
     lost.evidence.update(undecided=True, suspects=suspects)
-    if not any(pending.get(r) for r in idle) and all(_moved_past(view, r, d) for r in idle):
+    if not any(pending.get(r) for r in idle) and all(_moved_past(view, r) for r in idle):
         lost.evidence["suspects_in_no_call"] = sorted(idle)  # their own traces show them past the call, in none
     lost.detail = (f"one of {fmt_ranks(suspects)}: " + lost.detail + f" {fmt_ranks(idle)}, alive, never issued "
                    f"{d.op} #{d.seq} on group '{d.group}' either: a rank that skipped or changed a call can cost its "
@@ -396,7 +396,7 @@ def _hedge_lost(lost: Finding | None, d: Divergence, idle: list[int], view, no_d
                    f"rank that died leaves the others waiting; these traces do not say which came first.")
 
 
-def _moved_past(view, rank: int, d: Divergence) -> bool:
+def _moved_past(view, rank: int) -> bool:
     """Whether `rank`'s trace shows it under way on the group, so that its absence from the call the others wait
     in is its own doing: it made calls there before. A rank that recorded no call on the group yet may merely be
     late (still starting: a slow import under load) and says nothing against the lost rank."""
