@@ -22,6 +22,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def as_foreground() -> None:
+    """preexec_fn: the ranks start as a terminal's foreground job does, Ctrl-C raising KeyboardInterrupt. A shell
+    starts a background command (`bash .ci/run &`, nohup) with SIGINT ignored, every process below inherits that,
+    and Python then installs no KeyboardInterrupt handler: a Ctrl-C drill would test nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -49,7 +56,8 @@ class Ranks:
             log = open(dump_dir.parent / f"{Path(script).stem}-rank{rank}.log", "w+")
             self.logs.append(log)
             self.procs.append(subprocess.Popen([sys.executable, str(WORKERS / script), *args], env=penv,
-                                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+                                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                               preexec_fn=as_foreground))
 
     def output(self, rank: int) -> str:
         self.logs[rank].flush()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from recorder_helpers import free_port, kill_job_processes
+from recorder_helpers import as_foreground, free_port, kill_job_processes
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,7 @@ def chaos(tmp_path, cli_env, spec: str, ctrl_c: bool = False, program: str = "dd
            "--", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-addr",
            "127.0.0.1", "--master-port", str(free_port()), str(JOBS), program, "6"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env=dict(cli_env, OMP_NUM_THREADS="1"))
+                            env=dict(cli_env, OMP_NUM_THREADS="1"), preexec_fn=as_foreground)
     try:
         head = ""
         if ctrl_c:  # a terminal's Ctrl-C once the hang is reported: SIGINT to the group and to every rank
