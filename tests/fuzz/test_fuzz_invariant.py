@@ -222,8 +222,6 @@ def test_a_gloo_all_reduce_with_the_sizes_of_a_reduce_scatter_is_that_call():
     assert (f.kind, f.ranks, f.seq) == ("size_mismatch", [0, 1], 2), (f.kind, f.ranks, f.seq)
 
 
-@pytest.mark.xfail(strict=True, reason="still wrong (docs/diagnose.md): one recorder-only rank against one Flight "
-                   "Recorder rank, the dump's extra call is placed as a C++-issued one; an even vote not yet hedged")
 def test_one_recorder_trace_against_one_dump_hedges_the_call_only_the_dump_holds():
     """The same job, rank 0 leaving only its recorder trace and rank 1 only its Gloo pickle: rank 1's extra call is
     either one issued from C++ (which the recorder never sees) or the call rank 0 skipped. One dump against one

@@ -31,10 +31,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from distdoctor.diagnose import hang_status, nccl_frontier, p2p, streams
-from distdoctor.diagnose.crash import crash_findings, crashed_ranks, stopped
+from distdoctor.diagnose.crash import crash_findings, crashed_ranks, signalled, stopped
+from distdoctor.diagnose.ended import on_its_way
 from distdoctor.diagnose.explain import Explainer, consequences_of, sort_findings
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks, group_desc
-from distdoctor.diagnose.match import ROOTED, Divergence, GroupView, build_views, callsite_divergence
+from distdoctor.diagnose.callsites import callsite_divergence
+from distdoctor.diagnose.match import ROOTED, Divergence, GroupView, build_views
 from distdoctor.diagnose.siblings import all_divergences
 from distdoctor.diagnose.progress import (describe_rank, is_gloo_fr, last_completed, probably_inside,
                                          rank_progress, where_now)
@@ -158,6 +160,16 @@ def analyze(ts: TraceSet) -> Report:
             # nothing else explains it). A rank stopped from outside (Ctrl-C) where it stood is absent all the same.
             echoes = [r for r in idle if r in crashes and r not in crash_finding and not stopped(crashes[r])]
             idle = [r for r in idle if r not in echoes]
+            on_way = {r: away for r in idle
+                      if (away := on_its_way(ts, views[d.group], r, d.seq, d.present, crashes)) is not None}
+            idle = [r for r in idle if r not in on_way]
+            if on_way:
+                consequences.append({"kind": d.kind, "group": d.group, "seq": d.seq, "op": d.op,
+                                     "ranks": sorted(on_way),
+                                     "because": "ended from outside on their way to it, "
+                                                f"{max(on_way.values()):.2f} s after their last call: about as "
+                                                "long as the others took to reach it (diagnose/ended.py)",
+                                     "_ref": lost_finding})
             crashed = [r for r in idle if r in crash_finding]
             call = views[d.group].by_rank[d.present[0]][d.seq]
             unseen = [r for r in idle if r not in crash_finding and probably_inside(ts.ranks.get(r), call)]
@@ -204,6 +216,8 @@ def analyze(ts: TraceSet) -> Report:
     stuck, thread_ranks = thread_findings(ts, others_found=bool(findings))  # per-rank logs: threads inside an op
     findings += stuck  # after the collective findings, in their own order (strongest first)
     findings, explained_by = explainer.explain_all(findings)
+    if all(f.kind == "straggler" for f in findings) and (ended := signalled(ts)) is not None:
+        findings.insert(0, ended)  # a rank a signal ended, nothing else found: never OK
     consequences = consequences_of(explainer, findings, explained_by, consequences)
     annotate(findings, ts, views, pending)
     progress = {r: rank_progress(t, pending.get(r, []) + in_flight.get(r, [])) for r, t in ts.ranks.items()}
@@ -432,12 +446,17 @@ def _missing_ranks(d: Divergence, idle: list[int], explained: list[int], ts: Tra
                      "in these dumps; the distdoctor recorder's traces show it.)")
     if explained:
         f.detail += f" ({fmt_ranks(explained)} also never issued it, but are blocked elsewhere.)"
+    if d.evidence.get("blind"):
+        f.detail += " " + _blind_detail(d.evidence["blind"], fmt_group(d.group, views[d.group].desc), d.op)
+        f.evidence["blind"] = d.evidence["blind"]
     return f
 
 
 def _from_divergence(d: Divergence, views: dict[str, GroupView]) -> Finding:
     group = fmt_group(d.group, views[d.group].desc)
-    if d.kind == "state_mismatch":
+    if d.kind == "state_mismatch" and d.evidence.get("blind"):
+        detail = f"one of {fmt_ranks(d.ranks)}: " + _blind_detail(d.evidence["blind"], group, d.op)
+    elif d.kind == "state_mismatch":
         detail = (f"{d.op} #{d.seq} on {group} completed on {fmt_ranks(d.evidence['completed'])} "
                   f"but {fmt_ranks(d.ranks)} {'is' if len(d.ranks) == 1 else 'are'} still in it.")
         later = d.evidence.get("then_absent_from")
@@ -458,3 +477,15 @@ def _from_divergence(d: Divergence, views: dict[str, GroupView]) -> Finding:
             detail = (f"one of {fmt_ranks(d.ranks)}: at {d.op} #{d.seq} on {group} the members disagree: "
                       f"{d.detail}.")
     return Finding(d.kind, d.ranks, group=d.group, seq=d.seq, op=d.op, t=d.t, detail=detail, evidence=d.evidence)
+
+
+def _blind_detail(blind: dict, group: str, op: str) -> str:
+    """Why a completion the others are still in says the two sides made a different number of calls
+    (match._weigh_blind)."""
+    calls = ", ".join(f"#{u}" for u in blind["calls"][-5:])
+    done, stuck = fmt_ranks(blind["completed"]), fmt_ranks(blind["stuck"])
+    return (f"{op} #{blind['seq']} on {group} completed on {done} but {stuck} "
+            f"{'is' if len(blind['stuck']) == 1 else 'are'} still in it, and {done} left only the recorder's "
+            f"trace, which cannot see {calls} of {stuck}'s dump (a call issued from C++ is not seen). Had {done} "
+            f"issued those calls, #{blind['seq']} would have completed on {stuck} too: {done} issued one fewer "
+            f"call there, or {stuck} one more, and their later calls met one off.")

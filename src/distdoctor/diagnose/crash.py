@@ -94,3 +94,30 @@ def killed_first(ts: TraceSet, comm: dict[int, dict]) -> Finding | None:
                    detail=(f"rank {rank} was ended by {sig} (its dump says so), {first_crash - when:.1f} s before "
                            f"{fmt_ranks(comm)} failed talking to it ({first['text'][:120]}).{where}"),
                    evidence={"signal": sig, "then_failed": sorted(comm)})
+
+
+SAME_MOMENT_S = 0.05  # two ends closer than this are one moment (a launcher's signal to every rank at once)
+
+
+def signalled(ts: TraceSet) -> Finding | None:
+    """When nothing else is found: the rank a signal ended first (its dump says `signal: SIGTERM`). A job with a
+    rank ended from outside is not OK, whatever the rest of the traces show (the others may have finished, or
+    left dumps that cannot show where they stood). Ranks ended at one moment are "one of" them."""
+    ended = sorted((t.dump_time if t.dump_time is not None else float("inf"), r) for r, t in ts.ranks.items()
+                   if (t.dump_reason or "").startswith(SIGNAL_PREFIX))
+    if not ended:
+        return None
+    first = ended[0][0]
+    ranks = sorted(r for when, r in ended if when - first <= SAME_MOMENT_S or when == first)
+    sigs = sorted({ts.ranks[r].dump_reason[len(SIGNAL_PREFIX):] for r in ranks})
+    e = last_completed(ts.ranks[ranks[0]])
+    where = (f" Its last completed call was {e.op} #{e.seq if not e.is_p2p else e.p2p_seq} on group '{e.group}'."
+             if e is not None and len(ranks) == 1 else "")
+    who = fmt_ranks(ranks) if len(ranks) == 1 else f"one of {fmt_ranks(ranks)}: {fmt_ranks(ranks)}"
+    others = len(ended) - len(ranks)
+    return Finding("crashed", ranks, group=e.group if e else None, seq=(e.seq if not e.is_p2p else e.p2p_seq)
+                   if e else None, op=e.op if e else None, t=None if first == float("inf") else first,
+                   detail=(f"{who} {'was' if len(ranks) == 1 else 'were'} ended by {', '.join(sigs)} (the dump "
+                           f"says so){f', the first of {len(ended)} ranks a signal ended' if others else ''}; "
+                           f"nothing in the traces shows another cause.{where}"),
+                   evidence={"signal": sigs, "ended": [r for _, r in ended]})

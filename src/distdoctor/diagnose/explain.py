@@ -148,10 +148,8 @@ class Explainer:
             by.update((r, f) for f in findings if "no_p2p_in_dump" in f.evidence
                       for r in f.evidence["waiting"] if r in subjects and r not in by)
             # A communication failure (a peer closed the connection, a timeout) echoes a peer's crash or loss.
-            gone = next((f for f in findings if f.kind in ("crashed", "missing_dump")), None)
-            if gone is not None:
-                by.update((r, gone) for r in subjects if r not in by and r in self.crashes
-                          and COMM_FAILURE.search(self.crashes[r]["text"]))
+            by.update((r, f) for r in subjects if r not in by and r in self.crashes
+                      and COMM_FAILURE.search(self.crashes[r]["text"]) for f in [self._gone_peer(r, findings)] if f)
             if findings:  # a rank stopped from outside (Ctrl-C) is accounted for by what the job was doing then
                 by.update((r, findings[0]) for r in subjects if r not in by and r in self.crashes
                           and stopped(self.crashes[r]))
@@ -165,6 +163,17 @@ class Explainer:
                     f"and nothing else in the traces accounts for it."), evidence={"found_by": "wait-for graph"}))
             findings = findings + new
         raise AssertionError("explain: ranks left unexplained")  # unreachable: every round names a rank left
+
+    def _gone_peer(self, rank: int, findings: list[Finding]) -> Finding | None:
+        """The finding a rank's communication failure echoes: the first crash or loss, else the first rank found
+        absent from a call on a group this rank shares with it (a peer that left: its connections closed; the
+        rank may have failed inside a call its trace cannot show, one issued from C++)."""
+        gone = next((f for f in findings if f.kind in ("crashed", "missing_dump")), None)
+        if gone is not None:
+            return gone
+        mine = {name for name, v in self.views.items() if rank in v.members}
+        return next((f for f in findings if f.kind == "missing_ranks" and any(
+            r in self.views[g].members for g in mine for r in f.ranks if r != rank)), None)
 
     # ---- findings for ranks nothing else explains ---------------------------------------------------------
     def suspected(self, left: list[int], named: dict[int, Finding]) -> list[Finding]:

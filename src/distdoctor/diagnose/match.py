@@ -32,8 +32,7 @@ from distdoctor.collectives.names import dtype_signature
 from distdoctor.diagnose.group_size import size_known, size_text, sizes_fit
 from distdoctor.diagnose.renamed import ambiguous_names, recorded_names
 from distdoctor.diagnose.ties import break_tie, tied
-from distdoctor.diagnose.unseen import absent_from
-from distdoctor.trace.code_origin import is_user_code
+from distdoctor.diagnose.unseen import absent_from, blind_completion
 from distdoctor.trace.model import AGREE_ON, Entry, TraceSet, entry_column, numel
 from distdoctor.trace.summary import summarize
 
@@ -416,7 +415,7 @@ def first_divergence(view: GroupView) -> Divergence | None:
                 # group left that one (a mark that lags, an async call never waited on): they stopped here,
                 # and the verdict speaks of this collective alone, not of one 15 calls back.
                 state_div.evidence["then_absent_from"] = {"seq": seq, "op": ref.op, "ranks": sorted(absent)}
-                return state_div
+                return _weigh_blind(view, state_div)
             t = min((e.t_created for e in present.values() if e.t_created), default=None)
             return Divergence(view.name, seq, ref.op, "missing_ranks", sorted(absent), sorted(present), "",
                               {"issued_by": sorted(present)}, t)
@@ -430,7 +429,26 @@ def first_divergence(view: GroupView) -> Divergence | None:
                                        f"completed on {sorted(done)}, not on {sorted(stuck)}",
                                        {"completed": sorted(done), "stuck": sorted(stuck),
                                         "states": {r: present[r].state for r in sorted(present)}}, t)
-    return state_div
+    return _weigh_blind(view, state_div) if state_div is not None else None
+
+
+def _weigh_blind(view: GroupView, d: Divergence) -> Divergence:
+    """A state divergence whose completed side cannot see calls the stuck side holds (unseen.blind_completion):
+    the sides made a different number of calls there; the smaller side is absent from one, an even split is said
+    to be one."""
+    blind = blind_completion(view, d.seq, d.evidence["completed"], d.ranks)
+    if blind is None:
+        return d
+    evidence = {**d.evidence, "blind": {"calls": blind["calls"], "completed": d.evidence["completed"],
+                                        "stuck": d.ranks, "seq": d.seq}}
+    if blind["kind"] == "missing_ranks":
+        seq = blind["seq"]
+        holders = [r for r in view.by_rank if seq in view.by_rank[r] and r not in blind["ranks"]]
+        op = view.by_rank[holders[0]][seq].op
+        return Divergence(view.name, seq, op, "missing_ranks", blind["ranks"], sorted(holders), "",
+                          {"issued_by": sorted(holders), **evidence}, d.t)
+    evidence["tie"] = {"undecided": True, "why": "blind"}
+    return Divergence(view.name, d.seq, d.op, "state_mismatch", blind["ranks"], d.present, d.detail, evidence, d.t)
 
 
 def _late_mark(view: GroupView, d: Divergence) -> bool:
@@ -462,38 +480,3 @@ def divergences(ts: TraceSet, views: dict[str, GroupView] | None = None) -> list
 
 def _group_key(name: str):
     return (0, int(name), "") if name.isdigit() else (1, 0, name)
-
-
-
-
-def callsite(e: Entry) -> tuple:
-    """The chain of user (non-torch) frames that issued an entry, innermost first; empty without frames."""
-    return tuple((f.filename, f.line, f.name) for f in reversed(e.frames)
-                 if is_user_code(f.filename))
-
-
-def callsite_divergence(view: GroupView, rank: int, upto: int) -> dict | None:
-    """First seq (< upto) where `rank` issued from a different code path than the majority of the others.
-
-    This is how an asymmetric code path shows up before the hang: the seq numbers still agree, but one rank's
-    n-th collective comes from another line (it skipped one, or issued an extra one)."""
-    mine = view.by_rank.get(rank, {})
-    others = [r for r in view.by_rank if r != rank and view.by_rank[r]]
-    for seq in sorted(s for s in mine if s < upto):
-        site = callsite(mine[seq])
-        if not site:
-            return None
-        theirs: dict[tuple, list[int]] = {}
-        for r in others:
-            e = view.by_rank[r].get(seq)
-            if e is not None:
-                theirs.setdefault(callsite(e), []).append(r)
-        if not theirs:
-            continue
-        majority = max(theirs, key=lambda k: len(theirs[k]))
-        if majority and majority != site:
-            fmt = lambda chain: " <- ".join(f"{n} ({fn.rsplit('/', 1)[-1]}:{ln})" for fn, ln, n in chain[:3])
-            return {"seq": seq, "op": mine[seq].op, "rank_site": fmt(site), "others_site": fmt(majority),
-                    "others": theirs[majority]}
-    return None
-

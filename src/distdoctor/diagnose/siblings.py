@@ -4,6 +4,7 @@ be compared with but the members of the groups that run the same program beside 
 
 from __future__ import annotations
 
+from distdoctor.collectives.names import same_collective
 from distdoctor.diagnose.match import Divergence, GroupView, divergences
 from distdoctor.diagnose.ties import value_of
 from distdoctor.trace.model import TraceSet
@@ -50,28 +51,47 @@ def unmet_by_siblings(view: GroupView, views: dict[str, GroupView], traced: set[
         return None
     found: dict[str, list] = {}
     for r in left:
-        seq = max(view.by_rank[r])
-        e = view.by_rank[r][seq]
-        for key, kind in (("dtypes", "dtype_mismatch"), ("in_sizes", "size_mismatch")):
-            want = _unanimous(siblings, seq, key)
-            if want is None or value_of(key, e, view.members) == want or _unanimous(siblings, seq, "op") != e.op \
-                    or not _kept_up(view, siblings, r, seq):
-                continue
-            found.setdefault(kind, [seq, e, key, want, []])[4].append(r)
-            break
+        got = _departure(view, siblings, r)
+        if got is not None:
+            kind, seq, key, want = got
+            found.setdefault(kind, [seq, view.by_rank[r][seq], key, want, []])[4].append(r)
     if not found:
         return None
     kind, (seq, e, key, want, ranks) = next(iter(found.items()))
     who = (_names(lost) if lost and len(lost) <= size - len(left) else f"one of {_names(lost)}" if lost
            else f"{size - len(left)} member(s)")
-    detail = (f"{'dtypes' if key == 'dtypes' else 'input sizes'} {value_of(key, e, view.members)} where every member "
-              f"of the sibling groups passed {want} (its earlier calls on the group matched theirs); {who} of this "
-              f"group left no trace: the transport aborts a process whose peer passes another dtype or size "
+    what = {"op": "issued", "dtypes": "passed dtypes", "in_sizes": "passed input sizes"}[key]
+    detail = (f"{what} {value_of(key, e, view.members)} where every member of the sibling groups {what.split()[0]} "
+              f"{want} (its earlier calls on the group matched theirs"
+              f"{'; a call skipped or added shifts every later one' if key == 'op' else ''}); {who} of this group "
+              f"left no trace: the transport aborts a process whose peer passes another collective, dtype or size "
               f"(Gloo: SIGABRT, no dump)")
     return Divergence(view.name, seq, e.op, kind, sorted(ranks), sorted(left), detail,
                       {"decided_by": "sibling groups", "lost_peers": lost, "expected": want,
                        "got": {str(r): value_of(key, view.by_rank[r][seq], view.members) for r in ranks}},
                       e.t_created)
+
+
+_KINDS = (("op", "type_mismatch"), ("dtypes", "dtype_mismatch"), ("in_sizes", "size_mismatch"))
+
+
+def _departure(view: GroupView, siblings: list[GroupView], rank: int) -> tuple | None:
+    """The first of the rank's calls on the group (the last HISTORY + 1) where it issued another collective, or
+    passed another dtype or size, than every sibling member did at that position, after at least one call that
+    matched theirs (the siblings run this group's program): (kind, seq, key, what they passed)."""
+    matched = 0  # earlier calls that matched the siblings' in everything they agree on
+    for seq in sorted(view.by_rank[rank])[-(HISTORY + 1):]:
+        e = view.by_rank[rank][seq]
+        agreed = False
+        for key, kind in _KINDS:
+            want = _unanimous(siblings, seq, key)
+            if want is None:
+                continue
+            if value_of(key, e, view.members) != want and not (key == "op" and _renamed(siblings, seq, e)):
+                return (kind, seq, key, want) if matched else None
+            agreed = True
+        matched += agreed
+    return None
 
 
 def _unanimous(siblings: list[GroupView], seq: int, key: str) -> str | None:
@@ -81,20 +101,11 @@ def _unanimous(siblings: list[GroupView], seq: int, key: str) -> str | None:
     return values[0] if len(values) >= 2 and len(set(values)) == 1 and values[0] is not None else None
 
 
-def _kept_up(view: GroupView, siblings: list[GroupView], rank: int, seq: int) -> bool:
-    """The rank's earlier calls on the group (the last HISTORY) matched what the siblings all issued there, and
-    there is such a call: the siblings run this group's program."""
-    compared = 0
-    for s in sorted(s for s in view.by_rank[rank] if s < seq)[-HISTORY:]:
-        e = view.by_rank[rank][s]
-        for key in ("op", "dtypes", "in_sizes"):
-            want = _unanimous(siblings, s, key)
-            if want is None:
-                continue
-            if value_of(key, e, view.members) != want:
-                return False
-            compared += 1
-    return compared > 0
+def _renamed(siblings: list[GroupView], seq: int, e) -> bool:
+    """The siblings' call at `seq` may be this one under the name a backend records it by (Gloo's Flight
+    Recorder: a reduce_scatter as all_reduce)."""
+    theirs = next((t for o in siblings for m in o.members for t in [o.by_rank.get(m, {}).get(seq)] if t), None)
+    return theirs is not None and same_collective(e.op, e.raw_op, theirs.op, theirs.raw_op)
 
 
 def _names(ranks: list[int]) -> str:

@@ -29,3 +29,24 @@ def _only_one_can_be_missing(view: GroupView, present: dict[int, Entry], unseen:
     cannot see it is the one it waits for (had it come, the call would have completed)."""
     return len(unseen) == 1 and set(view.members) <= set(view.by_rank) and \
         len(present) + 1 >= len(view.members) and not any(view.is_done(r, e) for r, e in present.items())
+
+
+def blind_completion(view: GroupView, seq: int, done: list[int], stuck: list[int]) -> dict | None:
+    """Collective `seq` completed on `done` but `stuck` are still in it, and every rank of `done` left only the
+    recorder's trace, which cannot see calls the stuck ranks hold before `seq`. Had the done ranks issued those
+    calls (from C++), their `seq` would have met the stuck ranks' and completed there too: the two sides made a
+    different number of calls among them (the done ranks one fewer, or the stuck ranks one more), and their
+    later calls met one off. The side with fewer members is the odd one; two even sides are "one of".
+    Returns what the finding should say (kind, ranks, seq, candidates), else None."""
+    if not done or not stuck or any(r not in view.unseen for r in done):
+        return None
+    blind = set.intersection(*(set(view.unseen[r]) for r in done))
+    calls = sorted(u for u in blind if u < seq and all(u in view.by_rank.get(r, {}) for r in stuck))
+    if not calls:
+        return None
+    if len(done) < len(stuck):
+        return {"kind": "missing_ranks", "ranks": sorted(done), "seq": calls[-1], "calls": calls}
+    if len(done) == len(stuck):
+        return {"kind": "state_mismatch", "ranks": sorted(done + stuck), "seq": seq, "calls": calls,
+                "undecided": True}
+    return None

@@ -1,0 +1,52 @@
+"""Ranks ended on their way: absent from a call the others issued, but only because the job was ended around them.
+
+A launcher ends every rank once one of them dies (torchrun's SIGTERM), a scheduler preempts the job, a user
+presses Ctrl-C. A rank that was between two calls at that moment never issued the call its peers were already
+in, and reads as absent from it, like a rank that stopped. The difference is time: a rank that stopped leaves
+the others waiting (seconds, up to a hang timeout) before anything ends the job; a rank on its way was ended
+about as soon as its peers went from the last call they shared to this one.
+
+So a rank is *on its way* when its dump says a stop from outside ended it (the recorder's `signal: SIGTERM`,
+or a KeyboardInterrupt), no rank's watchdog had called the job hung, and the time from its completing the last
+call it shared with the others to its end is no more than a few times (PACE_FACTOR, plus SLACK_S) what the
+others took over the same stretch of the program: from their completing that call to their issuing the one
+they wait in. A rank that skipped the call and went on (into the next step's backward, say) is away much
+longer than its peers' stretch before the launcher ends it; one merely behind on a loaded host is not. Its
+absence is then a consequence of whatever ended the job, never its cause. Flight Recorder's dumps carry no
+end time: they cannot show this, and nothing here reads them.
+"""
+
+from __future__ import annotations
+
+from distdoctor.diagnose.crash import SIGNAL_PREFIX, stopped
+from distdoctor.trace.model import RankTrace, TraceSet
+
+PACE_FACTOR = 3.0  # how many times its peers' stretch a rank merely behind may take (a loaded host)
+SLACK_S = 0.05  # clock resolution and one scheduler tick
+
+
+def ended_from_outside(trace: RankTrace, crash: dict | None) -> bool:
+    return (trace.dump_reason or "").startswith(SIGNAL_PREFIX) or (crash is not None and stopped(crash))
+
+
+def on_its_way(ts: TraceSet, view, rank: int, seq: int, present: list[int], crashes: dict[int, dict]) -> float | None:
+    """How long `rank` was away from its last call shared with `present` (which issued collective `seq` of
+    `view`'s group) when it was ended, when it was ended on its way (see above); else None."""
+    trace = ts.ranks.get(rank)
+    if trace is None or trace.dump_time is None or not ended_from_outside(trace, crashes.get(rank)) or \
+            any(t.hang for t in ts.ranks.values()):
+        return None
+    mine = view.by_rank.get(rank) or {}
+    shared = max((s for s in mine if s < seq), default=None)
+    own = mine[shared].t_completed if shared is not None else None
+    if own is None:
+        return None
+    stretch = []
+    for r in present:
+        calls = view.by_rank.get(r) or {}
+        before, now = calls.get(shared), calls.get(seq)
+        if before is None or now is None or before.t_completed is None or now.t_created is None:
+            return None
+        stretch.append(now.t_created - before.t_completed)
+    away = trace.dump_time - own
+    return away if stretch and away <= PACE_FACTOR * max(stretch) + SLACK_S else None

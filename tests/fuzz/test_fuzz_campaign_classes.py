@@ -1,0 +1,70 @@
+"""Classes the real-job campaign found (docs/diagnose.md, "The real-job fuzzer"), each pinned by the run that found
+it: its dumps, as the campaign scored them, kept under tests/fixtures/.
+
+- A rank ended on its way (diagnose/ended.py): FSDP, rank 0 SIGSEGVed (no dump); the launcher's SIGTERM ended
+  rank 3 a tenth of a second behind its peers, between two calls. It is no culprit: the lost rank is. The converse
+  (a rank that skipped the call and went on, away four times its peers' stretch) is `gloo-ddp-skip`
+  (test_fuzz_lost_peers.py): both sides of the rule are real runs.
+- A rank a signal ended, nothing else in the dumps: never OK (crash.signalled).
+- A communication failure echoes the peer found absent (explain.py, `_gone_peer`), not a crash of its own.
+- A skip shifts every later call: a group whose other member Gloo aborted is judged against its sibling groups'
+  collectives too, not only their sizes (siblings.py, `_departure`).
+- Lateness by role (straggler.py, `_late_by_role`): the member at the same place of every tensor-parallel group
+  late by the same work is the program, not a straggler.
+"""
+
+from __future__ import annotations
+
+from real_dumps import diagnose_form, truth
+
+
+def _first(report: dict):
+    findings = report["findings"]
+    return (findings[0]["kind"], findings[0]["ranks"]) if findings else None
+
+
+def test_a_rank_ended_on_its_way_is_no_culprit_for_the_rank_that_died():
+    fired = truth("gloo-fsdp-sigsegv-behind")
+    assert (fired["kind"], fired["rank"], fired["arg"]) == ("kill", 0, "SIGSEGV")
+    _, report = diagnose_form("gloo-fsdp-sigsegv-behind", "rank_*.jsonl", 4)
+    assert _first(report) == ("missing_dump", [0]), report["findings"]
+    assert not any(3 in f["ranks"] for f in report["findings"]), report["findings"]
+    on_way = [c for c in report["consequences"] if "on their way" in c["because"]]
+    assert on_way and on_way[0]["ranks"] == [3], report["consequences"]
+
+
+def test_flight_recorder_dumps_alone_cannot_show_a_rank_on_its_way():
+    """Gloo's dumps carry no end time: the absent rank and the lost one are "one of" there, never rank 3 alone
+    ahead of a hedge."""
+    _, report = diagnose_form("gloo-fsdp-sigsegv-behind", "rank_*.fr.pkl", 4)
+    lost = next(f for f in report["findings"] if f["kind"] == "missing_dump")
+    assert lost["ranks"] == [0] and lost["detail"].startswith("one of ranks 0, 3"), report["findings"]
+
+
+def test_a_rank_a_signal_ended_is_never_ok():
+    fired = truth("gloo-objects-sigterm-mixed")
+    _, report = diagnose_form("gloo-objects-sigterm-mixed", "rank_*", 4)
+    assert report["verdict"] == "problem"
+    assert _first(report) == ("crashed", [fired["rank"]]), report["findings"]
+    assert "SIGTERM" in report["findings"][0]["detail"]
+
+
+def test_a_connection_closed_by_the_absent_peer_is_its_echo():
+    fired = truth("gloo-tp-sigterm-mixed")
+    _, report = diagnose_form("gloo-tp-sigterm-mixed", "rank_*", 4)
+    assert _first(report) == ("missing_ranks", [fired["rank"]]), report["findings"]
+    assert not any(f["kind"] == "crashed" for f in report["findings"]), report["findings"]
+
+
+def test_a_skip_is_named_against_the_sibling_groups_when_gloo_aborted_the_peer():
+    fired = truth("gloo-tp-skip-abort")
+    assert (fired["kind"], fired["rank"]) == ("skip", 0)
+    _, report = diagnose_form("gloo-tp-skip-abort", "rank_*.jsonl", 4)
+    first = report["findings"][0]
+    assert (first["kind"], first["ranks"]) == ("type_mismatch", [0]), report["findings"]
+    assert "sibling groups" in first["detail"] and "left no trace" in first["detail"]
+
+
+def test_lateness_every_tensor_parallel_group_shows_at_one_place_is_no_straggler():
+    _, report = diagnose_form("gloo-tp-healthy-roles", "rank_*.jsonl", 4)
+    assert report["verdict"] == "ok", report["findings"]
