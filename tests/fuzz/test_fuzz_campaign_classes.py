@@ -33,6 +33,16 @@ def test_a_rank_ended_on_its_way_is_no_culprit_for_the_rank_that_died():
     assert on_way and on_way[0]["ranks"] == [3], report["consequences"]
 
 
+def test_a_rank_that_skipped_and_went_on_is_not_on_its_way():
+    """The converse, nearest the line: DDP, rank 2 skipped its loss all_reduce and went on into the next step;
+    Gloo aborted rank 1 (no dump) and the launcher ended rank 2 three times its peers' stretch after its last
+    call (`gloo-ddp-skip-fast`)."""
+    fired = truth("gloo-ddp-skip-fast")
+    assert (fired["kind"], fired["rank"]) == ("skip", 2)
+    _, report = diagnose_form("gloo-ddp-skip-fast", "rank_*.jsonl", 4)
+    assert _first(report) == ("missing_ranks", [2]), report["findings"]
+
+
 def test_flight_recorder_dumps_alone_cannot_show_a_rank_on_its_way():
     """Gloo's dumps carry no end time: the absent rank and the lost one are "one of" there, never rank 3 alone
     ahead of a hedge."""

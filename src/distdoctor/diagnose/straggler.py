@@ -99,11 +99,13 @@ def _bracket(late: np.ndarray, rows: list[int], seqs: list[int], keys: list[tupl
     return out
 
 
-def _late_by_role(best: dict[int, dict], views: dict[str, GroupView]) -> list[int]:
+def _late_by_role(best: dict[int, dict], views: dict[str, GroupView],
+                  all_late: dict[int, list[float]]) -> list[int]:
     """Late ranks whose lateness is their place in the program, not their own: the member at the same position
     of every sibling group (same description and size, disjoint: the tensor-parallel groups of each replica) is
-    late too. Such a member does more work by its role (a scatter's root, the one that logs), and every replica
-    shows it; a slow host or process shows in one of them only."""
+    late too, by at least half as much (judged late or not: the noise differs between groups). Such a member does
+    more work by its role (a scatter's root, the one that logs), and every replica shows it; a slow host or
+    process shows in one of them only."""
     out = []
     for r, b in best.items():
         view = views[b["group"]]
@@ -112,7 +114,7 @@ def _late_by_role(best: dict[int, dict], views: dict[str, GroupView]) -> list[in
         at, mine = view.members.index(r), set(view.members)
         siblings = [o for o in views.values() if o is not view and o.desc == view.desc and o.desc
                     and len(o.members) == len(view.members) and not mine & set(o.members)]
-        if siblings and all(o.members[at] in best for o in siblings):
+        if siblings and all(max(all_late.get(o.members[at]) or [0.0]) >= b["late_s"] / 2 for o in siblings):
             out.append(r)
     return out
 
@@ -155,7 +157,7 @@ def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
                                "others_ms": {str(q): round(float(med[i]) * 1e3, 2) for i, q in enumerate(ranks)
                                              if q != r}}
     out = []
-    for r in _late_by_role(best, views):
+    for r in _late_by_role(best, views, all_late):
         del best[r]
     for r, b in sorted(best.items()):
         share = f" ({b['late_s'] / b['step_s']:.0%} of a {b['step_s'] * 1e3:.0f} ms step)" if b["step_s"] else ""
