@@ -7,6 +7,8 @@ it: its dumps, as the campaign scored them, kept under tests/fixtures/.
   (test_fuzz_lost_peers.py): both sides of the rule are real runs.
 - A rank a signal ended, nothing else in the dumps: never OK (crash.signalled).
 - A communication failure echoes the peer found absent (explain.py, `_gone_peer`), not a crash of its own.
+- A rank Flight Recorder shows in no call is behind, not past the call: a lost rank leads it (analyze.py,
+  `_blind_to_cpp`); only the recorder's trace, blind to C++-issued calls, can show a rank gone on past a call.
 - A skip shifts every later call: a group whose other member Gloo aborted is judged against its sibling groups'
   collectives too, not only their sizes (siblings.py, `_departure`).
 - Lateness by role (straggler.py, `_late_by_role`): the member at the same place of every tensor-parallel group
@@ -49,6 +51,18 @@ def test_flight_recorder_dumps_alone_cannot_show_a_rank_on_its_way():
     _, report = diagnose_form("gloo-fsdp-sigsegv-behind", "rank_*.fr.pkl", 4)
     lost = next(f for f in report["findings"] if f["kind"] == "missing_dump")
     assert lost["ranks"] == [0] and lost["detail"].startswith("one of ranks 0, 3"), report["findings"]
+
+
+def test_a_rank_flight_recorder_shows_behind_does_not_outrank_the_lost_one():
+    """DCP, rank 2 SIGSEGVed, Flight Recorder's dumps alone: the coordinator, rank 0, had not issued the next
+    broadcast. Flight Recorder numbers every call, C++'s too: a rank it shows in no call issued none after, it is
+    behind, not past the call (a skip shows as another call there). The lost rank leads, "one of" with it."""
+    fired = truth("gloo-dcp-sigsegv-fr")
+    assert (fired["kind"], fired["rank"], fired["arg"]) == ("kill", 2, "SIGSEGV")
+    _, report = diagnose_form("gloo-dcp-sigsegv-fr", "rank_*.fr.pkl", 4)
+    first = report["findings"][0]
+    assert (first["kind"], first["ranks"]) == ("missing_dump", [2]), report["findings"]
+    assert first["detail"].startswith("one of ranks 0, 2"), first["detail"]
 
 
 def test_a_rank_a_signal_ended_is_never_ok():

@@ -190,7 +190,7 @@ def analyze(ts: TraceSet) -> Report:
                                      "because": "those ranks died of a communication failure first"})
             if idle:
                 findings.append(_missing_ranks(d, idle, explained, ts, pending, views, explainer))
-                _hedge_lost(lost_finding, d, idle, views[d.group], no_dump, pending)
+                _hedge_lost(lost_finding, d, idle, views[d.group], no_dump, pending, ts)
             elif explained and not crashed and not unseen:
                 consequences.append({"kind": d.kind, "group": d.group, "seq": d.seq, "op": d.op, "ranks": d.ranks,
                                      "because": "those ranks are blocked in other collectives"})
@@ -393,7 +393,7 @@ def _missing_dump(no_dump: list[int], waits: list[Wait], views: dict[str, GroupV
 
 
 def _hedge_lost(lost: Finding | None, d: Divergence, idle: list[int], view, no_dump: list[int],
-                pending: dict[int, list[Entry]]) -> None:
+                pending: dict[int, list[Entry]], ts: TraceSet) -> None:
     """Ranks with no trace beside ranks that, alive, never issued the call the others wait in: either may have
     stopped the job (Gloo aborts a process, SIGABRT and no dump, whose peer passes a call of another kind or size:
     a rank that skipped or changed a call costs its peer its dump). The lost ranks' finding says so."""
@@ -402,12 +402,20 @@ def _hedge_lost(lost: Finding | None, d: Divergence, idle: list[int], view, no_d
         return
     suspects = sorted(set(lost_here) | set(idle))
     lost.evidence.update(undecided=True, suspects=suspects)
-    if not any(pending.get(r) for r in idle) and all(_moved_past(view, r) for r in idle):
+    if not any(pending.get(r) for r in idle) and all(_moved_past(view, r) and _blind_to_cpp(ts, r) for r in idle):
         lost.evidence["suspects_in_no_call"] = sorted(idle)  # their own traces show them past the call, in none
     lost.detail = (f"one of {fmt_ranks(suspects)}: " + lost.detail + f" {fmt_ranks(idle)}, alive, never issued "
                    f"{d.op} #{d.seq} on group '{d.group}' either: a rank that skipped or changed a call can cost its "
                    f"peer its dump (Gloo aborts a process whose peer passes a call of another kind or size), and a "
                    f"rank that died leaves the others waiting; these traces do not say which came first.")
+
+
+def _blind_to_cpp(ts: TraceSet, rank: int) -> bool:
+    """Whether the rank's trace is the recorder's alone, which cannot see calls issued from C++: a rank that
+    skipped a Python call and went on into one of those (the next step's gradient buckets) shows as in no call
+    there. Flight Recorder numbers every call: a rank it shows in no call issued none after, and its absence is
+    that of a rank behind (or stopped), no better evidence than a peer's missing dump."""
+    return ts.ranks[rank].source == "native"
 
 
 def _moved_past(view, rank: int) -> bool:
