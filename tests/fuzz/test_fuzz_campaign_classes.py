@@ -17,7 +17,14 @@ it: its dumps, as the campaign scored them, kept under tests/fixtures/.
 
 from __future__ import annotations
 
-from real_dumps import diagnose_form, truth
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from distdoctor.diagnose.analyze import analyze
+from distdoctor.trace.loaders import load_traces
+from real_dumps import FIXTURES, diagnose_form, truth
 
 
 def _first(report: dict):
@@ -92,3 +99,32 @@ def test_a_skip_is_named_against_the_sibling_groups_when_gloo_aborted_the_peer()
 def test_lateness_every_tensor_parallel_group_shows_at_one_place_is_no_straggler():
     _, report = diagnose_form("gloo-tp-healthy-roles", "rank_*.jsonl", 4)
     assert report["verdict"] == "ok", report["findings"]
+
+
+def _user_code_only(line: str) -> str:
+    """A recorder dump line with its main thread's stack cut after the user's last frame."""
+    doc = json.loads(line)
+    for name, frames in (doc.get("stacks") or {}).items():
+        if name.startswith("MainThread"):
+            while frames and "site-packages/torch/" in frames[-1]["filename"]:
+                frames.pop()
+    return json.dumps(doc)
+
+
+def test_a_recorder_only_rank_in_no_collective_at_all_is_absent_from_a_call_a_member_still_waits_in():
+    """MoE, rank 1 stopped outside collectives (the drill sleeps in the optimizer's step hook), mixed forms:
+    rank 1 left only the recorder's trace, which cannot see all_reduce #18 (placed as one issued from C++);
+    rank 3 still waits in it. A rank whose main thread is outside torch is in no collective at all: had it issued
+    #18, it would be in it or #18 would have completed on rank 3 too. With the stack as dumped (inside torch's
+    optimizer wrapper: a C++-issued call is possible there) nothing says so; with the user's frames only, rank 1
+    is the one #18 waits for."""
+    fired = truth("gloo-moe-hang-mixed")
+    assert (fired["kind"], fired["rank"]) == ("hang", 1)
+    with tempfile.TemporaryDirectory() as d:
+        for f in (FIXTURES / "gloo-moe-hang-mixed").glob("rank_*"):
+            shutil.copy(f, Path(d) / f.name)
+        rank_1 = Path(d) / "rank_1.jsonl"
+        rank_1.write_text("".join(_user_code_only(line) + "\n" for line in rank_1.read_text().splitlines()))
+        report = analyze(load_traces([d], world_size=4))
+    first = report.findings[0]
+    assert (first.kind, first.ranks) == ("missing_ranks", [1]), [(f.kind, f.ranks) for f in report.findings]

@@ -29,6 +29,7 @@ from operator import itemgetter
 
 from distdoctor.collectives import implied_size
 from distdoctor.collectives.names import dtype_signature
+from distdoctor.diagnose.progress import outside_torch
 from distdoctor.diagnose.group_size import size_known, size_text, sizes_fit
 from distdoctor.diagnose.renamed import ambiguous_names, recorded_names
 from distdoctor.diagnose.ties import break_tie, tied
@@ -80,6 +81,7 @@ class GroupView:
     by_rank: dict[int, Mapping[int, Entry]] = field(default_factory=dict)  # rank -> seq -> entry (ranks with a trace)
     last_completed: dict[int, int] = field(default_factory=dict)  # rank -> highest completed seq
     unseen: dict[int, frozenset] = field(default_factory=dict)  # rank -> seqs its trace cannot see (RankTrace.unseen)
+    outside: set[int] = field(default_factory=set)  # of those ranks, the ones in no collective at all (unseen.py)
     relation_ok: dict = field(default_factory=dict)  # cache of size-relation checks by (op, sizes identity)
     desc: str = ""  # what the user called the group (DeviceMesh dimension, group_desc), when a trace says
     world: int | None = None  # the job's size, where known: the most members a group can have
@@ -154,8 +156,11 @@ def build_views(ts: TraceSet) -> dict[str, GroupView]:
             view.by_rank[rank] = SeqEntries(seqs, trace.entries)
             if name in summary.last_completed:
                 view.last_completed[rank] = summary.last_completed[name]
+        outside = bool(trace.unseen) and outside_torch(trace)
         for name in (trace.unseen or {}).keys() & views.keys():  # (RankTrace.unseen: see unseen.py)
             views[name].unseen[rank] = trace.unseen[name]
+            if outside:
+                views[name].outside.add(rank)
     order = {rank: k for k, rank in enumerate(ts.ranks)}  # members that left a trace, in the set's rank order
     for view in views.values():  # (not every rank against every member list: 16 384 ranks x 2 057 groups)
         for rank in sorted({r for r in view.members if r in order}, key=order.__getitem__):

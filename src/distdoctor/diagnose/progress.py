@@ -130,6 +130,15 @@ def probably_inside(trace: RankTrace | None, e: Entry) -> bool:
     return bool(got and got[1]) and is_torch(got[1][-1].filename)
 
 
+def outside_torch(trace: RankTrace | None) -> bool:
+    """A rank that left only its recorder trace, shown in no call, whose main thread is outside torch at dump
+    time: it is in no collective at all, not even one issued from C++ that its trace cannot see."""
+    if trace is None or trace.source != "native" or summarize(trace).not_done:
+        return False
+    got = main_stack(trace)
+    return bool(got and got[1]) and not is_torch(got[1][-1].filename)
+
+
 def last_completed(trace: RankTrace) -> Entry | None:
     """The rank's last entry marked completed (found from the state column, from the end)."""
     i = summarize(trace).last_done

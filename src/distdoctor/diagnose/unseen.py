@@ -1,7 +1,9 @@
 """Members a call cannot be proven absent from: a recorder-only rank beside Flight Recorder ranks does not see
 the calls issued from C++ (`RankTrace.unseen`, trace/loaders/align_ranks.py). Its trace ending before such a
 call is no proof it never came: neither present nor absent, unless it is the one member a call nobody
-completed can wait for."""
+completed can wait for, or it is in no collective at all (its main thread outside torch) while a member still
+waits in the call: had it issued the call, from C++ or not, it would be in it, or the call would have completed
+on that member too."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ def absent_from(view: GroupView, seq: int, present: dict[int, Entry], behind: li
     unseen = [r for r in behind if seq in view.unseen.get(r, ())]
     if not unseen:
         return behind
+    if any(not view.is_done(q, e) for q, e in present.items()):  # a member still waits in it
+        unseen = [r for r in unseen if r not in view.outside]  # those in no call at all never issued it
     absent = [r for r in behind if r not in unseen]
     if not absent and _only_one_can_be_missing(view, present, unseen):
         return unseen
