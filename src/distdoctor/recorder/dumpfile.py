@@ -208,11 +208,16 @@ def frames_of_traceback(tb, limit: int = MAX_STACK_DEPTH) -> list[Frame]:
     return [Frame(s.name, s.filename, s.lineno or 0) for s in traceback.extract_tb(tb, limit=limit)]
 
 
+DRILL_FILE = os.sep + "inject.py"  # the recorder's drills (recorder/inject.py)
+
+
 def all_thread_stacks(skip_ident: int | None = None, trim_dir: str | None = None) -> dict[str, list[Frame]]:
     """Current Python stack of every thread, keyed by "<name> (<ident>)"; threads blocked in C show their last
     Python frame (e.g. the line calling all_reduce). Frames from files under `trim_dir` (the recorder's own
     wrapper and dump code) are left out, so the stack reads program -> torch; a thread left with nothing (it is
-    only running our code) is omitted."""
+    only running our code) is omitted. A drill's frames stay (`distdoctor run --inject`, DRILL_FILE): a drill stops
+    a rank where the program's own code would, and its stack must say the rank stands there, not inside the
+    torch call that ran the drill's hook (an optimizer step's hooks run inside torch's wrapper)."""
     names = {t.ident: t.name for t in threading.enumerate()}
     stacks = {}
     for ident, frame in sys._current_frames().items():
@@ -220,7 +225,7 @@ def all_thread_stacks(skip_ident: int | None = None, trim_dir: str | None = None
             continue
         frames = frames_of(frame)
         if trim_dir:
-            frames = [f for f in frames if not f.filename.startswith(trim_dir)]
+            frames = [f for f in frames if not f.filename.startswith(trim_dir) or f.filename.endswith(DRILL_FILE)]
         if frames:
             stacks[thread_key(names.get(ident, "thread"), ident)] = frames
     return stacks
