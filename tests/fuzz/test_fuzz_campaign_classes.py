@@ -11,6 +11,8 @@ it: its dumps, as the campaign scored them, kept under tests/fixtures/.
   `_blind_to_cpp`); only the recorder's trace, blind to C++-issued calls, can show a rank gone on past a call.
 - A skip shifts every later call: a group whose other member Gloo aborted is judged against its sibling groups'
   collectives too, not only their sizes (siblings.py, `_departure`).
+- An error of its own decides an even vote (ties.py, `own_errors`); a dtype changed at a group's first call is
+  judged against the sibling groups (the same collective there vouches for the program).
 - Lateness by role (straggler.py, `_late_by_role`): the member at the same place of every tensor-parallel group
   late by the same work is the program, not a straggler.
 """
@@ -128,3 +130,26 @@ def test_a_recorder_only_rank_in_no_collective_at_all_is_absent_from_a_call_a_me
         report = analyze(load_traces([d], world_size=4))
     first = report.findings[0]
     assert (first.kind, first.ranks) == ("missing_ranks", [1]), [(f.kind, f.ranks) for f in report.findings]
+
+
+def test_a_dtype_changed_at_a_groups_first_call_is_named_against_the_siblings():
+    """Tensor parallel, rank 3 retyped its first call on its data-parallel group; Gloo aborted its peer (no dump).
+    No earlier call on the group to vouch that the siblings run its program, but the same collective at that
+    place does, for a dtype (pipeline stages pass their own sizes, not their own dtypes): Flight Recorder's
+    dumps alone name rank 3 (`gloo-tp-retype-first`)."""
+    fired = truth("gloo-tp-retype-first")
+    assert (fired["kind"], fired["rank"]) == ("retype", 3)
+    _, report = diagnose_form("gloo-tp-retype-first", "rank_*.fr.pkl", 4)
+    assert _first(report) == ("dtype_mismatch", [3]), report["findings"]
+
+
+def test_an_error_a_rank_raised_of_its_own_in_the_call_decides_whose_sizes():
+    """MoE, rank 2 resized its all_to_all_single input: the members' sizes do not add up, which alone cannot say
+    whose ("one of ranks 0-3"); rank 2's own call raised torch's check of its split sizes, the others a lost
+    connection. The rank whose call failed on its own arguments is the odd one (`gloo-moe-resize-split`)."""
+    fired = truth("gloo-moe-resize-split")
+    assert (fired["kind"], fired["rank"]) == ("resize", 2)
+    _, report = diagnose_form("gloo-moe-resize-split", "rank_*.jsonl", 4)
+    assert _first(report) == ("size_mismatch", [2]), report["findings"]
+    assert "own call raised" in report["findings"][0]["detail"]
+    assert "nothing in the traces says whose" not in report["findings"][0]["detail"]

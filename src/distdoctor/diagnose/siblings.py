@@ -53,16 +53,16 @@ def unmet_by_siblings(view: GroupView, views: dict[str, GroupView], traced: set[
     for r in left:
         got = _departure(view, siblings, r)
         if got is not None:
-            kind, seq, key, want = got
-            found.setdefault(kind, [seq, view.by_rank[r][seq], key, want, []])[4].append(r)
+            kind, seq, key, want, matched = got
+            found.setdefault(kind, [seq, view.by_rank[r][seq], key, want, matched, []])[5].append(r)
     if not found:
         return None
-    kind, (seq, e, key, want, ranks) = next(iter(found.items()))
+    kind, (seq, e, key, want, matched, ranks) = next(iter(found.items()))
     who = (_names(lost) if lost and len(lost) <= size - len(left) else f"one of {_names(lost)}" if lost
            else f"{size - len(left)} member(s)")
     what = {"op": "issued", "dtypes": "passed dtypes", "in_sizes": "passed input sizes"}[key]
     detail = (f"{what} {value_of(key, e, view.members)} where every member of the sibling groups {what.split()[0]} "
-              f"{want} (its earlier calls on the group matched theirs"
+              f"{want} ({'its earlier calls on the group matched theirs' if matched else 'the same collective'}"
               f"{'; a call skipped or added shifts every later one' if key == 'op' else ''}); {who} of this group "
               f"left no trace: the transport aborts a process whose peer passes another collective, dtype or size "
               f"(Gloo: SIGABRT, no dump)")
@@ -78,7 +78,8 @@ _KINDS = (("op", "type_mismatch"), ("dtypes", "dtype_mismatch"), ("in_sizes", "s
 def _departure(view: GroupView, siblings: list[GroupView], rank: int) -> tuple | None:
     """The first of the rank's calls on the group (the last HISTORY + 1) where it issued another collective, or
     passed another dtype or size, than every sibling member did at that position, after at least one call that
-    matched theirs (the siblings run this group's program): (kind, seq, key, what they passed)."""
+    matched theirs (the siblings run this group's program; for a dtype, the same collective at that place is
+    enough): (kind, seq, key, what they passed, how many earlier calls matched)."""
     matched = 0  # earlier calls that matched the siblings' in everything they agree on
     for seq in sorted(view.by_rank[rank])[-(HISTORY + 1):]:
         e = view.by_rank[rank][seq]
@@ -88,7 +89,9 @@ def _departure(view: GroupView, siblings: list[GroupView], rank: int) -> tuple |
             if want is None:
                 continue
             if value_of(key, e, view.members) != want and not (key == "op" and _renamed(siblings, seq, e)):
-                return (kind, seq, key, want) if matched else None
+                # a dtype beside the same collective needs no history: stages of a pipeline pass their own
+                # sizes, not their own dtypes
+                return (kind, seq, key, want, matched) if matched or (key == "dtypes" and agreed) else None
             agreed = True
         matched += agreed
     return None

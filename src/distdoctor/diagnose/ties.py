@@ -11,6 +11,8 @@ who is odd. The evidence can:
 - the call site's history: what the members passed at the same call site before (the same user frames; without
   frames, the same op and dtype): a side passing what was always passed there beside a side passing what never
   was (a size or dtype changed) is not the odd one (a site with no history, a call made once, says nothing);
+- an error of its own: a member whose call raised, not a communication failure (torch's check of its own
+  arguments), is the odd one, even where the count names every member (all_to_all's conservation);
 - a rank-conditional call site: a call issued from inside an `if` that tests the rank (`if rank == 0:` around a
   log line's all_gather) is the odd one beside a call that is not.
 
@@ -26,6 +28,7 @@ from collections import Counter
 
 from distdoctor.collectives.names import dtype_signature
 from distdoctor.trace.code_origin import is_user_code
+from distdoctor.world.failures import is_comm_failure
 
 _RANK_TEST = re.compile(r"^\s*(?:el)?if\b.*\brank\b")
 
@@ -88,10 +91,32 @@ def rank_conditional(e) -> str | None:
     return None
 
 
+def own_errors(view, d) -> list[int]:
+    """The members whose call at `d.seq` raised an error of their own: not a communication failure (a peer
+    gone, a timeout, an abort), so it did not come from the others (torch's check of the rank's own arguments,
+    e.g. split sizes that do not add up to the input)."""
+    out = []
+    for r in d.ranks:
+        e = view.by_rank.get(r, {}).get(d.seq)
+        if e is not None and e.error and not is_comm_failure(str(e.error)):
+            out.append(r)
+    return out
+
+
 def break_tie(d, view, views: dict) -> None:
     """Decide a tied divergence `d` of group `view` by the evidence, or name every tied rank (in place)."""
     tie = d.evidence.get("tie")
-    if not tie or tie.get("undecided"):
+    if not tie:
+        return
+    own = own_errors(view, d)
+    if own and len(own) < len(d.ranks):
+        d.ranks = own
+        tie.pop("undecided", None)
+        tie["decided_by"] = "own error"
+        d.detail = d.detail.replace("; nothing in the traces says whose", "") + "; " + "; ".join(f"rank {r}'s own call raised {view.by_rank[r][d.seq].error[:160]!r}"
+                                     for r in own) + " (no communication failure: its arguments)"
+        return
+    if tie.get("undecided"):
         return
     key, classes = tie["key"], tie["classes"]
     local = (lambda v: str(view.members.index(int(v))) if int(v) in view.members else v) if key == "root" \
