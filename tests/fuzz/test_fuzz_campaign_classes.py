@@ -11,6 +11,8 @@ it: its dumps, as the campaign scored them, kept under tests/fixtures/.
   `_blind_to_cpp`); only the recorder's trace, blind to C++-issued calls, can show a rank gone on past a call.
 - A skip shifts every later call: a group whose other member Gloo aborted is judged against its sibling groups'
   collectives too, not only their sizes (siblings.py, `_departure`).
+- A Python call a recorder-only rank never recorded is one it never issued, even inside torch (analyze.py: only
+  calls its trace cannot see may be ones it is in).
 - An error of its own decides an even vote (ties.py, `own_errors`); a dtype changed at a group's first call is
   judged against the sibling groups (the same collective there vouches for the program).
 - Lateness by role (straggler.py, `_late_by_role`): the member at the same place of every tensor-parallel group
@@ -153,3 +155,15 @@ def test_an_error_a_rank_raised_of_its_own_in_the_call_decides_whose_sizes():
     assert _first(report) == ("size_mismatch", [2]), report["findings"]
     assert "own call raised" in report["findings"][0]["detail"]
     assert "nothing in the traces says whose" not in report["findings"][0]["detail"]
+
+
+def test_a_python_call_a_recorder_only_rank_never_recorded_is_one_it_never_issued():
+    """DDP, 8 ranks, rank 5 skipped its loss all_reduce (a Python call), mixed forms: ranks 2 and 5 left only the
+    recorder's trace. Rank 5, inside the next backward, was taken as probably inside the call (a recorder-only
+    rank inside torch may be in a call issued from C++, which its trace cannot see), and the peer Gloo aborted
+    led. The call is placed among the recorder's (rank 2 recorded it): rank 5's trace would show it
+    (`gloo-ddp-skip-mixed`)."""
+    fired = truth("gloo-ddp-skip-mixed")
+    assert (fired["kind"], fired["rank"]) == ("skip", 5)
+    _, report = diagnose_form("gloo-ddp-skip-mixed", "rank_*", 8)
+    assert _first(report) == ("missing_ranks", [5]), report["findings"]

@@ -172,7 +172,9 @@ def analyze(ts: TraceSet) -> Report:
                                      "_ref": lost_finding})
             crashed = [r for r in idle if r in crash_finding]
             call = views[d.group].by_rank[d.present[0]][d.seq]
-            unseen = [r for r in idle if r not in crash_finding and probably_inside(ts.ranks.get(r), call)]
+            blind = views[d.group].unseen  # a call placed among the recorder's is one its trace would show
+            unseen = [r for r in idle if r not in crash_finding and probably_inside(ts.ranks.get(r), call)
+                      and (r not in blind or d.seq in blind[r])]
             idle = [r for r in idle if r not in crash_finding and r not in unseen]
             explained = [r for r in d.ranks if r not in idle and r not in crashed and r not in unseen
                          and r not in echoes]
