@@ -13,6 +13,8 @@ it: its dumps, as the campaign scored them, kept under tests/fixtures/.
   collectives too, not only their sizes (siblings.py, `_departure`).
 - A Python call a recorder-only rank never recorded is one it never issued, even inside torch (analyze.py: only
   calls its trace cannot see may be ones it is in).
+- A recorder call that fits no Flight Recorder call of its dtype is placed by its element count before its
+  collective alone (trace/loaders/align_ranks.py): a retyped call shows where it is.
 - An error of its own decides an even vote (ties.py, `own_errors`); a dtype changed at a group's first call is
   judged against the sibling groups (the same collective there vouches for the program).
 - Lateness by role (straggler.py, `_late_by_role`): the member at the same place of every tensor-parallel group
@@ -167,3 +169,15 @@ def test_a_python_call_a_recorder_only_rank_never_recorded_is_one_it_never_issue
     assert (fired["kind"], fired["rank"]) == ("skip", 5)
     _, report = diagnose_form("gloo-ddp-skip-mixed", "rank_*", 8)
     assert _first(report) == ("missing_ranks", [5]), report["findings"]
+
+
+def test_a_retyped_call_of_the_one_flight_recorder_rank_is_placed_by_its_size():
+    """DDP, rank 2 retyped its loss all_reduce, mixed forms: ranks 0 and 3 left the recorder's traces, rank 2
+    alone Flight Recorder's JSON, so the Flight Recorder side of the alignment is rank 2's own calls, fault
+    included. The recorder's call fitting no call of that dtype after its predecessors is placed by element
+    count (trace/loaders/align_ranks.py), and the dtypes disagree where the fault is: rank 2, two against one
+    (`gloo-ddp-retype-mixed`)."""
+    fired = truth("gloo-ddp-retype-mixed")
+    assert (fired["kind"], fired["rank"]) == ("retype", 2)
+    _, report = diagnose_form("gloo-ddp-retype-mixed", "rank_*", 4)
+    assert _first(report) == ("dtype_mismatch", [2]), report["findings"]

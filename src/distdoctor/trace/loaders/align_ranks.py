@@ -46,13 +46,15 @@ TIME_SLACK_S = 0.05
 MAX_CANDIDATES = 64
 
 
-def _same_call(rec: Entry, fr: Entry, strict: bool = True) -> bool:
+def _same_call(rec: Entry, fr: Entry, strict: bool | str = True) -> bool:
+    """Whether a recorder call and a Flight Recorder call can be one: the same collective, and (strict) the same
+    dtypes and element count, or ("sizes") the same element count whatever the dtypes."""
     if not same_collective(rec.op, rec.raw_op, fr.op, fr.raw_op):
         return False
     if not strict:
         return True
     a, b = dtype_signature(rec.in_dtypes, rec.out_dtypes), dtype_signature(fr.in_dtypes, fr.out_dtypes)
-    if a and b and a != b:
+    if strict is True and a and b and a != b:
         return False
     if rec.op != fr.op or rec.op in _LAYOUT_FREE or not rec.in_sizes or not fr.in_sizes:
         return True
@@ -93,11 +95,11 @@ def _collectives(t: RankTrace) -> dict[str, list[Entry]]:
     return out
 
 
-def _fits(recs: list[Entry], frs: list[Entry], strict: bool = True) -> bool:
+def _fits(recs: list[Entry], frs: list[Entry], strict: bool | str = True) -> bool:
     return any(_same_call(r, f, strict) for r in recs for f in frs)
 
 
-def _leftmost(recs: list[list[Entry]], frs: list[list[Entry]], strict: bool = True) -> list[int]:
+def _leftmost(recs: list[list[Entry]], frs: list[list[Entry]], strict: bool | str = True) -> list[int]:
     out, j = [], 0
     for r in recs:
         while j < len(frs) and not _fits(r, frs[j], strict):
@@ -110,7 +112,7 @@ def _leftmost(recs: list[list[Entry]], frs: list[list[Entry]], strict: bool = Tr
 
 
 def _rightmost(recs: list[list[Entry]], frs: list[list[Entry]], count: int, last: int,
-               strict: bool = True) -> list[int]:
+               strict: bool | str = True) -> list[int]:
     """The rightmost places of recs[:count] in frs, the last no further than `last`."""
     out, j = [0] * count, last
     for i in range(count - 1, -1, -1):
@@ -121,7 +123,7 @@ def _rightmost(recs: list[list[Entry]], frs: list[list[Entry]], count: int, last
     return out
 
 
-def _by_time(recs: list[Entry], frs: list[list[Entry]], lo: int, hi: int, strict: bool = True) -> int | None:
+def _by_time(recs: list[Entry], frs: list[list[Entry]], lo: int, hi: int, strict: bool | str = True) -> int | None:
     """Of the places lo..hi the call could have, the only one whose call the recorder-only rank could have been in
     together with the others (a blocking collective holds every member at once: each entered it before any left
     it, and a rank enters its next call after leaving this one; both read the host's wall clock). None when the
@@ -141,7 +143,7 @@ def _by_time(recs: list[Entry], frs: list[list[Entry]], lo: int, hi: int, strict
 
 
 def _same_number(seq: int, recs: list[Entry], fseqs: list[int], frs: list[list[Entry]], lo: int, hi: int,
-                 strict: bool = True) -> int | None:
+                 strict: bool | str = True) -> int | None:
     """The place among lo..hi that has the recorder's own number, where that call fits: the two numberings agree
     up to there, as they do when nothing was issued from C++ before it (a merged rank aligned by number shows it)."""
     for j in range(lo, hi + 1):
@@ -162,12 +164,15 @@ def cross_table(rec_ref: dict[int, list[Entry]], fr_ref: dict[int, list[Entry]])
             return {s: s for s in rseqs}, set(fseqs) - set(rseqs)
         return dict.fromkeys(rseqs), set(fseqs)
     left, strict = _leftmost(recs, frs), True
-    if len(left) < len(recs):
+    for level in ("sizes", False):
+        if len(left) == len(recs):
+            break
         # A call that fits nowhere after its predecessors: one side's call of another dtype or size (a fault).
-        # Placed by collective alone, the fault shows where it is instead of shifting every later call.
-        loose = _leftmost(recs, frs, strict=False)
+        # Placed by element count alone (another dtype), else by collective alone, the fault shows where it is
+        # instead of shifting every later call.
+        loose = _leftmost(recs, frs, strict=level)
         if len(loose) > len(left):
-            left, strict = loose, False
+            left, strict = loose, level
     table: dict[int, int | None] = {}
     unknown: set[int] = set()
     if left:
