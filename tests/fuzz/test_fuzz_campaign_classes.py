@@ -181,3 +181,11 @@ def test_a_retyped_call_of_the_one_flight_recorder_rank_is_placed_by_its_size():
     assert (fired["kind"], fired["rank"]) == ("retype", 2)
     _, report = diagnose_form("gloo-ddp-retype-mixed", "rank_*", 4)
     assert _first(report) == ("dtype_mismatch", [2]), report["findings"]
+
+
+def test_lateness_by_role_is_judged_by_the_sibling_groups_these_dumps_can_time():
+    """A healthy 8-rank tensor-parallel run, mixed forms: two of the four TP groups hold a recorder-only member,
+    whose trace cannot time the DTensor calls; the groups that can be timed show the same place late, and that
+    is enough (`gloo-tp8-healthy-mixed`)."""
+    _, report = diagnose_form("gloo-tp8-healthy-mixed", "rank_*", 8)
+    assert report["verdict"] == "ok", report["findings"]

@@ -100,12 +100,14 @@ def _bracket(late: np.ndarray, rows: list[int], seqs: list[int], keys: list[tupl
 
 
 def _late_by_role(best: dict[int, dict], views: dict[str, GroupView],
-                  all_late: dict[int, list[float]]) -> list[int]:
+                  class_late: dict[int, dict[tuple, float]]) -> list[int]:
     """Late ranks whose lateness is their place in the program, not their own: the member at the same position
     of every sibling group (same description and size, disjoint: the tensor-parallel groups of each replica) is
-    late too, by at least half as much (judged late or not: the noise differs between groups). Such a member does
-    more work by its role (a scatter's root, the one that logs), and every replica shows it; a slow host or
-    process shows in one of them only."""
+    late too, by at least half as much (judged late or not: the noise differs between groups; a sibling whose
+    calls these dumps cannot time, a recorder-only member's beside Flight Recorder's, says nothing). Such a
+    member does more work by its role (a scatter's root, the one that logs), and every replica shows it; a slow
+    host or process shows in one of them only. A late rank whose siblings none of these dumps can time is marked
+    `role_untold` in `best` (its finding says so)."""
     out = []
     for r, b in best.items():
         view = views[b["group"]]
@@ -114,14 +116,19 @@ def _late_by_role(best: dict[int, dict], views: dict[str, GroupView],
         at, mine = view.members.index(r), set(view.members)
         siblings = [o for o in views.values() if o is not view and o.desc == view.desc and o.desc
                     and len(o.members) == len(view.members) and not mine & set(o.members)]
-        if siblings and all(max(all_late.get(o.members[at]) or [0.0]) >= b["late_s"] / 2 for o in siblings):
+        key = (b["op"], b["sizes"])  # the same collective of the sibling group, where these dumps time it
+        timed = [class_late[o.members[at]][key] for o in siblings if key in class_late.get(o.members[at], {})]
+        if timed and all(late >= b["late_s"] / 2 for late in timed):
             out.append(r)
+        elif siblings and not timed:
+            b["role_untold"] = True
     return out
 
 
 def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
     best: dict[int, dict] = {}
     all_late: dict[int, list[float]] = defaultdict(list)
+    class_late: dict[int, dict[tuple, float]] = defaultdict(dict)  # rank -> (op, sizes) -> its median lateness
     last_count: dict[int, int] = defaultdict(int)  # collectives the rank arrived last at (kept for the JSON)
     samples = 0
     for view in views.values():
@@ -147,6 +154,7 @@ def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
             med, noise, is_late = judge_lateness(x, step_s=step)  # the one rule (world/lateness.py)
             for j, r in enumerate(ranks):
                 all_late[r].append(float(med[j]))
+                class_late[r][(op, sizes)] = max(float(med[j]), class_late[r].get((op, sizes), float("-inf")))
                 m = float(med[j])
                 if not is_late[j]:
                     continue
@@ -157,7 +165,7 @@ def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
                                "others_ms": {str(q): round(float(med[i]) * 1e3, 2) for i, q in enumerate(ranks)
                                              if q != r}}
     out = []
-    for r in _late_by_role(best, views, all_late):
+    for r in _late_by_role(best, views, class_late):
         del best[r]
     for r, b in sorted(best.items()):
         share = f" ({b['late_s'] / b['step_s']:.0%} of a {b['step_s'] * 1e3:.0f} ms step)" if b["step_s"] else ""
@@ -169,6 +177,10 @@ def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
         if on_time:
             detail += (f" Each step it is on time at {on_time['op']} #{on_time['seq']} and late from "
                        f"{late_from['op']} #{late_from['seq']} on: the time is lost between the two.")
+        if b.get("role_untold"):
+            detail += (" Whether the rank or its place in the program is slow, these dumps cannot tell: the sibling "
+                       "groups' calls at that point are not timed in them (ranks that left only the recorder's "
+                       "trace cannot see the calls issued from C++).")
         out.append(Finding(
             "straggler", [r], group=b["group"], seq=b["seq"], op=b["op"], detail=detail,
             evidence={"late_ms": round(b["late_s"] * 1e3, 2), "last_arrivals": last_count[r], "collectives": samples,
