@@ -189,3 +189,14 @@ def test_lateness_by_role_is_judged_by_the_sibling_groups_these_dumps_can_time()
     is enough (`gloo-tp8-healthy-mixed`)."""
     _, report = diagnose_form("gloo-tp8-healthy-mixed", "rank_*", 8)
     assert report["verdict"] == "ok", report["findings"]
+
+
+def test_ranks_waiting_for_ranks_ended_on_their_way_are_explained_by_the_first_signal():
+    """DCP, 8 ranks, rank 4 SIGTERMed between two calls; the launcher then ended five more ranks on their way to
+    the all_gather three ranks waited in. Those five are consequences (ended.py), and the waits that end at them
+    are explained by the first rank a signal ended, not by the five again (`gloo-dcp8-sigterm-first`)."""
+    fired = truth("gloo-dcp8-sigterm-first")
+    assert (fired["kind"], fired["rank"], fired["arg"]) == ("kill", 4, "SIGTERM")
+    _, report = diagnose_form("gloo-dcp8-sigterm-first", "rank_*.jsonl", 8)
+    assert _first(report) == ("crashed", [4]), report["findings"]
+    assert "SIGTERM" in report["findings"][0]["detail"]

@@ -43,6 +43,7 @@ from distdoctor.diagnose.progress import (describe_rank, is_gloo_fr, last_comple
 from distdoctor.diagnose.rankstate import rank_states
 from distdoctor.diagnose.sites import annotate
 from distdoctor.diagnose.straggler import find_stragglers
+from distdoctor.diagnose.unseen import blind_detail
 from distdoctor.diagnose.threads import thread_findings
 from distdoctor.diagnose.waitfor import Cycle, Wait, build_waits, conditional_waits, find_cycles, on_possible_cycle
 from distdoctor.findings.sentences import describe_cycle
@@ -163,6 +164,7 @@ def analyze(ts: TraceSet) -> Report:
             on_way = {r: away for r in idle
                       if (away := on_its_way(ts, views[d.group], r, d.seq, d.present, crashes)) is not None}
             idle = [r for r in idle if r not in on_way]
+            explainer.on_way.update(on_way)
             if on_way:
                 consequences.append({"kind": d.kind, "group": d.group, "seq": d.seq, "op": d.op,
                                      "ranks": sorted(on_way),
@@ -457,7 +459,7 @@ def _missing_ranks(d: Divergence, idle: list[int], explained: list[int], ts: Tra
     if explained:
         f.detail += f" ({fmt_ranks(explained)} also never issued it, but are blocked elsewhere.)"
     if d.evidence.get("blind"):
-        f.detail += " " + _blind_detail(d.evidence["blind"], fmt_group(d.group, views[d.group].desc), d.op)
+        f.detail += " " + blind_detail(d.evidence["blind"], fmt_group(d.group, views[d.group].desc), d.op)
         f.evidence["blind"] = d.evidence["blind"]
     return f
 
@@ -465,7 +467,7 @@ def _missing_ranks(d: Divergence, idle: list[int], explained: list[int], ts: Tra
 def _from_divergence(d: Divergence, views: dict[str, GroupView]) -> Finding:
     group = fmt_group(d.group, views[d.group].desc)
     if d.kind == "state_mismatch" and d.evidence.get("blind"):
-        detail = f"one of {fmt_ranks(d.ranks)}: " + _blind_detail(d.evidence["blind"], group, d.op)
+        detail = f"one of {fmt_ranks(d.ranks)}: " + blind_detail(d.evidence["blind"], group, d.op)
     elif d.kind == "state_mismatch":
         detail = (f"{d.op} #{d.seq} on {group} completed on {fmt_ranks(d.evidence['completed'])} "
                   f"but {fmt_ranks(d.ranks)} {'is' if len(d.ranks) == 1 else 'are'} still in it.")
@@ -488,14 +490,3 @@ def _from_divergence(d: Divergence, views: dict[str, GroupView]) -> Finding:
                       f"{d.detail}.")
     return Finding(d.kind, d.ranks, group=d.group, seq=d.seq, op=d.op, t=d.t, detail=detail, evidence=d.evidence)
 
-
-def _blind_detail(blind: dict, group: str, op: str) -> str:
-    """Why a completion the others are still in says the two sides made a different number of calls
-    (match._weigh_blind)."""
-    calls = ", ".join(f"#{u}" for u in blind["calls"][-5:])
-    done, stuck = fmt_ranks(blind["completed"]), fmt_ranks(blind["stuck"])
-    return (f"{op} #{blind['seq']} on {group} completed on {done} but {stuck} "
-            f"{'is' if len(blind['stuck']) == 1 else 'are'} still in it, and {done} left only the recorder's "
-            f"trace, which cannot see {calls} of {stuck}'s dump (a call issued from C++ is not seen). Had {done} "
-            f"issued those calls, #{blind['seq']} would have completed on {stuck} too: {done} issued one fewer "
-            f"call there, or {stuck} one more, and their later calls met one off.")

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import deque
 
 from distdoctor.collectives.names import backend_of
-from distdoctor.diagnose.crash import COMM_FAILURE, crash_findings, killed_first, stopped
+from distdoctor.diagnose.crash import COMM_FAILURE, crash_findings, killed_first, signalled, stopped
 from distdoctor.findings.kinds import PRIORITY, PRODUCER_ORDERED, Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.progress import describe_rank, left_alive, shows_no_p2p
@@ -70,6 +70,7 @@ class Explainer:
                  pending: dict[int, list[Entry]], crashes: dict[int, dict], alone: set[int] | None = None) -> None:
         self.ts, self.views, self.pending, self.crashes = ts, views, pending, crashes
         self.alone = alone or set()  # ranks blocked in a call only they make (waitfor.conditional_waits)
+        self.on_way: set[int] = set()  # ranks ended from outside on their way to a call (diagnose/ended.py)
         self.waits_of: dict[int, list[Wait]] = {}
         for w in waits:
             self.waits_of.setdefault(w.rank, []).append(w)
@@ -187,6 +188,7 @@ class Explainer:
         out.extend(crash_findings(self.ts, {r: self.crashes[r] for r in crashed}, set(), echoes=True))
         idle_at: dict[tuple, dict] = {}  # (group, seq, op) -> waiters, idle ranks, entry
         lost: set[int] = set()
+        ended_wait = False  # a rank waits for ranks ended on their way: whatever ended the job explains it
         stuck: dict[tuple, list[int]] = {}
         unknown: dict[tuple, dict] = {}  # like idle_at, for peers whose dumps cannot show p2p
         for r in left:
@@ -200,7 +202,9 @@ class Explainer:
                 continue
             for w, sinks in self._sinks(r):
                 for q in sinks:
-                    if q not in self.ts.ranks:
+                    if q in self.on_way:
+                        ended_wait = True
+                    elif q not in self.ts.ranks:
                         lost.add(q)
                     elif w.entry.is_p2p and q not in named and not self.pending.get(q) and \
                             shows_no_p2p(self.ts.ranks[q]):
@@ -213,6 +217,9 @@ class Explainer:
                             "waiters": set(), "idle": set(), "entry": w.entry})
                         got["waiters"].add(w.rank)
                         got["idle"].add(q)
+        ended = signalled(self.ts) if ended_wait and not lost else None
+        if ended is not None:  # the first rank a signal ended: the others were ended after it, on their way
+            out.append(ended)
         if lost:
             out.append(Finding("missing_dump", sorted(lost), detail=(
                 f"{fmt_ranks(lost)} left no trace (crashed, killed, or never dumped), and other ranks wait for "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from distdoctor.findings.kinds import fmt_ranks
 from distdoctor.trace.model import Entry
 
 if TYPE_CHECKING:  # (a type only: match.py imports this module)
@@ -54,3 +55,15 @@ def blind_completion(view: GroupView, seq: int, done: list[int], stuck: list[int
         return {"kind": "state_mismatch", "ranks": sorted(done + stuck), "seq": seq, "calls": calls,
                 "undecided": True}
     return None
+
+
+def blind_detail(blind: dict, group: str, op: str) -> str:
+    """Why a completion the others are still in says the two sides made a different number of calls
+    (match._weigh_blind)."""
+    calls = ", ".join(f"#{u}" for u in blind["calls"][-5:])
+    done, stuck = fmt_ranks(blind["completed"]), fmt_ranks(blind["stuck"])
+    return (f"{op} #{blind['seq']} on {group} completed on {done} but {stuck} "
+            f"{'is' if len(blind['stuck']) == 1 else 'are'} still in it, and {done} left only the recorder's "
+            f"trace, which cannot see {calls} of {stuck}'s dump (a call issued from C++ is not seen). Had {done} "
+            f"issued those calls, #{blind['seq']} would have completed on {stuck} too: {done} issued one fewer "
+            f"call there, or {stuck} one more, and their later calls met one off.")
