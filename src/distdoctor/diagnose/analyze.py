@@ -174,9 +174,9 @@ def analyze(ts: TraceSet) -> Report:
                                      "_ref": lost_finding})
             crashed = [r for r in idle if r in crash_finding]
             call = views[d.group].by_rank[d.present[0]][d.seq]
-            blind = views[d.group].unseen  # a call placed among the recorder's is one its trace would show
-            unseen = [r for r in idle if r not in crash_finding and probably_inside(ts.ranks.get(r), call)
-                      and (r not in blind or d.seq in blind[r])]
+            recorded = _recorded_by_recorder(views[d.group], d.seq)  # a Python call: its trace would show it
+            unseen = [r for r in idle if r not in crash_finding and not recorded
+                      and probably_inside(ts.ranks.get(r), call)]
             idle = [r for r in idle if r not in crash_finding and r not in unseen]
             explained = [r for r in d.ranks if r not in idle and r not in crashed and r not in unseen
                          and r not in echoes]
@@ -412,6 +412,12 @@ def _hedge_lost(lost: Finding | None, d: Divergence, idle: list[int], view, no_d
                    f"{d.op} #{d.seq} on group '{d.group}' either: a rank that skipped or changed a call can cost its "
                    f"peer its dump (Gloo aborts a process whose peer passes a call of another kind or size), and a "
                    f"rank that died leaves the others waiting; these traces do not say which came first.")
+
+
+def _recorded_by_recorder(view, seq: int) -> bool:
+    """Whether some member's recorder recorded collective `seq` (its entry keeps no backend prefix): a call
+    issued from Python, which every rank's recorder sees when it issues it."""
+    return any(not (e.raw_op or "").count(":") for by in view.by_rank.values() for e in [by.get(seq)] if e is not None)
 
 
 def _blind_to_cpp(ts: TraceSet, rank: int) -> bool:
