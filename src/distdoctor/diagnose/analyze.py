@@ -148,6 +148,7 @@ def analyze(ts: TraceSet) -> Report:
         return any(e.seq is not None and not e.is_p2p and e.group in parted and e.seq > parted[e.group]
                    for e in pending.get(r, []))
 
+    hung = any(t.hang for t in ts.ranks.values())  # some watchdog called the job hung (ended.on_its_way)
     for d in divs:
         if d.kind in MISMATCHES:
             findings.append(_from_divergence(d, views))
@@ -161,8 +162,8 @@ def analyze(ts: TraceSet) -> Report:
             # nothing else explains it). A rank stopped from outside (Ctrl-C) where it stood is absent all the same.
             echoes = [r for r in idle if r in crashes and r not in crash_finding and not stopped(crashes[r])]
             idle = [r for r in idle if r not in echoes]
-            on_way = {r: away for r in idle
-                      if (away := on_its_way(ts, views[d.group], r, d.seq, d.present, crashes)) is not None}
+            on_way = {r: away for r in idle if (away := on_its_way(ts, views[d.group], r, d.seq, d.present,
+                                                                   crashes, hung)) is not None}
             idle = [r for r in idle if r not in on_way]
             explainer.on_way.update(on_way)
             if on_way:
@@ -417,7 +418,7 @@ def _hedge_lost(lost: Finding | None, d: Divergence, idle: list[int], view, no_d
 def _recorded_by_recorder(view, seq: int) -> bool:
     """Whether some member's recorder recorded collective `seq` (its entry keeps no backend prefix): a call
     issued from Python, which every rank's recorder sees when it issues it."""
-    return any(not (e.raw_op or "").count(":") for by in view.by_rank.values() for e in [by.get(seq)] if e is not None)
+    return any(":" not in (e.raw_op or "") for by in view.by_rank.values() for e in [by.get(seq)] if e is not None)
 
 
 def _blind_to_cpp(ts: TraceSet, rank: int) -> bool:

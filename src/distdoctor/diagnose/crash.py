@@ -74,13 +74,18 @@ def crash_findings(ts: TraceSet, crashes: dict[int, dict], waiting: set[int], ec
 SIGNAL_PREFIX = "signal: "  # the recorder's dump_reason when a signal (SIGTERM, SIGINT) ended the rank
 
 
+def ended_by_signal(trace) -> bool:
+    """The rank's dump says a signal ended it (`signal: SIGTERM`)."""
+    return (trace.dump_reason or "").startswith(SIGNAL_PREFIX)
+
+
 def killed_first(ts: TraceSet, comm: dict[int, dict]) -> Finding | None:
     """The rank a signal ended (its dump says `signal: SIGTERM`) before every rank of `comm` (crashed of a
     communication failure, nothing else explaining them) dumped: the peer their connections lost, and so the
     culprit. Only when it alone was ended that early: a launcher stopping every rank at once is a consequence."""
     first_crash = min((ts.ranks[r].dump_time or float("inf")) for r in comm)
     early = sorted((t.dump_time, r) for r, t in ts.ranks.items() if r not in comm and t.dump_time
-                   and (t.dump_reason or "").startswith(SIGNAL_PREFIX) and t.dump_time < first_crash)
+                   and ended_by_signal(t) and t.dump_time < first_crash)
     if len(early) != 1:
         return None
     when, rank = early[0]
@@ -104,7 +109,7 @@ def signalled(ts: TraceSet) -> Finding | None:
     rank ended from outside is not OK, whatever the rest of the traces show (the others may have finished, or
     left dumps that cannot show where they stood). Ranks ended at one moment are "one of" them."""
     ended = sorted((t.dump_time if t.dump_time is not None else float("inf"), r) for r, t in ts.ranks.items()
-                   if (t.dump_reason or "").startswith(SIGNAL_PREFIX))
+                   if ended_by_signal(t))
     if not ended:
         return None
     first = ended[0][0]

@@ -20,7 +20,7 @@ end time: they cannot show this, and nothing here reads them.
 
 from __future__ import annotations
 
-from distdoctor.diagnose.crash import SIGNAL_PREFIX, stopped
+from distdoctor.diagnose.crash import ended_by_signal, stopped
 from distdoctor.trace.model import RankTrace, TraceSet
 
 PACE_FACTOR = 2.0  # how many times its peers' stretch a rank merely behind may take (a loaded host)
@@ -28,15 +28,16 @@ SLACK_S = 0.05  # clock resolution and one scheduler tick
 
 
 def ended_from_outside(trace: RankTrace, crash: dict | None) -> bool:
-    return (trace.dump_reason or "").startswith(SIGNAL_PREFIX) or (crash is not None and stopped(crash))
+    return ended_by_signal(trace) or (crash is not None and stopped(crash))
 
 
-def on_its_way(ts: TraceSet, view, rank: int, seq: int, present: list[int], crashes: dict[int, dict]) -> float | None:
+def on_its_way(ts: TraceSet, view, rank: int, seq: int, present: list[int], crashes: dict[int, dict],
+               hung: bool) -> float | None:
     """How long `rank` was away from its last call shared with `present` (which issued collective `seq` of
-    `view`'s group) when it was ended, when it was ended on its way (see above); else None."""
+    `view`'s group) when it was ended, when it was ended on its way (see above; `hung`: some rank's watchdog
+    called the job hung, computed once by the caller); else None."""
     trace = ts.ranks.get(rank)
-    if trace is None or trace.dump_time is None or not ended_from_outside(trace, crashes.get(rank)) or \
-            any(t.hang for t in ts.ranks.values()):
+    if hung or trace is None or trace.dump_time is None or not ended_from_outside(trace, crashes.get(rank)):
         return None
     mine = view.by_rank.get(rank) or {}
     shared = max((s for s in mine if s < seq), default=None)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import deque
 
 from distdoctor.collectives.names import backend_of
-from distdoctor.diagnose.crash import SIGNAL_PREFIX, COMM_FAILURE, crash_findings, killed_first, signalled, stopped
+from distdoctor.diagnose.crash import COMM_FAILURE, crash_findings, ended_by_signal, killed_first, signalled, stopped
 from distdoctor.findings.kinds import PRIORITY, PRODUCER_ORDERED, Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.progress import describe_rank, left_alive, shows_no_p2p
@@ -174,12 +174,10 @@ class Explainer:
             return gone
         mine = {name for name, v in self.views.items() if rank in v.members}
         return next((f for f in findings if f.kind == "missing_ranks" and any(
-            r in self.views[g].members for g in mine for r in f.ranks if r != rank and not self._signalled(r))),
+            r in self.views[g].members for g in mine for r in f.ranks if r != rank
+            and not (r in self.ts.ranks and ended_by_signal(self.ts.ranks[r])))),
             None)  # a peer a signal ended: killed_first says so, as the crash it is
 
-    def _signalled(self, rank: int) -> bool:
-        t = self.ts.ranks.get(rank)
-        return t is not None and (t.dump_reason or "").startswith(SIGNAL_PREFIX)
 
     # ---- findings for ranks nothing else explains ---------------------------------------------------------
     def suspected(self, left: list[int], named: dict[int, Finding]) -> list[Finding]:
