@@ -19,6 +19,11 @@ it: its dumps, as the campaign scored them, kept under tests/fixtures/.
   judged against the sibling groups (the same collective there vouches for the program).
 - Lateness by role (straggler.py, `_late_by_role`): the member at the same place of every tensor-parallel group
   late by the same work is the program, not a straggler.
+- No collective completes without every member (trace/loaders/completion.py): Gloo's Flight Recorder retires a
+  call that failed as one that completed; a member whose process ended and never issued the call refutes it.
+- A call after a recorder-only rank's last one, of a kind its recorder saw at every place before, is one it
+  never issued (align_ranks.py, `_seen_kinds_after`), and a rank inside torch is "probably inside" only a call its
+  recorder cannot see (progress.probably_inside, RankTrace.would_show).
 """
 
 from __future__ import annotations
@@ -200,3 +205,39 @@ def test_ranks_waiting_for_ranks_ended_on_their_way_are_explained_by_the_first_s
     _, report = diagnose_form("gloo-dcp8-sigterm-first", "rank_*.jsonl", 8)
     assert _first(report) == ("crashed", [4]), report["findings"]
     assert "SIGTERM" in report["findings"][0]["detail"]
+
+
+def test_a_retired_call_a_member_that_ended_never_issued_is_the_call_in_flight():
+    """Tensor parallel, the launcher's SIGTERM ended rank 2 (recorder only) in its optimizer step, before its
+    loss all_reduce; rank 0's Gloo dump marks that all_reduce retired (Gloo ended it when the connection closed)
+    and rank 0 idle. No collective completes without every member: rank 0 was in it, waiting for rank 2, and its
+    tensor-parallel call rank 1 waits in is a consequence (`gloo-tp-sigterm-retired`)."""
+    fired = truth("gloo-tp-sigterm-retired")
+    assert (fired["kind"], fired["rank"], fired["arg"]) == ("kill", 2, "SIGTERM")
+    _, report = diagnose_form("gloo-tp-sigterm-retired", "rank_*", 4)
+    assert _first(report) == ("missing_ranks", [2]), report["findings"]
+    assert report["ranks"]["0"]["pending"][0]["seq"] == 20, report["ranks"]["0"]
+    assert report["retired_in_flight"] == [{"rank": 0, "group": "1", "seq": 20, "never_issued_by": 2}]
+
+
+def test_every_retirement_a_hung_members_final_trace_refutes_is_read_as_in_flight():
+    """Object collectives, rank 2 (recorder only) hung outside collectives until the launcher ended it; the three
+    Gloo dumps mark the next all_gather retired. Rank 2's main thread stood inside torch's optimizer, but its
+    recorder shows every call of this group: it never issued the all_gather (`gloo-objects-hang-retired`)."""
+    fired = truth("gloo-objects-hang-retired")
+    assert (fired["kind"], fired["rank"]) == ("hang", 2)
+    _, report = diagnose_form("gloo-objects-hang-retired", "rank_*", 4)
+    assert _first(report)[1] == [2], report["findings"]
+    assert sorted(x["rank"] for x in report["retired_in_flight"]) == [0, 1, 3]
+
+
+def test_a_call_of_a_kind_the_recorder_always_saw_is_one_a_recorder_only_rank_never_issued():
+    """Tensor parallel, rank 3 (recorder only) hung after its step; its data-parallel peer's Gloo dump holds one
+    more loss all_reduce than rank 3's trace, after every call both hold. The recorder saw every loss all_reduce
+    before: rank 3 never issued that one, not "unknown, issued from C++" (`gloo-tp-hang-tail`)."""
+    fired = truth("gloo-tp-hang-tail")
+    assert (fired["kind"], fired["rank"]) == ("hang", 3)
+    _, report = diagnose_form("gloo-tp-hang-tail", "rank_*", 4)
+    assert _first(report) == ("missing_ranks", [3]), report["findings"]
+    first = report["findings"][0]
+    assert (first["group"], first["seq"]) == ("2", 10), first

@@ -93,6 +93,7 @@ class Report:
                        for name, v in sorted(self.views.items())},
             "hang": hang_status.summarize(self.traces),
             **({"undecided": self.undecided} if self.undecided else {}),
+            **({"retired_in_flight": self.traces.refuted} if self.traces.refuted else {}),
         }
 
 

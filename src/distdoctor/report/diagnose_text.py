@@ -98,7 +98,19 @@ def render_text(report: Report) -> str:
     if merged:
         lines.append("")
         lines.append(merged_note(merged) + ".")
+    if ts.refuted:
+        lines.append("")
+        lines.append(refuted_note(ts.refuted))
     return "\n".join(lines) + "\n"
+
+
+def refuted_note(refuted: list[dict]) -> str:
+    """One line on the calls a Flight Recorder dump marks retired that a member whose process ended never issued
+    (trace/loaders/completion.py)."""
+    calls = "; ".join(f"rank {x['rank']}'s #{x['seq']} on group '{x['group']}' (rank {x['never_issued_by']} never "
+                      f"issued it)" for x in refuted)
+    return (f"Read as in flight, not completed: {calls}. Gloo's Flight Recorder retires a call that failed as it "
+            "does one that completed, and no call completes without every member.")
 
 
 def _gist(p: dict) -> str:

@@ -149,11 +149,24 @@ class RankTrace:
     # pg_status's pg_id -> group name where the dump says so (the recorder's traces, from NCCL's own entries)
     pg_names: dict[str, str] | None = None
     # group -> the communicator's sequence numbers this trace cannot see (calls issued where its recorder does not
-    # look, known from peers that left Flight Recorder's dump: loaders/align_ranks.py): neither present nor absent
+    # look, known from peers that left Flight Recorder's dump: loaders/align_ranks.py): neither present nor absent.
     unseen: dict[str, frozenset[int]] | None = None
+    # group -> the last communicator sequence number that alignment classified as seen or unseen: up to it, a
+    # call not `unseen` is one this trace's recorder would have shown (beyond it, nothing is known)
+    classified: dict[str, int] | None = None
 
     def column(self, name: str) -> list:
         return entry_column(self.entries, name)
+
+    def would_show(self, group: str, seq: int) -> bool:
+        """Whether this trace would hold the communicator's call `seq` on `group` had its rank issued it: a Flight
+        Recorder dump (or a trace merged with one) holds every call; a recorder-only trace, the calls its alignment
+        among the Flight Recorder ranks classified as ones its recorder sees (not `unseen`: issued from C++), up to
+        the last call the alignment classified (beyond it, nothing is known)."""
+        if self.source != "native" or "flight_recorder_only" in (self.merged or {}):
+            return True
+        upto = (self.classified or {}).get(group)
+        return upto is not None and seq <= upto and seq not in (self.unseen or {}).get(group, ())
 
 
 @dataclass
@@ -245,6 +258,9 @@ class TraceSet:
     world_size: int | None = None
     streamed: bool = False  # loaded streaming: traces hold only what the analysis reads (loaders/stream.py)
     stream_note: str = ""  # why a streaming load fell back to the whole set
+    # per rank, its first retirement read back as in flight, a member's final trace refuting it
+    # (loaders/completion.py): {rank, group, seq, never_issued_by}
+    refuted: list[dict] = field(default_factory=list)
 
 
 MAX_COUNTER = (1 << 63) - 1  # sequence numbers and world sizes are int64 in torch: anything larger is damage

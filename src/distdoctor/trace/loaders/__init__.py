@@ -31,6 +31,7 @@ from distdoctor.trace.loaders.flight_recorder import load_fr_json_bytes, load_fr
 from distdoctor.trace.loaders.fr_json_scan import kernels
 from distdoctor.trace.loaders.fr_pickle_scan import kernels as pickle_kernels
 from distdoctor.trace.loaders.fr_reader import Interner
+from distdoctor.trace.loaders.completion import refute_completions
 from distdoctor.trace.loaders.merge import merge_rank, renumber_recorder_only
 from distdoctor.trace.loaders.safe_pickle import printable
 from distdoctor.trace.loaders.logs import link_logs, load_log, looks_like_log
@@ -372,6 +373,7 @@ def assemble(results: list, ts: TraceSet, world_size: int | None = None) -> Trac
     ts.ranks = dict(sorted(ts.ranks.items()))
     ts.world_size = _world_size(ts, world_size)
     _infer_groups(ts)
+    ts.refuted = refute_completions(ts)
     return ts
 
 

@@ -189,7 +189,23 @@ def cross_table(rec_ref: dict[int, list[Entry]], fr_ref: dict[int, list[Entry]])
     last_rec, last_fr = _last_pair(table)
     for s in rseqs[len(left):]:
         table[s] = last_fr + s - last_rec  # beyond what embeds: the last offset holds
-    return table, set(fseqs) - ({v for v in table.values() if v is not None} - unknown)
+    unseen = set(fseqs) - ({v for v in table.values() if v is not None} - unknown)
+    return table, unseen - _seen_kinds_after(fr_ref, table, unseen)
+
+
+def _seen_kinds_after(fr_ref: dict[int, list[Entry]], table: dict[int, int | None], unseen: set[int]) -> set[int]:
+    """The calls after the recorder's last placed one that are of a kind it always saw: a collective with an
+    element count and dtypes that, up to there, the recorder saw at every place the communicator held it and never
+    missed (a Python call of the program's, as a loss logged every step). A recorder-only rank whose trace ends
+    before such a call never issued it, where one the recorder cannot see (issued from C++) stays unknown."""
+    placed = {v for v in table.values() if v is not None}
+    if not placed:
+        return set()
+    last = max(placed)
+    kinds = {s: {_signature(e) for e in calls} for s, calls in fr_ref.items()}
+    seen = set().union(*(kinds[s] for s in placed if s in kinds))
+    missed = set().union(set(), *(kinds[s] for s in unseen if s <= last))
+    return {s for s in unseen if s > last and kinds[s] and kinds[s] <= seen - missed}
 
 
 def _last_pair(table: dict[int, int | None]) -> tuple[int, int]:
@@ -220,16 +236,18 @@ def align_across_ranks(ranks: dict[int, RankTrace], skip: set[str]) -> dict[str,
         unseen -= {e.seq for t, calls in zip(flight, fr_calls) if t.merged for e in calls.get(group, ())
                    if _python_issued(e)}  # a merged rank's recorder saw it: a recorder-only rank would have too
         for t, calls in zip(recorder, rec_calls):
-            _apply(t, calls.get(group, ()), group, table, unseen)
+            _apply(t, calls.get(group, ()), group, table, unseen, max(fr_ref))
         done[group] = {"unseen": len(unseen), "ambiguous": sum(1 for v in table.values() if v is None)}
     return done
 
 
-def _apply(t: RankTrace, calls, group: str, table: dict[int, int | None], unseen: set[int]) -> None:
+def _apply(t: RankTrace, calls, group: str, table: dict[int, int | None], unseen: set[int], upto: int) -> None:
     last_rec, last_fr = _last_pair(table)
     for e in calls:
         e.seq = table[e.seq] if e.seq in table else last_fr + e.seq - last_rec
     if unseen:
         t.unseen = dict(t.unseen or {})
         t.unseen[group] = frozenset(unseen)
+    if calls and upto:
+        t.classified = {**(t.classified or {}), group: upto}
     t.summary = None

@@ -206,6 +206,7 @@ def renumber_recorder_only(ranks: dict[int, RankTrace]) -> None:
             done[group] = via
             if unseen:
                 t.unseen = {**(t.unseen or {}), group: unseen}
+            t.classified = {**(t.classified or {}), group: last_fr}
         placed = sorted(g for g in across if g in (t.unseen or {}) or any(e.group == g for e in t.entries))
         if done or placed:
             t.summary = None
