@@ -241,3 +241,15 @@ def test_a_call_of_a_kind_the_recorder_always_saw_is_one_a_recorder_only_rank_ne
     assert _first(report) == ("missing_ranks", [3]), report["findings"]
     first = report["findings"][0]
     assert (first["group"], first["seq"]) == ("2", 10), first
+
+
+def test_a_scatter_received_into_another_size_is_named_in_every_form():
+    """Tensor parallel, rank 1 received `parallelize_module`'s weight scatter into a buffer a row larger: Gloo
+    completed the call, the job ran on and its loss went NaN. Every member of a scatter receives a chunk of one
+    size, the root's: the recorder (roots recorded) names rank 1 by the root's size, Flight Recorder's dumps
+    (no roots) by the sibling group's scatter at the same place (`gloo-tp-resize-scatter`)."""
+    fired = truth("gloo-tp-resize-scatter")
+    assert (fired["kind"], fired["rank"], fired["call"]["op"]) == ("resize", 1, "scatter")
+    for pattern in ("rank_*.jsonl", "rank_*.fr.pkl"):
+        _, report = diagnose_form("gloo-tp-resize-scatter", pattern, 4)
+        assert _first(report) == ("size_mismatch", [1]), (pattern, report["findings"])

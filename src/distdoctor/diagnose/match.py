@@ -40,6 +40,7 @@ from distdoctor.trace.summary import summarize
 ROOTED = ("broadcast", "reduce", "gather", "scatter")  # collectives with a root: one can complete on some ranks only
 
 SAME_INPUT_SIZE = {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather", "barrier"}
+SAME_OUTPUT_SIZE = {"scatter"}  # (a scatter's root passes the chunks: its input is recorded in two layouts)
 
 
 class SeqEntries(Mapping):
@@ -232,7 +233,7 @@ def _compare_sizes(view: GroupView, seq: int, present: dict[int, Entry], t, hold
     out: list[Divergence] = []
     op = next(iter(present.values())).op
     size_bad: list[int] = []
-    why, tie = "", {}
+    why, tie, key = "", {}, "in_sizes"
     agree = len({(repr(e.in_sizes), repr(e.out_sizes)) for e in present.values()}) == 1
     if op in ("all_gather", "reduce_scatter") and not (agree and len(present) > 1):
         # Checked across members: when every member passed the very same sizes, the transport agreed with them
@@ -257,14 +258,23 @@ def _compare_sizes(view: GroupView, seq: int, present: dict[int, Entry], t, hold
         bad, ref, classes = _minority(sizes)
         if bad:
             size_bad, why, tie = bad, f"input sizes: {_who(classes)}", classes
+    if not size_bad and op in SAME_OUTPUT_SIZE:  # every member receives a chunk of one size: the root's
+        outs = {r: repr(e.out_sizes) for r, e in present.items() if e.out_sizes}
+        bad, ref, classes = _minority(outs)
+        root = next((e.root for e in present.values() if e.root is not None), None)
+        if bad and root in outs:  # its call errs on chunks unlike its own output: it fixes the size
+            size_bad = [r for r in outs if outs[r] != outs[root]]
+            why = f"output sizes: the root, rank {root}, receives {outs[root]}; {_who(classes)}"
+        elif bad:
+            size_bad, why, tie, key = bad, f"output sizes: {_who(classes)}", classes, "out_sizes"
     if size_bad:
         evidence = {"in_sizes": {r: present[r].in_sizes for r in present},
                     "out_sizes": {r: present[r].out_sizes for r in present}}
         if tie.get("undecided"):  # decided already that nothing decides (ties.py leaves it so)
-            evidence["tie"] = {"key": "in_sizes", "classes": {}, "undecided": True}
+            evidence["tie"] = {"key": key, "classes": {}, "undecided": True}
             evidence["undecided"] = True
         else:
-            evidence = _tie_marked(evidence, "in_sizes", tie)
+            evidence = _tie_marked(evidence, key, tie)
         out.append(Divergence(view.name, seq, op, "size_mismatch", size_bad, holders, why, evidence, t))
     return out
 

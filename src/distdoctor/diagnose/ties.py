@@ -43,8 +43,8 @@ def value_of(key: str, e, members: list[int]) -> str | None:
     """What a member's entry says about `key`, spelled as match.py's classes spell it (roots as group ranks)."""
     if key == "op":
         return str(e.op)
-    if key == "in_sizes":
-        return repr(e.in_sizes)
+    if key in ("in_sizes", "out_sizes"):
+        return repr(getattr(e, key))
     if key == "dtypes":
         return str(dtype_signature(e.in_dtypes, e.out_dtypes))
     if key == "root":
