@@ -7,15 +7,17 @@ generated jobs (trace_sets.py)."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
+from pathlib import Path
 
 from hypothesis import given
 
 from distdoctor.diagnose.analyze import analyze
 from distdoctor.trace.loaders import load_traces
-from real_dumps import diagnose_form, truth
+from real_dumps import FIXTURES, diagnose_form, truth
 from test_fuzz_invariant import CHECKS
-from trace_sets import left_alive, pipeline_left, run, traces, write
+from trace_sets import closed_under, left_alive, pipeline_closed, pipeline_left, run, traces, write
 
 
 @CHECKS
@@ -44,3 +46,50 @@ def test_the_real_pipeline_run_names_the_rank_that_exited_in_its_mix_of_forms():
     assert (first["kind"], first["ranks"]) == ("missing_ranks", [fired["rank"]]), report["findings"]
     assert "exited with its process group alive" in first["detail"], first["detail"]
     assert not [f for f in report["findings"] if f["ranks"] in ([1], [2])], report["findings"]
+
+
+@CHECKS
+@given(pipeline_closed())
+def test_the_peer_whose_connection_closed_first_is_named_only_when_the_others_were_seen_after(case):
+    """The rank that ended left an empty Gloo dump; a neighbour blocked in a send/recv with it died of the closed
+    connection (or did not), and the other ranks dumped later. The rank that ended is named alone only where the
+    traces prove it: a rank saw it close, every other rank whose dump cannot show p2p was still connected to a
+    blocked rank later, and no watchdog called the job hung (a timeout ends ranks too); else "one of", with it."""
+    job, left, forms, closing, hung = case
+    ran = run(job)
+    ts_in = traces(job, ran)
+    for r, t in ts_in.items():
+        pending = [e for e in t.entries if e.state != "completed"]
+        t.dump_time = 1010.0
+        t.hang = {"status": "confirmed", "detected_at": 1009.0} if hung else None
+        if r in closing and pending and pending[0].peer == left:
+            ts_in[r] = closed_under(t, 1005.0)
+    with tempfile.TemporaryDirectory() as d:
+        write(d, job, ts_in, forms, p2p=False)
+        report = analyze(load_traces([d]))
+    got = [(f.kind, f.ranks, f.detail[:200]) for f in report.findings]
+    assert not [f for f in report.findings if len(f.ranks) == 1 and f.ranks != [left]], got  # a false claim
+    decided = [f for f in report.findings if "ended first" in f.detail]
+    if decided:
+        assert not hung and any(forms[r] == "native" and r in closing for r in range(job.world)), got
+        assert all(f.ranks == [left] for f in decided), got
+
+
+def test_the_real_pipeline_run_names_the_stage_whose_connection_closed_first():
+    """A 4-rank pipeline, rank 1 exited with code 3 mid-step; ranks 1, 2 left Gloo's dumps (empty), 0 and 3 the
+    recorder's. Rank 0 died in its send to rank 1 of "Connection closed by peer"; rank 3, dumped later, still
+    waited in its recv from rank 2: rank 2 was still there when rank 1 had gone (`gloo-pipeline-exit-closed`).
+    With rank 3's dump moved before rank 0's failure, nothing shows rank 2 outlived rank 1: "one of" again."""
+    fired = truth("gloo-pipeline-exit-closed")
+    assert (fired["kind"], fired["rank"]) == ("exit", 1)
+    _, report = diagnose_form("gloo-pipeline-exit-closed", "rank_*", 4)
+    first = report["findings"][0]
+    assert (first["kind"], first["ranks"]) == ("missing_ranks", [1]), report["findings"]
+    assert "rank 1 ended first" in first["detail"], first["detail"]
+    with tempfile.TemporaryDirectory() as d:
+        for f in (FIXTURES / "gloo-pipeline-exit-closed").glob("rank_*"):
+            shutil.copy(f, Path(d) / f.name)
+        ts = load_traces([d], world_size=4)
+        ts.ranks[3].dump_time = ts.ranks[0].dump_time - 1.0
+        first = analyze(ts).findings[0]
+    assert first.ranks == [1, 2] and first.detail.startswith("one of"), (first.ranks, first.detail)

@@ -506,3 +506,24 @@ def pipeline_left(draw) -> tuple[Job, int, dict[int, str]]:
 def left_alive(trace: RankTrace) -> RankTrace:
     """The dump the recorder's exit hook leaves of a rank that exited with its process group alive."""
     return replace(trace, dump_reason="exit: normal exit", stacks={})
+
+
+@st.composite
+def pipeline_closed(draw) -> tuple[Job, int, dict[int, str], set[int], bool]:
+    """(a pipeline job, the rank that ended, each rank's form, the ranks that died of the closed connection, whether
+    a watchdog called the job hung): the rank that ended left Gloo's Flight Recorder dump (no send/recv, empty); a
+    neighbour blocked in a send/recv with it may die of "Connection closed by peer" (it saw the rank end); the
+    other ranks' dumps come later, those blocked still blocked (alive then, and so their peers)."""
+    job, left, _ = draw(pipeline_left())
+    forms = {r: draw(st.sampled_from(["native", "native", "pickle", "json"])) for r in range(job.world)}
+    forms[left] = draw(st.sampled_from(["pickle", "json"]))
+    closing = {r for r in (left - 1, left + 1) if 0 <= r < job.world and draw(st.booleans())}
+    return job, left, forms, closing, draw(st.booleans())
+
+
+def closed_under(trace: RankTrace, when: float) -> RankTrace:
+    """The recorder's dump of a rank that died of its peer's closed connection, where it waited."""
+    kind, _, message = PEER_CLOSED.partition(": ")
+    return replace(trace, dump_reason=f"exception: {PEER_CLOSED}", dump_time=when,
+                   exception={"type": kind, "message": message, "thread": "MainThread",
+                              "where": f"step ({USER}:200)", "exit_code": 1})

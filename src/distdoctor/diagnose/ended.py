@@ -21,7 +21,8 @@ end time: they cannot show this, and nothing here reads them.
 from __future__ import annotations
 
 from distdoctor.diagnose.crash import ended_by_signal, stopped
-from distdoctor.trace.model import RankTrace, TraceSet
+from distdoctor.trace.model import Entry, RankTrace, TraceSet
+from distdoctor.world.failures import PEER_CLOSED
 
 PACE_FACTOR = 2.0  # how many times its peers' stretch a rank merely behind may take (a loaded host)
 SLACK_S = 0.05  # clock resolution and one scheduler tick
@@ -53,3 +54,33 @@ def on_its_way(ts: TraceSet, view, rank: int, seq: int, present: list[int], cras
         stretch.append(now.t_created - before.t_completed)
     away = trace.dump_time - own
     return away if stretch and away <= PACE_FACTOR * max(stretch) + SLACK_S else None
+
+
+def first_to_close(ts: TraceSet, pending: dict[int, list[Entry]], crashes: dict[int, dict],
+                   suspects: list[int]) -> tuple[int, int, int] | None:
+    """Of `suspects` (peers whose dumps cannot show p2p: Gloo's Flight Recorder), the one whose process ended
+    first while the others still ran: a rank's send or recv with it failed because the peer closed the
+    connection (its process ended), and every other suspect was later still connected to a rank blocked in a
+    send or recv with it (a Gloo pair notices a closed peer at once). Not when a watchdog called the job hung
+    (a peer a timeout ended closes its connections too). Returns (suspect, the rank that saw it close, one that
+    saw the others still there), else None."""
+    if any(t.hang for t in ts.ranks.values()):
+        return None
+    closed: dict[int, tuple[float, int]] = {}  # suspect -> (when a rank saw it close, that rank)
+    alive: dict[int, tuple[float, int]] = {}  # suspect -> (the latest a rank blocked with it still was, that rank)
+    for rank, entries in pending.items():
+        e, t = (entries[0] if entries else None), ts.ranks[rank].dump_time
+        if e is None or not e.is_p2p or e.peer not in suspects or t is None:
+            continue
+        crash = crashes.get(rank)
+        if crash is not None and PEER_CLOSED.search(crash["text"]):  # (raised where it waited for the call)
+            closed[e.peer] = min(closed.get(e.peer, (t, rank)), (t, rank))
+        elif crash is None and e.error is None:
+            alive[e.peer] = max(alive.get(e.peer, (t, rank)), (t, rank))
+    if len(closed) != 1:
+        return None
+    (first, (when, saw)), = closed.items()
+    others = [q for q in suspects if q != first]
+    if not others or not all(q in alive and alive[q][0] > when for q in others):
+        return None
+    return first, saw, max(alive[q] for q in others)[1]

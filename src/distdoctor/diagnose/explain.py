@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import deque
 
 from distdoctor.collectives.names import backend_of
+from distdoctor.diagnose.ended import first_to_close
 from distdoctor.diagnose.crash import COMM_FAILURE, crash_findings, ended_by_signal, killed_first, signalled, stopped
 from distdoctor.findings.kinds import PRIORITY, PRODUCER_ORDERED, Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView
@@ -283,10 +284,16 @@ class Explainer:
                f"dump{'s' if len(got['idle']) > 1 else ''} (Gloo's Flight Recorder) record{'' if len(got['idle']) > 1 else 's'} "
                f"no send/recv: whether {peers} posted the other half, or {'is' if len(got['idle']) == 1 else 'are'} "
                f"blocked in p2p with another rank, these dumps cannot show")
+        gone = first_to_close(self.ts, self.pending, self.crashes, blind) if not left and len(blind) > 1 else None
         if len(left) == 1:
             ranks = left
             detail = (f"Suspected, because {self._describe(left[0])}, while {why}; rank {left[0]} is the only member "
                       f"whose dump shows it stopped: it left the job while the others still wait.")
+        elif gone is not None:
+            ranks = [gone[0]]
+            detail = (f"Suspected, because {why}; rank {gone[0]}'s end of the connection closed under rank "
+                      f"{gone[1]}'s send/recv with it (its process ended), and rank {gone[2]}'s later dump still "
+                      f"found {fmt_ranks([q for q in blind if q != gone[0]])} connected: rank {gone[0]} ended first.")
         elif not left and len(blind) == 1:
             ranks = blind
             detail = f"Suspected, because {why}; no other rank is unaccounted for."

@@ -27,6 +27,8 @@ UNSUPPORTED = (r"not supported|unsupported|can't be cast|cannot be cast|Cannot u
                r"does not support|Invalid (?:usage|scalar type)|no kernel|isn't supported")
 
 COMM_FAILURE = re.compile("|".join((TIMEOUT, PEER_LOST, BACKEND_ABORT, STOPPED)), re.IGNORECASE)
+# The peer's end of the connection closed: its process ended (exited, crashed, killed), not merely silent
+PEER_CLOSED = re.compile(r"closed by peer|reset by peer|connection (?:closed|reset)|broken pipe", re.IGNORECASE)
 _TIMEOUT = re.compile(TIMEOUT, re.IGNORECASE)
 _UNSUPPORTED = re.compile(UNSUPPORTED, re.IGNORECASE)
 
