@@ -93,3 +93,17 @@ def test_the_real_pipeline_run_names_the_stage_whose_connection_closed_first():
         ts.ranks[3].dump_time = ts.ranks[0].dump_time - 1.0
         first = analyze(ts).findings[0]
     assert first.ranks == [1, 2] and first.detail.startswith("one of"), (first.ranks, first.detail)
+
+
+def test_the_first_stage_a_signal_ended_is_among_the_suspects():
+    """A 4-rank pipeline, SIGTERM to rank 3 (the recorder's trace: between two steps, in no call); ranks 1, 2 left
+    Gloo's dumps (empty); rank 0 waits in a recv from rank 1 until the launcher's SIGTERM. Rank 3 waits for
+    nobody, yet it may be what the unseen sends and receives wait for: it is among the suspects, never left out
+    for ranks the dumps cannot show (`gloo-pipeline-sigterm-first`). The launcher's wave follows a first SIGTERM
+    by as little as 0.06 s in the campaign's runs, and spreads over up to 0.22 s: the time does not decide."""
+    fired = truth("gloo-pipeline-sigterm-first")
+    assert (fired["kind"], fired["rank"], fired["arg"]) == ("kill", 3, "SIGTERM")
+    _, report = diagnose_form("gloo-pipeline-sigterm-first", "rank_*", 4)
+    first = report["findings"][0]
+    assert first["ranks"] == [1, 2, 3] and first["detail"].startswith("one of"), report["findings"]
+    assert "rank 3 is the first a signal ended" in first["detail"], first["detail"]

@@ -266,6 +266,15 @@ class Explainer:
                     return f
         return None
 
+    def _signalled_first(self, free: list[int]) -> set[int]:
+        """The first rank a signal ended, where it is in no call and no watchdog called the job hung: the stage
+        the unseen sends and receives may wait for (a launcher's wave of SIGTERMs follows a first one by as
+        little as the injected ones lead it, so it is a suspect, not the culprit)."""
+        ended = sorted((t.dump_time, r) for r, t in self.ts.ranks.items() if t.dump_time and ended_by_signal(t))
+        if not ended or any(t.hang for t in self.ts.ranks.values()):
+            return set()
+        return {ended[0][1]} & set(free)
+
     def _unknown_p2p(self, key: tuple, got: dict, named: dict[int, Finding]) -> Finding:
         """Ranks wait in p2p for peers whose dumps cannot show p2p (Gloo's Flight Recorder records none): those
         peers may never have posted the other half, or be blocked in p2p with others; absence of evidence. The
@@ -277,7 +286,8 @@ class Explainer:
         members = view.members if view is not None else sorted(self.ts.ranks)
         free = [m for m in members if m in self.ts.ranks and m not in named and not self.pending.get(m)]
         left = [m for m in free if left_alive(self.ts.ranks[m])]
-        blind = sorted({m for m in free if shows_no_p2p(self.ts.ranks[m])} | got["idle"])
+        signalled = self._signalled_first(free)
+        blind = sorted({m for m in free if shows_no_p2p(self.ts.ranks[m])} | got["idle"] | signalled)
         where = f"{op} #{seq} on {fmt_group(group, self._desc(group))}"
         peers = fmt_ranks(got["idle"])
         why = (f"{fmt_ranks(waiters)} wait{'s' if len(waiters) == 1 else ''} in {where} for {peers}, whose "
@@ -300,7 +310,9 @@ class Explainer:
         else:
             ranks = left or blind
             detail = f"one of {fmt_ranks(ranks)}: {why}" + (
-                f"; {fmt_ranks(left)} left the job with the process group alive" if left else "") + "."
+                f"; {fmt_ranks(left)} left the job with the process group alive" if left else "") + "".join(
+                f"; rank {r} is the first a signal ended ({self.ts.ranks[r].dump_reason}), in no call"
+                for r in sorted(signalled) if r in ranks) + "."
         return Finding("missing_ranks", ranks, group=group, seq=seq, op=op, t=e.t_created, detail=detail,
                        evidence={"waiting": waiters, "found_by": "wait-for graph", "no_p2p_in_dump": blind,
                                  **({"left_alive": left} if left else {}),
