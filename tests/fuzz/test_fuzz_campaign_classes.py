@@ -253,3 +253,23 @@ def test_a_scatter_received_into_another_size_is_named_in_every_form():
     for pattern in ("rank_*.jsonl", "rank_*.fr.pkl"):
         _, report = diagnose_form("gloo-tp-resize-scatter", pattern, 4)
         assert _first(report) == ("size_mismatch", [1]), (pattern, report["findings"])
+
+
+def test_a_rank_its_own_watchdog_saw_in_no_call_never_issued_the_call_others_wait_in():
+    """DCP over DDP, 8 ranks, rank 3 (recorder only) hung between two steps; its stack, dumped before the drills
+    kept their frame, ends inside torch's optimizer wrapper, where a C++-issued call cannot be ruled out. Its own
+    watchdog, which reads the process's Flight Recorder, saw no call in flight (`this_rank.blocked_in` empty):
+    it never issued the gradient all_reduce ranks 0 and 6 wait in. With the watchdog's look taken away, the
+    stack alone cannot say so (`gloo-dcp8-hang-watched`)."""
+    fired = truth("gloo-dcp8-hang-watched")
+    assert (fired["kind"], fired["rank"]) == ("hang", 3)
+    _, report = diagnose_form("gloo-dcp8-hang-watched", "rank_*", 8)
+    assert _first(report) == ("missing_ranks", [3]), report["findings"]
+    with tempfile.TemporaryDirectory() as d:
+        for f in (FIXTURES / "gloo-dcp8-hang-watched").glob("rank_*"):
+            shutil.copy(f, Path(d) / f.name)
+        ts = load_traces([d], world_size=8)
+        ts.ranks[3].hang["this_rank"]["blocked_in"] = {"group": "0", "seq": 20, "op": "all_reduce",
+                                                        "source": "flight_recorder"}
+        first = analyze(ts).findings[0]
+    assert (first.kind, first.ranks) != ("missing_ranks", [3]), (first.kind, first.ranks, first.detail)

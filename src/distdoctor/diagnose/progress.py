@@ -126,19 +126,31 @@ def probably_inside(trace: RankTrace | None, e: Entry) -> bool:
         return False
     if e.seq is not None and (trace.classified or {}).get(e.group) is not None and trace.would_show(e.group, e.seq):
         return False  # aligned among the Flight Recorder ranks' calls: one its recorder would have shown
-    if summarize(trace).not_done:
-        return False  # the trace shows a call it is in (or left open): that is where it is
+    if summarize(trace).not_done or watched_idle(trace):
+        return False  # the trace shows a call it is in (or left open), or its watchdog saw it in none
     got = main_stack(trace)
     return bool(got and got[1]) and is_torch(got[1][-1].filename)
 
 
 def outside_torch(trace: RankTrace | None) -> bool:
     """A rank that left only its recorder trace, shown in no call, whose main thread is outside torch at dump
-    time: it is in no collective at all, not even one issued from C++ that its trace cannot see."""
+    time, or whose own watchdog saw no call in flight: it is in no collective at all, not even one issued from
+    C++ that its trace cannot see."""
     if trace is None or trace.source != "native" or summarize(trace).not_done:
         return False
     got = main_stack(trace)
-    return bool(got and got[1]) and not is_torch(got[1][-1].filename)
+    return watched_idle(trace) or (bool(got and got[1]) and not is_torch(got[1][-1].filename))
+
+
+def watched_idle(trace: RankTrace) -> bool:
+    """The rank's own hang watchdog, which reads its process's Flight Recorder (the episode names a call by its
+    `flight_recorder` source: the job's recorder reads it), saw no call in flight, C++'s included, when it
+    dumped for the hang (`this_rank.blocked_in` empty). A stack inside torch (a DataLoader, the optimizer) says
+    nothing against it."""
+    hang = trace.hang if isinstance(trace.hang, dict) else {}
+    mine, episode = hang.get("this_rank"), hang.get("blocked_in")
+    return isinstance(mine, dict) and "blocked_in" in mine and mine["blocked_in"] is None and \
+        mine.get("idle_for_s") is not None and isinstance(episode, dict) and episode.get("source") == "flight_recorder"
 
 
 def last_completed(trace: RankTrace) -> Entry | None:
