@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from distdoctor.diagnose import hang_status, nccl_frontier, p2p, streams
-from distdoctor.diagnose.crash import crash_findings, crashed_ranks, signalled, stopped
+from distdoctor.diagnose.crash import crash_findings, crashed_ranks, killed_absent, signalled, stopped
 from distdoctor.diagnose.ended import on_its_way
 from distdoctor.diagnose.explain import Explainer, consequences_of, sort_findings
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks, group_desc
@@ -72,9 +72,7 @@ class Report:
         a single call (nothing to judge: an OK would be a claim without evidence); else `ok`."""
         if self.findings:
             return "problem"
-        if self.in_flight_ranks():
-            return "in_flight"
-        return "undecided" if self.undecided else "ok"
+        return "in_flight" if self.in_flight_ranks() else "undecided" if self.undecided else "ok"
 
     def in_flight_ranks(self) -> list[int]:
         return sorted(int(r) for r, p in self.ranks.items() if p.get("state") == "in_flight")
@@ -118,8 +116,7 @@ def analyze(ts: TraceSet) -> Report:
     frontier_findings = list(findings)
     consequences: list[dict] = []
 
-    counted = p2p.count_disagreements(cycles, explainer.waits_of)
-    findings.extend(counted)
+    findings.extend(counted := p2p.count_disagreements(cycles, explainer.waits_of))
     for c in cycles:
         if not c.p2p_only and not any(set(f.ranks) <= set(c.ranks) for f in counted):
             findings.append(_order_deadlock(c, views))
@@ -439,6 +436,8 @@ def _moved_past(view, rank: int) -> bool:
 
 def _missing_ranks(d: Divergence, idle: list[int], explained: list[int], ts: TraceSet,
                    pending: dict[int, list[Entry]], views: dict[str, GroupView], explainer: Explainer) -> Finding:
+    if (killed := killed_absent(ts, idle, d.present, explainer.crashes)) is not None:
+        return killed  # a signal ended it before the members in the call failed talking to it
     notes = {r: explainer.alone_reason(r, pending[r][0]) if pending.get(r) else explainer.late_mark(r) for r in idle}
     detail = (f"{fmt_ranks(d.present)} issued {d.op} #{d.seq} on {fmt_group(d.group, views[d.group].desc)}; "
               f"{fmt_ranks(idle)} never did. " + "; ".join(

@@ -101,6 +101,15 @@ def killed_first(ts: TraceSet, comm: dict[int, dict]) -> Finding | None:
                    evidence={"signal": sig, "then_failed": sorted(comm)})
 
 
+def killed_absent(ts: TraceSet, absent: list[int], present: list[int], crashes: dict[int, dict]) -> Finding | None:
+    """The one rank absent from a call that a signal ended before the members in the call failed talking to it
+    (killed_first, over those members' communication failures): the crash it is, told as such whatever form of
+    dump shows the others in the call (in it, or past it where Gloo retired the failed call)."""
+    comm = {r: crashes[r] for r in present if r in crashes and COMM_FAILURE.search(crashes[r]["text"])}
+    killed = killed_first(ts, comm) if len(absent) == 1 and comm else None
+    return killed if killed is not None and killed.ranks == absent else None
+
+
 SAME_MOMENT_S = 0.05  # two ends closer than this are one moment (a launcher's signal to every rank at once)
 
 
