@@ -146,7 +146,6 @@ def analyze(ts: TraceSet) -> Report:
         return any(e.seq is not None and not e.is_p2p and e.group in parted and e.seq > parted[e.group]
                    for e in pending.get(r, []))
 
-    hung = any(t.hang for t in ts.ranks.values())  # some watchdog called the job hung (ended.on_its_way)
     for d in divs:
         if d.kind in MISMATCHES:
             findings.append(_from_divergence(d, views))
@@ -161,7 +160,7 @@ def analyze(ts: TraceSet) -> Report:
             echoes = [r for r in idle if r in crashes and r not in crash_finding and not stopped(crashes[r])]
             idle = [r for r in idle if r not in echoes]
             on_way = {r: away for r in idle if (away := on_its_way(ts, views[d.group], r, d.seq, d.present,
-                                                                   crashes, hung)) is not None}
+                                                                   crashes, explainer.hung)) is not None}
             idle = [r for r in idle if r not in on_way]
             explainer.on_way.update(on_way)
             if on_way:

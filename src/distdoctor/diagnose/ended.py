@@ -56,30 +56,36 @@ def on_its_way(ts: TraceSet, view, rank: int, seq: int, present: list[int], cras
     return away if stretch and away <= PACE_FACTOR * max(stretch) + SLACK_S else None
 
 
-def first_to_close(ts: TraceSet, pending: dict[int, list[Entry]], crashes: dict[int, dict],
-                   suspects: list[int]) -> tuple[int, int, int] | None:
-    """Of `suspects` (peers whose dumps cannot show p2p: Gloo's Flight Recorder), the one whose process ended
-    first while the others still ran: a rank's send or recv with it failed because the peer closed the
-    connection (its process ended), and every other suspect was later still connected to a rank blocked in a
-    send or recv with it (a Gloo pair notices a closed peer at once). Not when a watchdog called the job hung
-    (a peer a timeout ended closes its connections too). Returns (suspect, the rank that saw it close, one that
-    saw the others still there), else None."""
-    if any(t.hang for t in ts.ranks.values()):
-        return None
-    closed: dict[int, tuple[float, int]] = {}  # suspect -> (when a rank saw it close, that rank)
-    alive: dict[int, tuple[float, int]] = {}  # suspect -> (the latest a rank blocked with it still was, that rank)
-    for rank, entries in pending.items():
+def p2p_ends(ts: TraceSet, pending: dict[int, list[Entry]], crashes: dict[int, dict], hung: bool) -> tuple[dict, dict]:
+    """What the ranks blocked in a send or recv say of their peers, read once per analysis: (peer -> (when a rank
+    saw its connection close, that rank), peer -> (the latest a rank still blocked with it dumped, that rank)).
+    A rank whose send/recv failed because the peer closed the connection saw the peer's process end; a rank
+    still blocked saw it there (a Gloo pair notices a closed peer at once). Nothing when a watchdog called the
+    job hung (`hung`): a peer a timeout ended closes its connections too."""
+    closed: dict[int, tuple[float, int]] = {}
+    alive: dict[int, tuple[float, int]] = {}
+    for rank, entries in ({} if hung else pending).items():
         e, t = (entries[0] if entries else None), ts.ranks[rank].dump_time
-        if e is None or not e.is_p2p or e.peer not in suspects or t is None:
+        if e is None or not e.is_p2p or e.peer is None or t is None:
             continue
         crash = crashes.get(rank)
         if crash is not None and PEER_CLOSED.search(crash["text"]):  # (raised where it waited for the call)
             closed[e.peer] = min(closed.get(e.peer, (t, rank)), (t, rank))
         elif crash is None and e.error is None:
             alive[e.peer] = max(alive.get(e.peer, (t, rank)), (t, rank))
-    if len(closed) != 1:
+    return closed, alive
+
+
+def first_to_close(ends: tuple[dict, dict], suspects: list[int]) -> tuple[int, int, int] | None:
+    """Of `suspects` (peers whose dumps cannot show p2p: Gloo's Flight Recorder), the one whose process ended
+    first while the others still ran (`ends`: p2p_ends): a rank saw it close, and every other suspect was later
+    still connected to a rank blocked with it. Returns (suspect, the rank that saw it close, one that saw the
+    others still there), else None."""
+    closed, alive = ends
+    gone = [q for q in suspects if q in closed]
+    if len(gone) != 1:
         return None
-    (first, (when, saw)), = closed.items()
+    first, (when, saw) = gone[0], closed[gone[0]]
     others = [q for q in suspects if q != first]
     if not others or not all(q in alive and alive[q][0] > when for q in others):
         return None

@@ -19,10 +19,11 @@ for them). Then every consequence points at its finding by index (`finding`) and
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 
 from distdoctor.collectives.names import backend_of
-from distdoctor.diagnose.ended import first_to_close
+from distdoctor.diagnose.ended import first_to_close, p2p_ends
 from distdoctor.diagnose.crash import COMM_FAILURE, crash_findings, ended_by_signal, killed_first, signalled, stopped
 from distdoctor.findings.kinds import PRIORITY, PRODUCER_ORDERED, Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView
@@ -72,6 +73,7 @@ class Explainer:
         self.ts, self.views, self.pending, self.crashes = ts, views, pending, crashes
         self.alone = alone or set()  # ranks blocked in a call only they make (waitfor.conditional_waits)
         self.on_way: set[int] = set()  # ranks ended from outside on their way to a call (diagnose/ended.py)
+        self.hung = any(t.hang for t in ts.ranks.values())  # some rank's watchdog called the job hung
         self.waits_of: dict[int, list[Wait]] = {}
         for w in waits:
             self.waits_of.setdefault(w.rank, []).append(w)
@@ -266,14 +268,19 @@ class Explainer:
                     return f
         return None
 
-    def _signalled_first(self, free: list[int]) -> set[int]:
-        """The first rank a signal ended, where it is in no call and no watchdog called the job hung: the stage
-        the unseen sends and receives may wait for (a launcher's wave of SIGTERMs follows a first one by as
-        little as the injected ones lead it, so it is a suspect, not the culprit)."""
-        ended = sorted((t.dump_time, r) for r, t in self.ts.ranks.items() if t.dump_time and ended_by_signal(t))
-        if not ended or any(t.hang for t in self.ts.ranks.values()):
-            return set()
-        return {ended[0][1]} & set(free)
+    @functools.cached_property
+    def _p2p_ends(self) -> tuple[dict, dict]:
+        """What the ranks blocked in sends and receives say of their peers (ended.p2p_ends), read once."""
+        return p2p_ends(self.ts, self.pending, self.crashes, self.hung)
+
+    @functools.cached_property
+    def _first_signalled(self) -> int | None:
+        """The first rank a signal ended, where no watchdog called the job hung: the stage the unseen sends and
+        receives may wait for (a launcher's wave of SIGTERMs follows a first one by as little as the injected
+        ones lead it, so it is a suspect, not the culprit)."""
+        ended = min(((t.dump_time, r) for r, t in self.ts.ranks.items() if t.dump_time and ended_by_signal(t)),
+                    default=None)
+        return None if ended is None or self.hung else ended[1]
 
     def _unknown_p2p(self, key: tuple, got: dict, named: dict[int, Finding]) -> Finding:
         """Ranks wait in p2p for peers whose dumps cannot show p2p (Gloo's Flight Recorder records none): those
@@ -286,7 +293,7 @@ class Explainer:
         members = view.members if view is not None else sorted(self.ts.ranks)
         free = [m for m in members if m in self.ts.ranks and m not in named and not self.pending.get(m)]
         left = [m for m in free if left_alive(self.ts.ranks[m])]
-        signalled = self._signalled_first(free)
+        signalled = {self._first_signalled} & set(free)  # in no call
         blind = sorted({m for m in free if shows_no_p2p(self.ts.ranks[m])} | got["idle"] | signalled)
         where = f"{op} #{seq} on {fmt_group(group, self._desc(group))}"
         peers = fmt_ranks(got["idle"])
@@ -294,7 +301,7 @@ class Explainer:
                f"dump{'s' if len(got['idle']) > 1 else ''} (Gloo's Flight Recorder) record{'' if len(got['idle']) > 1 else 's'} "
                f"no send/recv: whether {peers} posted the other half, or {'is' if len(got['idle']) == 1 else 'are'} "
                f"blocked in p2p with another rank, these dumps cannot show")
-        gone = first_to_close(self.ts, self.pending, self.crashes, blind) if not left and len(blind) > 1 else None
+        gone = first_to_close(self._p2p_ends, blind) if not left and len(blind) > 1 else None
         if len(left) == 1:
             ranks = left
             detail = (f"Suspected, because {self._describe(left[0])}, while {why}; rank {left[0]} is the only member "

@@ -124,7 +124,7 @@ def probably_inside(trace: RankTrace | None, e: Entry) -> bool:
     Blaming it for never issuing it would blame the innocent."""
     if trace is None or trace.source != "native" or not e.raw_op or ":" not in e.raw_op:
         return False
-    if e.seq is not None and (trace.classified or {}).get(e.group) is not None and trace.would_show(e.group, e.seq):
+    if e.seq is not None and trace.would_show(e.group, e.seq):
         return False  # aligned among the Flight Recorder ranks' calls: one its recorder would have shown
     if summarize(trace).not_done or watched_idle(trace):
         return False  # the trace shows a call it is in (or left open), or its watchdog saw it in none
