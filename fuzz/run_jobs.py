@@ -17,7 +17,10 @@ fault (FITS); a healthy run (no fault) is right when the mode has no finding. Mo
 - recorder, fr_pickle, fr_json: `diagnose` of the recorder's dumps alone, of Flight Recorder's pickles alone, of
   Flight Recorder's JSON dumps alone (DISTDOCTOR_FR_JSON=1 has each rank write them);
 - mixed: `diagnose` of one dump a rank, the forms taken in turn (rank r's is form (r + a draw of the run) mod 3,
-  or the next form it left), as a job whose ranks left different forms; scored only when two forms meet.
+  or the next form it left), as a job whose ranks left different forms; scored only when two forms meet;
+- fr_log, mixed_log: fr_pickle's and mixed's dumps with the job's console log (torchrun's, which every job
+  leaves: how each rank ended), less the lines distdoctor itself wrote there (`run`'s and the recorder's, among
+  them the injection's: a job without distdoctor has none).
 A mode with no dump of its form (a killed rank writes none; gloo's Flight Recorder may hold nothing) is scored
 on the dumps there are. The truth is `run`'s DUMP_DIR/.injected.json: a fault that never fired is not scored.
 """
@@ -63,8 +66,8 @@ FAULTS = {
 # programs that make calls of their own at the Python boundary (DDP's and FSDP's are issued from C++ or by
 # functional collectives, which the call-counted faults cannot reach)
 CALLS = {"ddp": 1, "fsdp": 1, "hsdp": 1, "tp": 5, "pipeline": 0, "moe": 6, "dcp": 0, "objects": 4}  # per step
-MODES = ("live", "closing", "recorder", "fr_pickle", "fr_json", "mixed")
-FR_MODES = ("fr_pickle", "fr_json")  # Flight Recorder keeps no exception: a rank that raised reads as absent there
+MODES = ("live", "closing", "recorder", "fr_pickle", "fr_json", "mixed", "fr_log", "mixed_log")
+FR_MODES = ("fr_pickle", "fr_json", "fr_log")  # Flight Recorder keeps no exception: a rank that raised reads as absent there
 FR_FITS = {"raise": ("crashed", "missing_ranks", "missing_dump")}
 # run's flags: dumps from healthy runs too; start-up (no collective yet) held to 60 s: a loaded host starts slowly;
 # the hang thresholds are the suite's quick ones unless the campaign sets its own (--suspect-floor /
@@ -118,16 +121,16 @@ def run_one(case: dict, work: Path, timeout: float, store: Path | None = None, t
             "commit": _commit(), **thresholds}
     if store is not None:
         _keep(store, case, meta, out, err, dumps)
-    return judge_run(case, meta, out, dumps)
+    return judge_run(case, meta, out, dumps, err)
 
 
-def judge_run(case: dict, meta: dict, out: str, dumps: Path) -> dict:
+def judge_run(case: dict, meta: dict, out: str, dumps: Path, err: str = "") -> dict:
     """A run scored in every mode from what it left: `run`'s output and its dump directory."""
     result = {**case, **meta}
     truth_path = dumps / ".injected.json"
     truth = json.loads(truth_path.read_text()) if truth_path.exists() else {"fired": []}
     result["fired"] = [f.get("fault") for f in truth.get("fired", [])]
-    result["modes"] = score_modes(case, out, dumps)
+    result["modes"] = score_modes(case, out, dumps, err)
     if case["spec"] is None:  # healthy: exit 0, no hang, and no verdict with a finding
         blocks = _verdicts(out)
         result["modes"]["closing"] = {"ok": meta["rc"] == 0 and all(b[1] is None for b in blocks)
@@ -156,7 +159,7 @@ def _keep(store: Path, case: dict, meta: dict, out: str, err: str, dumps: Path) 
     where.mkdir(parents=True, exist_ok=True)
     (where / "case.json").write_text(json.dumps({"case": case, "meta": meta}))
     (where / "out.txt").write_text(out)
-    (where / "err.txt").write_text(err[-20000:])
+    (where / "err.txt").write_text(err[-200000:])
 
 
 def rescore(store: Path) -> list[dict]:
@@ -164,8 +167,9 @@ def rescore(store: Path) -> list[dict]:
     results = []
     for where in sorted(store.glob("*/case.json")):
         kept = json.loads(where.read_text())
+        err = where.parent / "err.txt"
         results.append(judge_run(kept["case"], kept["meta"], (where.parent / "out.txt").read_text(),
-                                 where.parent / "dumps"))
+                                 where.parent / "dumps", err.read_text() if err.exists() else ""))
     return results
 
 
@@ -193,7 +197,13 @@ def _verdicts(out: str) -> list[tuple[str, str | None]]:
 FORMS = {"recorder": "rank_*.jsonl", "fr_pickle": "rank_*.fr.pkl", "fr_json": ".fr-json/rank_*.fr.json"}
 
 
-def score_modes(case: dict, out: str, dumps: Path) -> dict:
+def job_log(err: str) -> str:
+    """The job's console log as a job without distdoctor leaves it: the lines `run` and the recorder wrote there
+    (the injection's among them) taken out."""
+    return "".join(ln for ln in err.splitlines(keepends=True) if not ln.startswith("distdoctor"))
+
+
+def score_modes(case: dict, out: str, dumps: Path, err: str = "") -> dict:
     blocks = _verdicts(out)
     hung = "HANG SUSPECTED" in out or "HANG CONFIRMED" in out
     modes: dict = {}
@@ -206,11 +216,18 @@ def score_modes(case: dict, out: str, dumps: Path) -> dict:
         if files:
             first, verdict = _diagnose(list(files.values()), case["nproc"])
             modes[mode] = {**_judge(case, first, mode), "verdict": verdict}
+    log = job_log(err)
+    if by_form["fr_pickle"] and log.strip():
+        first, verdict = _diagnose(list(by_form["fr_pickle"].values()), case["nproc"], log)
+        modes["fr_log"] = {**_judge(case, first, "fr_log"), "verdict": verdict}
     chosen = mixed_forms(by_form, case)
     if len(set(chosen.values())) > 1:
-        first, verdict = _diagnose([by_form[form][rank] for rank, form in sorted(chosen.items())], case["nproc"])
+        files = [by_form[form][rank] for rank, form in sorted(chosen.items())]
         mode = chosen.get(case["rank"], "recorder")  # the injected rank's form says what its fault can read as
-        modes["mixed"] = {**_judge(case, first, mode), "verdict": verdict, "forms": chosen}
+        for name, text in (("mixed", ""), ("mixed_log", log)):
+            if name == "mixed" or text.strip():
+                first, verdict = _diagnose(files, case["nproc"], text)
+                modes[name] = {**_judge(case, first, mode), "verdict": verdict, "forms": chosen}
     return modes
 
 
@@ -235,13 +252,15 @@ def mixed_forms(by_form: dict[str, dict[int, Path]], case: dict) -> dict[int, st
     return chosen
 
 
-def _diagnose(files: list[Path], world_size: int):
+def _diagnose(files: list[Path], world_size: int, log: str = ""):
     """(the first finding, the verdict) of `diagnose --world-size N` on these files alone (in a directory of their
     own): the user knows the job's size, which Gloo's Flight Recorder dumps do not record. An `undecided` verdict
     (no dump holds a call) has no finding: wrong for an injected run, yet no false claim; the table counts it."""
     with tempfile.TemporaryDirectory() as tmp:
         for f in files:
             shutil.copy(f, Path(tmp) / f.name)
+        if log:
+            (Path(tmp) / "torchrun.log").write_text(log)
         proc = subprocess.run([sys.executable, "-m", "distdoctor", "diagnose", tmp, "--format", "json",
                                "--world-size", str(world_size)],
                               check=False, capture_output=True, text=True, timeout=300,
@@ -277,7 +296,7 @@ def _cell(got: list[int]) -> str:
 def _fits_mode(mode: str, judged: dict, rank) -> str:
     """The mode whose fits judge this one: in the mixed mode, the form the injected rank's dump had."""
     forms = judged.get("forms") or {}
-    return forms.get(rank, forms.get(str(rank), "recorder")) if mode == "mixed" else mode
+    return forms.get(rank, forms.get(str(rank), "recorder")) if mode in ("mixed", "mixed_log") else mode
 
 
 def _kill_leftovers(dumps: Path) -> None:

@@ -79,13 +79,21 @@ def ended_by_signal(trace) -> bool:
     return (trace.dump_reason or "").startswith(SIGNAL_PREFIX)
 
 
+def signal_of_its_own(trace) -> bool:
+    """A signal ended the rank (ended_by_signal), and the launcher's log does not say the launcher sent it: a
+    launcher stops the ranks still running once one failed, so its signal is a consequence, never a cause."""
+    return ended_by_signal(trace) and (trace.launch or {}).get("ended") != "stopped"
+
+
 def killed_first(ts: TraceSet, comm: dict[int, dict]) -> Finding | None:
     """The rank a signal ended (its dump says `signal: SIGTERM`) before every rank of `comm` (crashed of a
     communication failure, nothing else explaining them) dumped: the peer their connections lost, and so the
     culprit. Only when it alone was ended that early: a launcher stopping every rank at once is a consequence."""
     first_crash = min((ts.ranks[r].dump_time or float("inf")) for r in comm)
     early = sorted((t.dump_time, r) for r, t in ts.ranks.items() if r not in comm and t.dump_time
-                   and ended_by_signal(t) and t.dump_time < first_crash)
+                   and signal_of_its_own(t) and t.dump_time < first_crash)
+    if not early:  # no dump tells the time (Flight Recorder's): the launcher's log may tell the order
+        early = [(None, r) for r in ended_on_their_own(ts) if r not in comm and ended_by_signal(ts.ranks[r])]
     if len(early) != 1:
         return None
     when, rank = early[0]
@@ -94,11 +102,38 @@ def killed_first(ts: TraceSet, comm: dict[int, dict]) -> Finding | None:
     where = f" Its last completed call was {e.op} #{e.seq if not e.is_p2p else e.p2p_seq} on group '{e.group}'." \
         if e is not None else ""
     first = comm[min(comm, key=lambda r: ts.ranks[r].dump_time or 0)]
+    before = (f"its dump says so), {first_crash - when:.1f} s before" if when is not None else
+              "the launcher's log says so: a signal the launcher did not send, before it stopped the others), and")
     return Finding("crashed", [rank], group=e.group if e else None, seq=(e.seq if not e.is_p2p else e.p2p_seq)
                    if e else None, op=e.op if e else None, t=when,
-                   detail=(f"rank {rank} was ended by {sig} (its dump says so), {first_crash - when:.1f} s before "
-                           f"{fmt_ranks(comm)} failed talking to it ({first['text'][:120]}).{where}"),
+                   detail=(f"rank {rank} was ended by {sig} ({before} {fmt_ranks(comm)} failed talking to it "
+                           f"({first['text'][:120]}).{where}"),
                    evidence={"signal": sig, "then_failed": sorted(comm)})
+
+
+def launch_phrase(trace) -> str:
+    """How the launcher's log says the rank ended: 'SIGTERM, which the launcher did not send', 'exit code 3',
+    'RuntimeError: ...'."""
+    launch = trace.launch or {}
+    if launch.get("ended") == "exception":
+        return str(launch.get("exception"))[:160]
+    if launch.get("ended") == "signal":
+        return f"{launch.get('signal')}, which the launcher did not send"
+    return f"exit code {launch.get('exitcode')}"
+
+
+def ended_on_their_own(ts: TraceSet) -> list[int]:
+    """Ranks the launcher's log (trace/loaders/launcher_log.py) says ended before it stopped the others, of a
+    cause of their own: a signal it did not send, an exit code, an exception that is no communication failure
+    nor a stop from outside. Empty without such a log, or when the job was stopped from outside."""
+    own = []
+    for rank, trace in ts.ranks.items():
+        how = (trace.launch or {}).get("ended")
+        text = str((trace.launch or {}).get("exception") or "")
+        if how in ("signal", "exit") or (how == "exception" and not COMM_FAILURE.search(text)
+                                           and text.split(":", 1)[0].rsplit(".", 1)[-1] not in STOPS):
+            own.append(rank)
+    return own
 
 
 def killed_absent(ts: TraceSet, absent: list[int], present: list[int], crashes: dict[int, dict]) -> Finding | None:
@@ -118,7 +153,7 @@ def signalled(ts: TraceSet) -> Finding | None:
     rank ended from outside is not OK, whatever the rest of the traces show (the others may have finished, or
     left dumps that cannot show where they stood). Ranks ended at one moment are "one of" them."""
     ended = sorted((t.dump_time if t.dump_time is not None else float("inf"), r) for r, t in ts.ranks.items()
-                   if ended_by_signal(t))
+                   if signal_of_its_own(t))
     if not ended:
         return None
     first = ended[0][0]

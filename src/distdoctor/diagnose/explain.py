@@ -24,7 +24,8 @@ from collections import deque
 
 from distdoctor.collectives.names import backend_of
 from distdoctor.diagnose.ended import first_to_close, p2p_ends
-from distdoctor.diagnose.crash import COMM_FAILURE, crash_findings, ended_by_signal, killed_first, signalled, stopped
+from distdoctor.diagnose.crash import (COMM_FAILURE, crash_findings, ended_by_signal, ended_on_their_own, killed_first,
+                                      launch_phrase, signal_of_its_own, signalled, stopped)
 from distdoctor.findings.kinds import PRIORITY, PRODUCER_ORDERED, Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.progress import describe_rank, left_alive, shows_no_p2p
@@ -274,11 +275,16 @@ class Explainer:
         return p2p_ends(self.ts, self.pending, self.crashes, self.hung)
 
     @functools.cached_property
+    def _own_ends(self) -> set[int]:
+        """The ranks the launcher's log says ended of a cause of their own (crash.ended_on_their_own), read once."""
+        return set(ended_on_their_own(self.ts))
+
+    @functools.cached_property
     def _first_signalled(self) -> int | None:
         """The first rank a signal ended, where no watchdog called the job hung: the stage the unseen sends and
         receives may wait for (a launcher's wave of SIGTERMs follows a first one by as little as the injected
         ones lead it, so it is a suspect, not the culprit)."""
-        ended = min(((t.dump_time, r) for r, t in self.ts.ranks.items() if t.dump_time and ended_by_signal(t)),
+        ended = min(((t.dump_time, r) for r, t in self.ts.ranks.items() if t.dump_time and signal_of_its_own(t)),
                     default=None)
         return None if ended is None or self.hung else ended[1]
 
@@ -302,10 +308,15 @@ class Explainer:
                f"no send/recv: whether {peers} posted the other half, or {'is' if len(got['idle']) == 1 else 'are'} "
                f"blocked in p2p with another rank, these dumps cannot show")
         gone = first_to_close(self._p2p_ends, blind) if not left and len(blind) > 1 else None
+        own = [m for m in blind if m in self._own_ends]
         if len(left) == 1:
             ranks = left
             detail = (f"Suspected, because {self._describe(left[0])}, while {why}; rank {left[0]} is the only member "
                       f"whose dump shows it stopped: it left the job while the others still wait.")
+        elif not left and len(own) == 1 and len(blind) > 1:
+            ranks = own
+            detail = (f"Suspected, because {why}; the launcher's log says rank {own[0]} ended on its own "
+                      f"({launch_phrase(self.ts.ranks[own[0]])}) before it stopped the others: the first to go.")
         elif gone is not None:
             ranks = [gone[0]]
             detail = (f"Suspected, because {why}; rank {gone[0]}'s end of the connection closed under rank "

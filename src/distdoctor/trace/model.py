@@ -133,6 +133,7 @@ class RankTrace:
     merged: dict | None = None
     hang: dict | None = None  # recorder: the hang episode this dump belongs to (diagnose/hang_status.py reads it)
     exception: dict | None = None  # recorder: the uncaught exception that ended the rank (type, message, ...)
+    launch: dict | None = None  # the launcher's log: how it says this rank ended (trace/loaders/launcher_log.py)
     # Facts about every entry, gathered once for the analysis (trace/summary.py); not part of the trace's value.
     summary: object | None = field(default=None, repr=False, compare=False)
     log: RankLog | None = None  # per-thread state read from the rank's text log (trace/loaders/logs.py)
@@ -261,6 +262,7 @@ class TraceSet:
     # per rank, its first retirement read back as in flight, a member's final trace refuting it
     # (loaders/completion.py): {rank, group, seq, never_issued_by}
     refuted: list[dict] = field(default_factory=list)
+    launch: object | None = None  # the launcher's account of how ranks ended (launcher_log.LaunchLog), when given
 
 
 MAX_COUNTER = (1 << 63) - 1  # sequence numbers and world sizes are int64 in torch: anything larger is damage

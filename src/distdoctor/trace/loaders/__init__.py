@@ -34,6 +34,7 @@ from distdoctor.trace.loaders.fr_reader import Interner
 from distdoctor.trace.loaders.completion import refute_completions
 from distdoctor.trace.loaders.merge import merge_rank, renumber_recorder_only
 from distdoctor.trace.loaders.safe_pickle import printable
+from distdoctor.trace.loaders.launcher_log import LaunchLog, apply_account, load_launcher_log, looks_like_launcher_log
 from distdoctor.trace.loaders.logs import link_logs, load_log, looks_like_log
 from distdoctor.trace.loaders.native import is_native, load_native
 from distdoctor.trace.loaders.readahead import Readahead
@@ -124,7 +125,7 @@ def _real_path_in(folders: dict):
     return real
 
 
-def load_file(path: str, interner: Interner | None = None) -> RankTrace:
+def load_file(path: str, interner: Interner | None = None) -> RankTrace | LaunchLog:
     """Load one file; raise ValueError(reason) when it cannot be used."""
     try:
         with open(path, "rb") as f:
@@ -143,6 +144,8 @@ def load_file(path: str, interner: Interner | None = None) -> RankTrace:
     first_line = head if newline < 0 else head[:newline]
     if is_native(first_line):
         return load_native(data, path)
+    if looks_like_launcher_log(head, data[-SNIFF_BYTES:]):  # torchrun's console log: every rank's end, no calls
+        return load_launcher_log(data, path)
     if looks_like_log(head):  # per-rank text logs: before a log starting with '[' or 'c' is taken for JSON or a pickle
         return load_log(data, path)
     start = _LEADING_SPACE.match(data).end()
@@ -221,8 +224,8 @@ def _load_compact(path: str, stream: bool = False):
     (trace, digest)."""
     gc.disable()  # this worker only builds acyclic objects; see gc_paused
     got = _load_one(path, _WORKER_INTERNER)
-    if isinstance(got, LoadError):
-        return got
+    if isinstance(got, (LoadError, LaunchLog)):
+        return got if not stream or isinstance(got, LoadError) else (got, None)
     summarize(got)
     if not stream:
         return got
@@ -283,6 +286,8 @@ def _unpack(got, shared: dict, check: PrefixCheck | None) -> RankTrace | LoadErr
         return got
     if check is not None:
         got, digest = got
+        if isinstance(got, LaunchLog):
+            return got
         members_back(got, check.members)
         if digest is not None:
             check.add(digest)
@@ -338,9 +343,12 @@ def assemble(results: list, ts: TraceSet, world_size: int | None = None) -> Trac
     one trace per rank (a recorder trace merged with its Flight Recorder dump), the world size, every group's
     members. load_traces' last step; the live watcher's answers (diagnose/live.py), read in memory, take it too."""
     loaded: list[RankTrace] = []
+    launch: LaunchLog | None = None
     for got in results:
         if isinstance(got, LoadError):
             ts.errors.append(got)
+        elif isinstance(got, LaunchLog):
+            launch = got if launch is None else (launch.merge(got) or launch)
         else:
             loaded.append(got)
     loaded = link_logs(loaded, ts.errors)  # per-rank logs: join a rank's other trace, link NCCL calls across ranks
@@ -373,6 +381,8 @@ def assemble(results: list, ts: TraceSet, world_size: int | None = None) -> Trac
     ts.ranks = dict(sorted(ts.ranks.items()))
     ts.world_size = _world_size(ts, world_size)
     _infer_groups(ts)
+    if launch is not None:
+        apply_account(ts, launch)
     ts.refuted = refute_completions(ts)
     return ts
 
