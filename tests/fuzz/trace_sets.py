@@ -527,3 +527,78 @@ def closed_under(trace: RankTrace, when: float) -> RankTrace:
     return replace(trace, dump_reason=f"exception: {PEER_CLOSED}", dump_time=when,
                    exception={"type": kind, "message": message, "thread": "MainThread",
                               "where": f"step ({USER}:200)", "exit_code": 1})
+
+
+# ---- the launcher's console log: how each rank ended ---------------------------------------------------------
+
+LAUNCH_ENDS = ("exit", "raise", "signal", "killed")  # how the rank that went first ended
+
+
+@st.composite
+def launched(draw, world: int, culprit: int) -> dict:
+    """How a torchrun job of `world` ranks ended once `culprit` went first: `how` (LAUNCH_ENDS: exit code 3, an
+    exception of its own, SIGTERM from outside, SIGKILL), its neighbours that died of the closed connection
+    (`echoes`: their tracebacks), the rest stopped by the launcher's SIGTERM (some exit 143 on their handler);
+    `told`: the agent itself was told to stop first (a hang stopped from outside: every rank is stopped, none
+    ended on its own); `cut`: the culprit's traceback is not in the log (a log cut at its start: exit code 1 and
+    nothing else); `cut_echo`: an echo had exited before the launcher's signal, its traceback cut too (then two
+    ranks went first of what the log does not show: nothing decides between them)."""
+    how = draw(st.sampled_from(LAUNCH_ENDS))
+    echoes = {r for r in (culprit - 1, culprit + 1) if 0 <= r < world and draw(st.booleans())}
+    return {"how": how, "echoes": echoes, "told": draw(st.booleans()) and draw(st.booleans()),
+            "cut": how == "raise" and draw(st.booleans()) and draw(st.booleans()),
+            "cut_echo": min(echoes) if echoes and draw(st.booleans()) and draw(st.booleans()) else None,
+            "handler": {r for r in range(world) if draw(st.booleans())}, "pid0": draw(st.integers(1000, 60000))}
+
+
+def launcher_log(world: int, culprit: int, end: dict) -> str:
+    """torchrun's console log of `launched`'s ending, as torch.distributed.elastic writes it."""
+    pid = {r: end["pid0"] + r for r in range(world)}
+    lines, failures = [], {}
+    stamp = "W1128 10:26:38.207000 15823 site-packages/torch/distributed/elastic/multiprocessing/api.py"
+    if end["told"]:
+        lines.append(f"{stamp}:753] Received 15 death signal, shutting down workers")
+        for r in range(world):
+            lines.append(f"{stamp}:1028] Sending process {pid[r]} closing signal SIGTERM")
+            failures[r] = (-15, "SIGTERM")
+        return _render(lines, failures, pid, min(failures))
+    own = {"exit": (3, None), "raise": (1, None), "signal": (-15, "SIGTERM"), "killed": (-9, "SIGKILL")}[end["how"]]
+    failures[culprit] = own
+    if end["how"] == "raise" and not end["cut"]:
+        lines += _traceback(culprit, "ValueError: the batch holds no labels", 77)
+    for r in sorted(end["echoes"]):
+        if r != end["cut_echo"]:
+            lines += _traceback(r, PEER_CLOSED, 63)
+        else:
+            failures[r] = (1, None)  # gone before the launcher's signal
+    for r in range(world):
+        if r not in failures:
+            lines.append(f"{stamp}:1028] Sending process {pid[r]} closing signal SIGTERM")
+            failures[r] = (143, None) if r in end["handler"] else (-15, "SIGTERM")
+    lines.append(f"E1128 10:26:38.689000 15823 site-packages/torch/distributed/elastic/multiprocessing/api.py:1002] "
+                 f"failed (exitcode: {own[0]}) local_rank: {culprit} (pid: {pid[culprit]}) of binary: /usr/bin/python")
+    return _render(lines, failures, pid, culprit)
+
+
+def _traceback(rank: int, exception: str, line: int) -> list[str]:
+    return [f"[rank{rank}]: {ln}" for ln in (
+        "Traceback (most recent call last):", f'  File "/job/{USER}", line 90, in <module>', "    main()",
+        f'  File "/job/{USER}", line {line}, in step', "    schedule.step(x)",
+        '  File "/usr/lib/python3/site-packages/torch/distributed/pipelining/schedules.py", line 683, in _wait',
+        "    w.wait()", exception)]
+
+
+def _render(lines: list[str], failures: dict[int, tuple], pid: dict[int, int], first: int) -> str:
+    def block(i: int, r: int) -> list[str]:
+        code, sig = failures[r]
+        told = f"Signal {-code} ({sig}) received by PID {pid[r]}" if sig else \
+            "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
+        return [f"[{i}]:", "  time      : 2026-11-28_10:26:38", "  host      : node-a", f"  rank      : {r} (local_rank: {r})",
+                f"  exitcode  : {code} (pid: {pid[r]}){f'  ({sig})' if sig else ' '}", "  error_file: <N/A>",
+                f"  traceback : {told}"]
+    out = lines + ["torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "=" * 60,
+                   f"/job/{USER} FAILED", "-" * 60, "Failures:"]
+    for i, r in enumerate(r for r in sorted(failures) if r != first):
+        out += block(i + 1, r)
+    out += ["-" * 60, "Root Cause (first observed failure):"] + block(0, first) + ["=" * 60]
+    return "\n".join(out) + "\n"

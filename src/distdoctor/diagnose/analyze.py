@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from distdoctor.diagnose import hang_status, nccl_frontier, p2p, streams
 from distdoctor.diagnose.crash import crash_findings, crashed_ranks, killed_absent, signalled, stopped
-from distdoctor.diagnose.ended import on_its_way
+from distdoctor.diagnose.ended import on_its_way, way_because
 from distdoctor.diagnose.explain import Explainer, consequences_of, sort_findings
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks, group_desc
 from distdoctor.diagnose.callsites import callsite_divergence
@@ -92,6 +92,7 @@ class Report:
             "hang": hang_status.summarize(self.traces),
             **({"undecided": self.undecided} if self.undecided else {}),
             **({"retired_in_flight": self.traces.refuted} if self.traces.refuted else {}),
+            **({"launcher": self.traces.launch.to_json()} if self.traces.launch is not None else {}),
         }
 
 
@@ -165,11 +166,7 @@ def analyze(ts: TraceSet) -> Report:
             explainer.on_way.update(on_way)
             if on_way:
                 consequences.append({"kind": d.kind, "group": d.group, "seq": d.seq, "op": d.op,
-                                     "ranks": sorted(on_way),
-                                     "because": "ended from outside on their way to it, "
-                                                f"{max(on_way.values()):.2f} s after their last call: about as "
-                                                "long as the others took to reach it (diagnose/ended.py)",
-                                     "_ref": lost_finding})
+                                     "ranks": sorted(on_way), "because": way_because(on_way), "_ref": lost_finding})
             crashed = [r for r in idle if r in crash_finding]
             call = views[d.group].by_rank[d.present[0]][d.seq]
             recorded = _recorded_by_recorder(views[d.group], d.seq)  # a Python call: its trace would show it

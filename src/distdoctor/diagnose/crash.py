@@ -22,14 +22,15 @@ from distdoctor.world.failures import COMM_FAILURE  # what a backend raises when
 
 
 def crashed_ranks(ts: TraceSet) -> dict[int, dict]:
-    """rank -> crash_of(trace), for every rank whose dump says it died of an exception."""
+    """rank -> crash_of(trace), for every rank whose dump says it died of an exception (and the one the launcher's
+    log shows went first, its traceback lost: unshown_first)."""
     out = {}
     for rank, trace in ts.ranks.items():
         if trace.exception or (trace.dump_reason and trace.dump_reason.startswith("exception")):  # cheap test
             crash = crash_of(trace)
             if crash:
                 out[rank] = crash
-    return out
+    return out | unshown_first(ts)
 
 
 STOPS = ("KeyboardInterrupt",)  # exceptions a stop from outside raises in a rank (Ctrl-C)
@@ -93,7 +94,8 @@ def killed_first(ts: TraceSet, comm: dict[int, dict]) -> Finding | None:
     early = sorted((t.dump_time, r) for r, t in ts.ranks.items() if r not in comm and t.dump_time
                    and signal_of_its_own(t) and t.dump_time < first_crash)
     if not early:  # no dump tells the time (Flight Recorder's): the launcher's log may tell the order
-        early = [(None, r) for r in ended_on_their_own(ts) if r not in comm and ended_by_signal(ts.ranks[r])]
+        early = [(None, r) for r in ended_on_their_own(ts) if r not in comm and r in ts.ranks
+                 and ended_by_signal(ts.ranks[r])]
     if len(early) != 1:
         return None
     when, rank = early[0]
@@ -115,6 +117,8 @@ def launch_phrase(trace) -> str:
     """How the launcher's log says the rank ended: 'SIGTERM, which the launcher did not send', 'exit code 3',
     'RuntimeError: ...'."""
     launch = trace.launch or {}
+    if launch.get("ended") == "unshown":
+        return "exit code 1, its traceback not in the log"
     if launch.get("ended") == "exception":
         return str(launch.get("exception"))[:160]
     if launch.get("ended") == "signal":
@@ -125,15 +129,28 @@ def launch_phrase(trace) -> str:
 def ended_on_their_own(ts: TraceSet) -> list[int]:
     """Ranks the launcher's log (trace/loaders/launcher_log.py) says ended before it stopped the others, of a
     cause of their own: a signal it did not send, an exit code, an exception that is no communication failure
-    nor a stop from outside. Empty without such a log, or when the job was stopped from outside."""
+    nor a stop from outside, or an exit code 1 whose traceback the log does not hold (`unshown`: its cause may be
+    either; the callers name a rank only when it is the one such rank). Empty without such a log, or when the
+    job was stopped from outside (the launcher stopped every rank)."""
     own = []
-    for rank, trace in ts.ranks.items():
-        how = (trace.launch or {}).get("ended")
-        text = str((trace.launch or {}).get("exception") or "")
-        if how in ("signal", "exit") or (how == "exception" and not COMM_FAILURE.search(text)
-                                           and text.split(":", 1)[0].rsplit(".", 1)[-1] not in STOPS):
+    for rank, ended in (ts.launch.ranks.items() if ts.launch is not None else ()):  # with the ranks that left no dump
+        how, text = ended.ended, ended.exception or ""
+        if how in ("signal", "exit", "unshown") or (how == "exception" and not COMM_FAILURE.search(text)
+                                                     and text.split(":", 1)[0].rsplit(".", 1)[-1] not in STOPS):
             own.append(rank)
     return own
+
+
+def unshown_first(ts: TraceSet) -> dict[int, dict]:
+    """The crashes of the ranks that went before the launcher stopped the others when the log holds no traceback
+    of them (exit code 1) and no rank went of a cause the log shows: they failed first, of what the log lost (one
+    finding names them all: which went first, nothing says)."""
+    own = ended_on_their_own(ts)
+    if not own or not all(r in ts.ranks and ts.launch.ranks[r].ended == "unshown" for r in own):
+        return {}
+    text = "exit code 1 before the launcher stopped the others; the launcher's log holds no traceback of it"
+    return {r: {"type": "exited first", "message": text, "text": f"exited first: {text}", "exit_code": 1}
+            for r in own}
 
 
 def killed_absent(ts: TraceSet, absent: list[int], present: list[int], crashes: dict[int, dict]) -> Finding | None:

@@ -20,7 +20,7 @@ end time: they cannot show this, and nothing here reads them.
 
 from __future__ import annotations
 
-from distdoctor.diagnose.crash import ended_by_signal, stopped
+from distdoctor.diagnose.crash import ended_by_signal, ended_on_their_own, stopped
 from distdoctor.trace.model import Entry, RankTrace, TraceSet
 from distdoctor.world.failures import PEER_CLOSED
 
@@ -36,8 +36,11 @@ def on_its_way(ts: TraceSet, view, rank: int, seq: int, present: list[int], cras
                hung: bool) -> float | None:
     """How long `rank` was away from its last call shared with `present` (which issued collective `seq` of
     `view`'s group) when it was ended, when it was ended on its way (see above; `hung`: some rank's watchdog
-    called the job hung, computed once by the caller); else None."""
+    called the job hung, computed once by the caller); STOPPED_AFTER when the launcher's log says it stopped the
+    rank after ranks absent from the call too went first (no time is needed then); else None."""
     trace = ts.ranks.get(rank)
+    if trace is not None and _stopped_after(ts, view, trace, present):
+        return STOPPED_AFTER
     if hung or trace is None or trace.dump_time is None or not ended_from_outside(trace, crashes.get(rank)):
         return None
     mine = view.by_rank.get(rank) or {}
@@ -54,6 +57,34 @@ def on_its_way(ts: TraceSet, view, rank: int, seq: int, present: list[int], cras
         stretch.append(now.t_created - before.t_completed)
     away = trace.dump_time - own
     return away if stretch and away <= PACE_FACTOR * max(stretch) + SLACK_S else None
+
+
+STOPPED_AFTER = -1.0  # on_its_way's answer for a rank the launcher stopped after another went (no time needed)
+
+
+def _stopped_after(ts: TraceSet, view, trace: RankTrace, present: list[int]) -> bool:
+    """The launcher's log says it stopped this rank (its own signal, once a worker had failed), and the ranks that
+    went before, of a cause of their own, are members absent from this call too: the call lost them first, and
+    this rank was stopped on its way. (A rank that went on its own while the others were in the call, or a job
+    whose first failures were timeouts - a hang - proves nothing of the ranks the launcher stopped: a hung rank
+    is stopped by it too.)"""
+    if (trace.launch or {}).get("ended") != "stopped":
+        return False
+    first = ended_on_their_own(ts)
+    return bool(first) and all(r in view.members and r not in present for r in first)
+
+
+def way_because(on_way: dict[int, float]) -> str:
+    """Why ranks on their way to a call are consequences (on_its_way's answers)."""
+    timed = [away for away in on_way.values() if away != STOPPED_AFTER]
+    said = []
+    if timed:
+        said.append(f"ended from outside on their way to it, {max(timed):.2f} s after their last call: about as "
+                    "long as the others took to reach it (diagnose/ended.py)")
+    if len(timed) < len(on_way):
+        said.append("stopped by the launcher (its log) once a rank absent from it too had gone of a cause of its "
+                    "own: on their way to it")
+    return "; ".join(said)
 
 
 def p2p_ends(ts: TraceSet, pending: dict[int, list[Entry]], crashes: dict[int, dict], hung: bool) -> tuple[dict, dict]:

@@ -308,15 +308,18 @@ class Explainer:
                f"no send/recv: whether {peers} posted the other half, or {'is' if len(got['idle']) == 1 else 'are'} "
                f"blocked in p2p with another rank, these dumps cannot show")
         gone = first_to_close(self._p2p_ends, blind) if not left and len(blind) > 1 else None
-        own = [m for m in blind if m in self._own_ends]
+        own = sorted(self._own_ends) if self._own_ends <= set(blind) else []  # (all of them: those with no dump too)
         if len(left) == 1:
             ranks = left
             detail = (f"Suspected, because {self._describe(left[0])}, while {why}; rank {left[0]} is the only member "
                       f"whose dump shows it stopped: it left the job while the others still wait.")
-        elif not left and len(own) == 1 and len(blind) > 1:
+        elif not left and own and len(own) < len(blind):
             ranks = own
-            detail = (f"Suspected, because {why}; the launcher's log says rank {own[0]} ended on its own "
-                      f"({launch_phrase(self.ts.ranks[own[0]])}) before it stopped the others: the first to go.")
+            went = "; ".join(f"rank {r}: {launch_phrase(self.ts.ranks[r])}" for r in own)
+            detail = (f"Suspected, because {why}; the launcher's log says rank {own[0]} ended on its own ({went}) "
+                      f"before it stopped the others: the first to go." if len(own) == 1 else
+                      f"one of {fmt_ranks(own)}: {why}; the launcher's log says these went before it stopped the "
+                      f"others ({went}), and not which went first.")
         elif gone is not None:
             ranks = [gone[0]]
             detail = (f"Suspected, because {why}; rank {gone[0]}'s end of the connection closed under rank "

@@ -15,7 +15,8 @@ So each rank gets one line of the account: `ended` is how ("exception", "signal"
 launcher's signal), with what the log shows of it. A rank the agent found failed before it signalled the rest
 ended on its own; one it signalled did not (unless it had raised already: its traceback says so, and the
 exception is what ended it). An exit code of 1 with no traceback in the log is an exception the log does not
-show (a truncated log): `unknown`, never an exit of its own. Several files (one agent per host) are one account.
+show (a log cut at its start loses the first tracebacks, the culprit's among them): `unshown`, never an exit of
+its own; the analysis weighs it (diagnose/crash.py: the only rank that went before the launcher's signal). Several files (one agent per host) are one account.
 Detected by content: the elastic agent's log lines, its failure summary, or torchrun's `[rankN]:` prefixes.
 """
 
@@ -59,7 +60,8 @@ class Ended:
 
     @property
     def ended(self) -> str:
-        """How the rank ended, as far as the log shows: exception | signal | exit | stopped | unknown."""
+        """How the rank ended, as far as the log shows: exception | signal | exit | stopped | unshown (exit code 1,
+        Python's for an uncaught exception, whose traceback the log does not hold) | unknown."""
         if self.exception:
             return "exception"
         if self.stopped:
@@ -68,7 +70,7 @@ class Ended:
             return "signal"
         if self.exitcode not in (None, 0, 1):
             return "exit"
-        return "unknown"
+        return "unshown" if self.exitcode == 1 else "unknown"
 
     def to_json(self) -> dict:
         out = {"ended": self.ended, "exitcode": self.exitcode, "signal": self.signal, "pid": self.pid,
@@ -92,10 +94,10 @@ class LaunchLog:
             self.ranks.setdefault(rank, ended)
         self.told_to_stop = self.told_to_stop or other.told_to_stop
 
-    def on_their_own(self) -> list[int]:
-        """Ranks that ended before the launcher stopped the rest, of a cause the log shows and that is theirs
-        (an exception, a signal nobody in the log sent, an exit code): what the caller weighs further."""
-        return sorted(r for r, e in self.ranks.items() if e.ended in ("exception", "signal", "exit"))
+    def to_json(self) -> dict:
+        return {"path": self.path, "told_to_stop": self.told_to_stop, "first_seen_at": self.first_seen_at,
+                "ranks": {str(r): e.to_json() for r, e in sorted(self.ranks.items())}}
+
 
 
 def looks_like_launcher_log(head: bytes, tail: bytes) -> bool:
@@ -108,7 +110,9 @@ def looks_like_launcher_log(head: bytes, tail: bytes) -> bool:
 
 
 def load_launcher_log(data: bytes, path: str) -> LaunchLog:
-    """The account one log gives; ValueError(reason) when it names no rank's end."""
+    """The account one log gives; ValueError(reason) when it names no rank's end. A job stopped from outside
+    (the agent signalled: it raises no ChildFailedError, so no summary) is an account of its own: every rank
+    stopped, none named."""
     log = LaunchLog(path=path)
     waved: set[int] = set()  # pids the launcher signalled
     first_pid = None
@@ -144,7 +148,7 @@ def load_launcher_log(data: bytes, path: str) -> LaunchLog:
     for rank, tb in tracebacks.items():  # a rank that raised and that the summary does not list (it exited 0?)
         if rank not in log.ranks and (got := last_exception(tb))[0] is not None:
             log.ranks[rank] = Ended(rank, exception=got[0], frames=got[1])
-    if not log.ranks:
+    if not log.ranks and not log.told_to_stop:
         raise ValueError("a torchrun log, but it names no rank's end (no failure summary, no traceback)")
     return log
 
@@ -187,7 +191,8 @@ def last_exception(lines: list[str]) -> tuple[str | None, list[Frame]]:
 
 def apply_account(ts, log: LaunchLog) -> None:
     """Each rank's line of the account, on its trace (`launch`); and where the rank's own dump says nothing of its
-    end (a Flight Recorder dump never does), the account's word as the dump's would be: the exception it raised
+    end (a Flight Recorder dump never does; a recorder's `exit: ...` may lack the code), the account's word as
+    the dump's would be: the exception it raised
     (type, message, its traceback as the stack 'exception in MainThread'), `signal: SIG...` for a signal the
     launcher did not send, an exit code of its own. A rank the launcher stopped gets nothing more: it was ended
     because another rank failed first (or the job was stopped). Ranks with no dump stay absent."""
@@ -197,9 +202,9 @@ def apply_account(ts, log: LaunchLog) -> None:
         if trace is None:
             continue
         trace.launch = ended.to_json()
-        if trace.dump_reason or trace.exception:
-            continue  # its own dump said how it ended, first-hand
-        how = ended.ended
+        how, reason = ended.ended, trace.dump_reason or ""
+        if trace.exception or reason.startswith(("exception", "signal")) or (reason and how != "exit"):
+            continue  # its own dump said how it ended, first-hand; only an exit code adds to `exit: ...`
         if how == "exception":
             kind, _, message = ended.exception.partition(": ")
             trace.exception = {"type": kind, "message": message, "thread": "MainThread",

@@ -1,0 +1,143 @@
+"""torchrun's console log as evidence: how each rank ended, which ranks the launcher stopped, what each raised.
+
+Gloo's Flight Recorder dumps of a pipeline hold no call, and no dump of that form says how its process ended:
+four empty files read `undecided` even when a rank had exited with a code, raised or been signalled. The log the
+launcher leaves says so (trace/loaders/launcher_log.py). Over generated pipelines whose ranks left Flight
+Recorder's dumps or the recorder's, and generated logs of every way the first rank can go (trace_sets.launched):
+the rank the log shows ended on its own is named alone; a rank the launcher stopped, a rank that died of the
+closed connection, is never named alone; the one rank that went before the launcher's signal is named even when
+its traceback is cut from the log; where the log cannot decide (the agent was told to stop first) it adds no
+claim, and where two ranks went first, one of them of what the log does not show, it says "one of" them. And the real runs: a pipeline's Flight Recorder pickles with
+its torchrun log, read as a user would give them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from distdoctor.diagnose.analyze import analyze
+from distdoctor.trace.loaders import load_traces
+from distdoctor.trace.loaders.launcher_log import load_launcher_log, looks_like_launcher_log
+from real_dumps import FIXTURES, truth
+from test_fuzz_invariant import CHECKS
+from trace_sets import closed_under, launched, launcher_log, pipeline_left, run, traces, write
+
+
+def _diagnose(job, left, forms, end):
+    ts_in = traces(job, run(job))
+    for r, t in list(ts_in.items()):
+        t.dump_time, t.dump_reason, t.stacks = None, None, {}
+        if forms[r] != "native":
+            continue
+        t.dump_time = 1010.0 + r / 100
+        if r in end["echoes"] and not end["told"]:
+            ts_in[r] = closed_under(t, 1005.0)
+        else:
+            t.dump_reason = "signal: SIGTERM"  # the launcher's, whatever the time says
+    if end["how"] == "killed" and not end["told"]:
+        del ts_in[left]  # SIGKILL: no dump
+    with tempfile.TemporaryDirectory() as d:
+        write(d, job, ts_in, forms, p2p=False)
+        with open(os.path.join(d, "torchrun.log"), "w") as f:
+            f.write(launcher_log(job.world, left, end))
+        return analyze(load_traces([d], world_size=job.world))
+
+
+@CHECKS
+@given(st.data())
+def test_the_rank_the_launchers_log_says_went_first_is_named_and_no_other_alone(data):
+    job, left, _ = data.draw(pipeline_left())
+    forms = {r: data.draw(st.sampled_from(["pickle", "json", "native"])) for r in range(job.world)}
+    forms[left] = data.draw(st.sampled_from(["pickle", "json"]))
+    end = data.draw(launched(job.world, left))
+    report = _diagnose(job, left, forms, end)
+    got = [(f.kind, f.ranks, f.detail[:200]) for f in report.findings]
+    assert not [f for f in report.findings if len(f.ranks) == 1 and f.ranks != [left]], got  # a false claim
+    if end["told"]:
+        return  # the job was stopped from outside: the log says no rank went first
+    assert report.findings and report.findings[0].kind in ("crashed", "missing_dump", "missing_ranks"), got
+    if end["cut_echo"] is None:
+        assert report.findings[0].ranks == [left], (end, forms, got)
+    else:  # two ranks went before the launcher's signal, one of them of what the log does not show
+        assert left in report.findings[0].ranks, (end, forms, got)
+
+
+def test_the_account_reads_every_line_torchrun_writes_of_an_end():
+    end = {"how": "raise", "echoes": {1}, "told": False, "cut": False, "cut_echo": None, "handler": {3}, "pid0": 500}
+    text = launcher_log(4, 2, end).encode()
+    assert looks_like_launcher_log(text[:4096], text[-4096:])
+    log = load_launcher_log(text, "torchrun.log")
+    got = {r: (e.ended, e.exitcode, e.signal, e.stopped) for r, e in log.ranks.items()}
+    assert got == {0: ("stopped", -15, "SIGTERM", True), 1: ("exception", -15, "SIGTERM", True),
+                   2: ("exception", 1, None, False), 3: ("stopped", 143, "SIGTERM", True)}, got
+    assert log.ranks[2].exception == "ValueError: the batch holds no labels"
+    assert str(log.ranks[2].frames[-1]).endswith("schedules.py:683)") and log.ranks[2].first_seen
+    assert log.ranks[1].exception.startswith("RuntimeError: [pair.cc:553] Connection closed by peer")
+
+
+def test_a_log_that_names_no_end_is_one_clear_load_error(tmp_path):
+    (tmp_path / "torchrun.log").write_text("[rank0]: hello\n[rank1]: hello\n")
+    ts = load_traces([str(tmp_path)])
+    assert [e.reason for e in ts.errors] == [
+        "a torchrun log, but it names no rank's end (no failure summary, no traceback)"], ts.errors
+
+
+def _given(fixture: str, names: list[str], world: int) -> dict:
+    """The JSON report of `diagnose` on these files of a real run's fixture, as a user gives them."""
+    with tempfile.TemporaryDirectory() as d:
+        for name in names:
+            (Path(d) / name).write_bytes((FIXTURES / fixture / name).read_bytes())
+        proc = subprocess.run([sys.executable, "-m", "distdoctor", "diagnose", d, "--world-size", str(world),
+                               "--format", "json"], capture_output=True, text=True, timeout=120)
+    assert proc.stdout, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _pickles(world: int) -> list[str]:
+    return [f"rank_{r}.fr.pkl" for r in range(world)]
+
+
+@pytest.mark.parametrize("fixture,world,kind", [("gloo-pipeline-exit-log", 4, "exit"),
+                                                ("gloo-pipeline8-raise-log", 8, "raise"),
+                                                ("gloo-pipeline-sigterm-log", 4, "kill")])
+def test_real_pipelines_flight_recorder_pickles_with_their_torchrun_log_name_the_rank(fixture, world, kind):
+    """Real 4- and 8-rank pipelines (Gloo): a stage exited with code 3, raised, or was sent SIGTERM; every Flight
+    Recorder pickle is empty. Alone they are `undecided`; with the job's torchrun log, the stage is named."""
+    fired = truth(fixture)
+    assert fired["kind"] == kind
+    alone = _given(fixture, _pickles(world), world)
+    assert alone["verdict"] == "undecided" and not alone["findings"], alone["findings"]
+    report = _given(fixture, _pickles(world) + ["torchrun.log"], world)
+    first = report["findings"][0]
+    assert (first["kind"], first["ranks"]) == ("crashed", [fired["rank"]]), report["findings"]
+    assert not [f for f in report["findings"] if len(f["ranks"]) == 1 and f["ranks"] != [fired["rank"]]]
+    assert report["launcher"]["ranks"][str(fired["rank"])]["stopped_by_launcher"] is False
+
+
+def test_a_real_pipeline_in_mixed_forms_with_its_log_names_the_stage_a_signal_ended():
+    """The SIGTERMed stage (rank 3) and two others left Flight Recorder's dumps; rank 2 the recorder's, blocked
+    in its send to rank 3. Without the log: "one of ranks 0, 1, 3". The log says the launcher sent SIGTERM to
+    ranks 0, 1, 2 only after rank 3 ended of a SIGTERM it did not send."""
+    names = ["rank_0.fr.pkl", "rank_1.fr.json", "rank_2.jsonl", "rank_3.fr.pkl"]
+    without = _given("gloo-pipeline-sigterm-log", names, 4)["findings"][0]
+    assert without["ranks"] == [0, 1, 3] and without["detail"].startswith("one of"), without
+    first = _given("gloo-pipeline-sigterm-log", names + ["torchrun.log"], 4)["findings"][0]
+    assert first["ranks"] == [3] and "the launcher's log says rank 3 ended on its own" in first["detail"], first
+
+
+def test_a_hang_stopped_from_outside_stays_undecided_with_its_log():
+    """A pipeline stage hung; `distdoctor run` stopped the job (the agent got SIGTERM and stopped every rank).
+    The log says every rank was stopped by the launcher: no rank ended on its own, and no claim is made."""
+    assert truth("gloo-pipeline-hang-log")["kind"] == "hang"
+    report = _given("gloo-pipeline-hang-log", _pickles(4) + ["torchrun.log"], 4)
+    assert report["verdict"] == "undecided" and not report["findings"], report["findings"]
+    assert report["launcher"]["told_to_stop"] is True
+    assert {e["ended"] for e in report["launcher"]["ranks"].values()} <= {"stopped"}
