@@ -273,3 +273,15 @@ def test_a_rank_its_own_watchdog_saw_in_no_call_never_issued_the_call_others_wai
                                                         "source": "flight_recorder"}
         first = analyze(ts).findings[0]
     assert (first.kind, first.ranks) != ("missing_ranks", [3]), (first.kind, first.ranks, first.detail)
+
+
+def test_lateness_whose_role_no_dump_can_time_is_no_finding():
+    """A healthy 4-rank tensor-parallel job (2 x 2 mesh), mixed forms: rank 1 left only the recorder's trace, which
+    cannot see the calls issued from C++, so its TP group's calls are not timed; rank 2 arrives 38 ms after rank 3
+    at every all_reduce of theirs, by its role (`gloo-tp-healthy-untold`). With the sibling group untimed,
+    nothing tells the rank from its place in the program: the lateness is reported apart (`unconfirmed`), and the
+    verdict is OK. The same job's recorder dumps time the sibling and read OK by its role."""
+    _, report = diagnose_form("gloo-tp-healthy-untold", "rank_*", 4)
+    assert report["verdict"] == "ok" and not report["findings"], report["findings"]
+    assert [(f["kind"], f["ranks"], f["evidence"]["role_untold"]) for f in report["unconfirmed"]] == [
+        ("straggler", [2], True)], report["unconfirmed"]

@@ -42,7 +42,7 @@ from distdoctor.diagnose.progress import (describe_rank, is_gloo_fr, last_comple
                                          rank_progress, where_now)
 from distdoctor.diagnose.rankstate import rank_states
 from distdoctor.diagnose.sites import annotate
-from distdoctor.diagnose.straggler import find_stragglers
+from distdoctor.diagnose.straggler import find_stragglers, split_untold
 from distdoctor.diagnose.unseen import blind_detail
 from distdoctor.diagnose.threads import thread_findings
 from distdoctor.diagnose.waitfor import Cycle, Wait, build_waits, conditional_waits, find_cycles, on_possible_cycle
@@ -63,6 +63,7 @@ class Report:
     consequences: list[dict] = field(default_factory=list)
     views: dict[str, GroupView] = field(default_factory=dict)
     undecided: str | None = None  # why these traces cannot support a verdict, when they cannot (no_calls)
+    unconfirmed: list[Finding] = field(default_factory=list)  # stragglers whose role the dumps cannot tell
 
     @property
     def verdict(self) -> str:
@@ -93,6 +94,7 @@ class Report:
             **({"undecided": self.undecided} if self.undecided else {}),
             **({"retired_in_flight": self.traces.refuted} if self.traces.refuted else {}),
             **({"launcher": self.traces.launch.to_json()} if self.traces.launch is not None else {}),
+            **({"unconfirmed": [f.to_json() for f in self.unconfirmed]} if self.unconfirmed else {}),
         }
 
 
@@ -204,8 +206,9 @@ def analyze(ts: TraceSet) -> Report:
             else:
                 findings.append(_from_divergence(d, views))
     findings.extend(p2p.unposted_peers(ts, waits, pending, on_cycle))
+    untold: list[Finding] = []  # a lateness its role may explain, which these dumps cannot time: no claim
     if not findings and not explainer.subjects():
-        findings.extend(find_stragglers(views))
+        findings, untold = split_untold(find_stragglers(views))
 
     findings = _one_finding_per_absent_rank(sort_findings(findings), consequences)
     findings = _streams_first(ts, findings, consequences)
@@ -229,7 +232,7 @@ def analyze(ts: TraceSet) -> Report:
     ranks = {str(r): progress.get(r, missing) for r in sorted(set(progress).union(no_dump))}  # imply a huge world
     for r, extra in thread_ranks.items():  # per-rank logs: "threads" and "log"
         ranks[str(r)].update(extra)
-    return Report(ts, findings, ranks, ts.world_size, waits, cycles, consequences, views, no_calls(ts))
+    return Report(ts, findings, ranks, ts.world_size, waits, cycles, consequences, views, no_calls(ts), untold)
 
 
 def no_calls(ts: TraceSet) -> str | None:

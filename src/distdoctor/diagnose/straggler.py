@@ -180,7 +180,8 @@ def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
         if b.get("role_untold"):
             detail += (" Whether the rank or its place in the program is slow, these dumps cannot tell: the sibling "
                        "groups' calls at that point are not timed in them (ranks that left only the recorder's "
-                       "trace cannot see the calls issued from C++).")
+                       "trace cannot see the calls issued from C++). Not a finding: a rank whose role does more "
+                       "work (a scatter's root, the one that logs) arrives as late on a healthy job.")
         out.append(Finding(
             "straggler", [r], group=b["group"], seq=b["seq"], op=b["op"], detail=detail,
             evidence={"late_ms": round(b["late_s"] * 1e3, 2), "last_arrivals": last_count[r], "collectives": samples,
@@ -189,9 +190,18 @@ def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
                       "collective": {"group": b["group"], "op": b["op"], "sizes": b["sizes"]},
                       "samples": b["samples"], "noise_ms": round(b["noise_s"] * 1e3, 3), **b["bracket"],
                       "median_late_ms": {str(q): round(float(np.max(v)) * 1e3, 2)
-                                         for q, v in sorted(all_late.items())}}))
+                                         for q, v in sorted(all_late.items())},
+                      **({"role_untold": True} if b.get("role_untold") else {})}))
     if len(out) > 1:  # one line says which ranks, each finding says how late
         names = fmt_ranks([f.ranks[0] for f in out])
         for f in out:
             f.evidence["stragglers"] = names
     return out
+
+
+def split_untold(found: list[Finding]) -> tuple[list[Finding], list[Finding]]:
+    """(the stragglers that are claims, those whose role the dumps cannot tell): a lateness that every sibling
+    replica's member at that place might share is no evidence that the rank is slow; reported apart
+    (`unconfirmed`), never a finding, so that a healthy job whose dumps time no sibling reads OK."""
+    return ([f for f in found if not f.evidence.get("role_untold")],
+            [f for f in found if f.evidence.get("role_untold")])

@@ -101,7 +101,29 @@ def render_text(report: Report) -> str:
     if ts.refuted:
         lines.append("")
         lines.append(refuted_note(ts.refuted))
+    for f in report.unconfirmed:
+        lines.append("")
+        lines.append(f"not a finding: rank {f.ranks[0]} may be a straggler: {f.detail}")
+    if ts.launch is not None:
+        lines.append("")
+        lines.append(launch_note(report.to_json()["launcher"]))
     return "\n".join(lines) + "\n"
+
+
+LAUNCH_HOW = {"exception": "raised", "signal": "ended by a signal the launcher did not send", "exit": "exited",
+              "unshown": "exited with code 1 (no traceback in the log)", "stopped": "stopped by the launcher",
+              "unknown": "ended"}
+
+
+def launch_note(launch: dict) -> str:
+    """One line on the launcher's account (trace/loaders/launcher_log.py): how it says each rank ended."""
+    by_how: dict[str, list[int]] = {}
+    for rank, ended in launch["ranks"].items():
+        by_how.setdefault(ended["ended"], []).append(int(rank))
+    said = "; ".join(f"rank{'s' if len(ranks) > 1 else ''} {fmt_ranges(sorted(ranks))} {LAUNCH_HOW.get(how, how)}"
+                     for how, ranks in sorted(by_how.items(), key=lambda kv: (kv[0] == "stopped", min(kv[1]))))
+    stop = "the job was stopped from outside (the launcher was signalled); " if launch["told_to_stop"] else ""
+    return f"the launcher's log ({launch['path']}): {stop}{said or 'no rank named'}."
 
 
 def refuted_note(refuted: list[dict]) -> str:
