@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, event, given
 from hypothesis import strategies as st
 
 from distdoctor.diagnose.analyze import analyze
@@ -28,7 +28,8 @@ from distdoctor.trace.loaders import load_traces
 from distdoctor.trace.loaders.launcher_log import load_launcher_log, looks_like_launcher_log
 from real_dumps import FIXTURES, truth
 from test_fuzz_invariant import CHECKS
-from trace_sets import closed_under, launched, launcher_log, pipeline_left, run, traces, write
+from trace_sets import (closed_under, ground_truth, jobs, launched, launcher_log, pipeline_left, render_launch, run,
+                        traces, write)
 
 
 def _diagnose(job, left, forms, end):
@@ -141,3 +142,48 @@ def test_a_hang_stopped_from_outside_stays_undecided_with_its_log():
     assert report["verdict"] == "undecided" and not report["findings"], report["findings"]
     assert report["launcher"]["told_to_stop"] is True
     assert {e["ended"] for e in report["launcher"]["ranks"].values()} <= {"stopped"}
+
+
+TIMED_OUT = "RuntimeError: [pair.cc:598] Timed out waiting 1800000ms for recv operation to complete"
+
+
+@CHECKS
+@given(st.data())
+def test_the_launchers_log_never_makes_a_verdict_less_right(data):
+    """Any generated job with one fault, in any mix of forms, diagnosed without and with torchrun's log of how it
+    ended: the rank that crashed raised before the launcher's signal; a rank that left no dump was killed or
+    aborted itself; ranks blocked behind the fault may have timed out, or aborted themselves (Gloo's enforce
+    failure on a collective mismatch another rank caused: SIGABRT) before the launcher's signal; the launcher
+    stopped every other rank, the faulty one included where it was still running (a rank that skipped a call, or
+    stopped in Python). Where the dumps alone named the faulty rank first, the log names it too; and the log
+    never adds a claim naming another rank alone."""
+    job = data.draw(jobs(max_faults=1).filter(lambda j: j.faults))
+    faulty, (fault, _) = next(iter(job.faults.items()))
+    ran = run(job)
+    ts_in = traces(job, ran)
+    assume(ts_in)
+    blocked, _ = ground_truth(job, ran)
+    forms = {r: data.draw(st.sampled_from(["native", "pickle", "json", "both"])) for r in range(job.world)}
+    ends = {}
+    for r in range(job.world):
+        if r == faulty and ran[r][2] == "crash":
+            ends[r] = (1, None, job.crash_text, False)
+        elif r == faulty and fault == "no_dump":
+            ends[r] = data.draw(st.sampled_from([(-9, "SIGKILL", None, False), (-6, "SIGABRT", None, False)]))
+        elif r in blocked and r != faulty and data.draw(st.integers(0, 3)) == 0:
+            ends[r] = data.draw(st.sampled_from([(1, None, TIMED_OUT, False), (-6, "SIGABRT", None, False)]))
+        else:
+            ends[r] = (-15, "SIGTERM", None, True)
+    with tempfile.TemporaryDirectory() as d:
+        write(d, job, ts_in, forms)
+        alone = analyze(load_traces([d], world_size=job.world))
+        with open(os.path.join(d, "torchrun.log"), "w") as f:
+            f.write(render_launch(ends, 4000))
+        logged = analyze(load_traces([d], world_size=job.world))
+    before = [(f.kind, f.ranks) for f in alone.findings]
+    after = [(f.kind, f.ranks, f.detail[:200]) for f in logged.findings]
+    event(f"{fault}: the dumps alone {'named it' if before and before[0][1] == [faulty] else 'did not'}")
+    if alone.findings and alone.findings[0].ranks == [faulty]:
+        assert logged.findings and logged.findings[0].ranks == [faulty], (fault, ends, before, after)
+    claims = {f.ranks[0] for f in logged.findings if len(f.ranks) == 1} - {faulty}
+    assert claims <= {f.ranks[0] for f in alone.findings if len(f.ranks) == 1}, (fault, ends, before, after)

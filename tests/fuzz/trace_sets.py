@@ -553,31 +553,35 @@ def launched(draw, world: int, culprit: int) -> dict:
 
 def launcher_log(world: int, culprit: int, end: dict) -> str:
     """torchrun's console log of `launched`'s ending, as torch.distributed.elastic writes it."""
-    pid = {r: end["pid0"] + r for r in range(world)}
-    lines, failures = [], {}
-    stamp = "W1128 10:26:38.207000 15823 site-packages/torch/distributed/elastic/multiprocessing/api.py"
     if end["told"]:
-        lines.append(f"{stamp}:753] Received 15 death signal, shutting down workers")
-        for r in range(world):
-            lines.append(f"{stamp}:1028] Sending process {pid[r]} closing signal SIGTERM")
-            failures[r] = (-15, "SIGTERM")
-        return _render(lines, failures, pid, min(failures))
+        return render_launch({r: (-15, "SIGTERM", None, True) for r in range(world)}, end["pid0"], told=True)
     own = {"exit": (3, None), "raise": (1, None), "signal": (-15, "SIGTERM"), "killed": (-9, "SIGKILL")}[end["how"]]
-    failures[culprit] = own
-    if end["how"] == "raise" and not end["cut"]:
-        lines += _traceback(culprit, "ValueError: the batch holds no labels", 77)
+    shown = "ValueError: the batch holds no labels" if end["how"] == "raise" and not end["cut"] else None
+    ends = {culprit: (*own, shown, False)}
     for r in sorted(end["echoes"]):
-        if r != end["cut_echo"]:
-            lines += _traceback(r, PEER_CLOSED, 63)
-        else:
-            failures[r] = (1, None)  # gone before the launcher's signal
+        ends[r] = (1, None, None, False) if r == end["cut_echo"] else (-15, "SIGTERM", PEER_CLOSED, True)
     for r in range(world):
-        if r not in failures:
-            lines.append(f"{stamp}:1028] Sending process {pid[r]} closing signal SIGTERM")
-            failures[r] = (143, None) if r in end["handler"] else (-15, "SIGTERM")
+        if r not in ends:
+            ends[r] = (143, None, None, True) if r in end["handler"] else (-15, "SIGTERM", None, True)
+    return render_launch(ends, end["pid0"], first=culprit)
+
+
+def render_launch(ends: dict[int, tuple], pid0: int, told: bool = False, first: int | None = None) -> str:
+    """torchrun's console log of a job whose ranks ended so: rank -> (exit code, signal name or None, the
+    exception its traceback shows or None, whether the launcher signalled it); `told`: the agent was signalled
+    first; `first`: the failure the agent saw first (else the lowest rank it did not signal)."""
+    pid = {r: pid0 + r for r in ends}
+    stamp = "W1128 10:26:38.207000 15823 site-packages/torch/distributed/elastic/multiprocessing/api.py"
+    lines = [f"{stamp}:753] Received 15 death signal, shutting down workers"] if told else []
+    for r, (_, _, exception, _) in sorted(ends.items()):
+        if exception:
+            lines += _traceback(r, exception, 77 if r == first else 63)
+    lines += [f"{stamp}:1028] Sending process {pid[r]} closing signal SIGTERM" for r, e in sorted(ends.items()) if e[3]]
+    if first is None:
+        first = min((r for r, e in ends.items() if not e[3]), default=min(ends))
     lines.append(f"E1128 10:26:38.689000 15823 site-packages/torch/distributed/elastic/multiprocessing/api.py:1002] "
-                 f"failed (exitcode: {own[0]}) local_rank: {culprit} (pid: {pid[culprit]}) of binary: /usr/bin/python")
-    return _render(lines, failures, pid, culprit)
+                 f"failed (exitcode: {ends[first][0]}) local_rank: {first} (pid: {pid[first]}) of binary: python")
+    return _render(lines, {r: e[:2] for r, e in ends.items()}, pid, first)
 
 
 def _traceback(rank: int, exception: str, line: int) -> list[str]:

@@ -126,15 +126,23 @@ def launch_phrase(trace) -> str:
     return f"exit code {launch.get('exitcode')}"
 
 
+# A process that aborted itself: a backend's answer to a peer more often than not (Gloo's enforce failure on a
+# message of the wrong size - a collective mismatch another rank caused -, NCCL's watchdog on a timeout), a
+# failed assertion of its own code otherwise. The launcher's log cannot tell which: never a cause of its own.
+ABORTS = ("SIGABRT",)
+
+
 def ended_on_their_own(ts: TraceSet) -> list[int]:
     """Ranks the launcher's log (trace/loaders/launcher_log.py) says ended before it stopped the others, of a
-    cause of their own: a signal it did not send, an exit code, an exception that is no communication failure
-    nor a stop from outside, or an exit code 1 whose traceback the log does not hold (`unshown`: its cause may be
+    cause of their own: a signal it did not send (but an abort: ABORTS), an exit code, an exception that is no
+    communication failure nor a stop from outside, or an exit code 1 whose traceback the log does not hold (`unshown`: its cause may be
     either; the callers name a rank only when it is the one such rank). Empty without such a log, or when the
     job was stopped from outside (the launcher stopped every rank)."""
     own = []
     for rank, ended in (ts.launch.ranks.items() if ts.launch is not None else ()):  # with the ranks that left no dump
         how, text = ended.ended, ended.exception or ""
+        if how == "signal" and ended.signal in ABORTS:
+            continue
         if how in ("signal", "exit", "unshown") or (how == "exception" and not COMM_FAILURE.search(text)
                                                      and text.split(":", 1)[0].rsplit(".", 1)[-1] not in STOPS):
             own.append(rank)
