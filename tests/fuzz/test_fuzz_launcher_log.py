@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,47 @@ def test_the_launchers_log_never_makes_a_verdict_less_right(data):
         assert logged.findings and logged.findings[0].ranks == [faulty], (fault, ends, before, after)
     claims = {f.ranks[0] for f in logged.findings if len(f.ranks) == 1} - {faulty}
     assert claims <= {f.ranks[0] for f in alone.findings if len(f.ranks) == 1}, (fault, ends, before, after)
+
+
+OWN = "RuntimeError: Split sizes doesn't match total dim 0 size"
+
+
+@CHECKS
+@given(jobs(faults=("size", "dtype"), max_faults=1).filter(lambda j: j.faults))
+def test_a_crash_of_its_own_at_the_call_decides_a_mismatch_nothing_else_decides(job):
+    """A rank passed another size or dtype, then raised at its next call, its own exception (an argument error,
+    as torch's all_to_all_single raises on split sizes that do not add up). Where nothing else decides the
+    mismatch (a group of two, an even split; a minority of several, a scatter's root), the rank whose own code
+    raised there does (lead.py). (A real MoE run's Flight Recorder dumps with its torchrun log: the same.)"""
+    faulty, (_, at) = next(iter(job.faults.items()))
+    ran = run(job)
+    ts_in = traces(job, ran)
+    trace = ts_in.get(faulty)
+    assume(trace is not None)
+    line = 100 + at
+    cut = next((i for i, e in enumerate(trace.entries) if e.frames and e.frames[-1].line == line), None)
+    assume(cut is not None)
+    text = OWN
+    kind, _, message = text.partition(": ")
+    raised = replace(trace.entries[cut], error=text, state="issued")  # the recorder marks the call that raised
+    ts_in[faulty] = replace(trace, entries=[*trace.entries[:cut], raised], dump_reason=f"exception: {text}",
+                            exception={"type": kind, "message": message, "thread": "MainThread", "exit_code": 1})
+    with tempfile.TemporaryDirectory() as d:
+        write(d, job, ts_in, {})
+        report = analyze(load_traces([d], world_size=job.world))
+    got = [(f.kind, f.ranks, f.detail[:160]) for f in report.findings]
+    assert report.findings, got
+    assert report.findings[0].ranks == [faulty], got
+
+
+def test_a_real_moe_resize_from_flight_recorder_and_its_log_names_the_rank_that_raised():
+    """MoE over Gloo, rank 3 resized its all_to_all_single input at call 21: the members' sizes do not add up,
+    which alone cannot say whose ("one of ranks 0-3" from Flight Recorder's pickles). Its torchrun log shows
+    rank 3 raising "Split sizes doesn't match total dim 0 size" right after that call, its own argument error:
+    it leads, the mismatch after it (`gloo-moe-resize-log`)."""
+    fired = truth("gloo-moe-resize-log")
+    assert (fired["kind"], fired["rank"]) == ("resize", 3)
+    alone = _given("gloo-moe-resize-log", _pickles(4), 4)["findings"][0]
+    assert alone["kind"] == "size_mismatch" and alone["ranks"] == [0, 1, 2, 3], alone
+    findings = _given("gloo-moe-resize-log", _pickles(4) + ["torchrun.log"], 4)["findings"]
+    assert [(f["kind"], f["ranks"]) for f in findings[:2]] == [("crashed", [3]), ("size_mismatch", [0, 1, 2, 3])]

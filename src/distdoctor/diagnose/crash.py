@@ -68,7 +68,10 @@ def crash_findings(ts: TraceSet, crashes: dict[int, dict], waiting: set[int], ec
             detail += f" {whose} last completed call was {op} #{seq} on group '{group}'."
         out.append(Finding("crashed", ranks, group=group, seq=seq, op=op, t=trace.dump_time, detail=detail,
                            evidence={"exception": {str(r): {k: v for k, v in crashes[r].items() if k != "in_call"}
-                                                   for r in ranks}}))
+                                                   for r in ranks},
+                                     **({"raised_at": {"group": group, "seq": seq, "op": op,
+                                                       "inside": crash.get("in_call") is not None}}
+                                        if group is not None else {})}))
     return out
 
 

@@ -26,7 +26,8 @@ from distdoctor.collectives.names import backend_of
 from distdoctor.diagnose.ended import first_to_close, p2p_ends
 from distdoctor.diagnose.crash import (COMM_FAILURE, crash_findings, ended_by_signal, ended_on_their_own, killed_first,
                                       launch_phrase, signal_of_its_own, signalled, stopped)
-from distdoctor.findings.kinds import PRIORITY, PRODUCER_ORDERED, Finding, fmt_group, fmt_ranks
+from distdoctor.diagnose.lead import sort_findings
+from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.progress import describe_rank, left_alive, shows_no_p2p
 from distdoctor.diagnose.waitfor import Wait, completed_by_peers
@@ -38,23 +39,6 @@ from distdoctor.trace.summary import summarize
 DIVERGENCE_KINDS = ("type_mismatch", "size_mismatch", "dtype_mismatch", "root_mismatch", "missing_ranks",
                     "state_mismatch", "stuck_collective")
 P2P_OPS = ("send", "recv")
-
-
-def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Root cause first (PRIORITY), then by when the evidence happened, then by ranks; kinds whose producer
-    already orders them strongest first (PRODUCER_ORDERED) keep that order among themselves (the sort is stable)."""
-    return sorted(findings, key=lambda f: (_rank_of(f), f.t if f.t is not None else float("inf"),
-                                           [] if f.kind in PRODUCER_ORDERED else sorted(f.ranks)))
-
-
-def _rank_of(f: Finding) -> float:
-    """PRIORITY, except that a lost rank hedged with ranks whose own traces show them absent from the call the
-    others wait in and in no call at all (analyze.py, `_hedge_lost`: "one of ..."; they moved on past it) comes
-    after those ranks' missing_ranks: the evidence first, a missing dump (which says nothing of what the rank
-    did) after it. A rank blocked elsewhere may be waiting, unseen, for the lost one: then the lost rank leads."""
-    if f.kind == "missing_dump" and f.evidence.get("undecided") and f.evidence.get("suspects_in_no_call"):
-        return PRIORITY["missing_ranks"] + 0.5
-    return PRIORITY[f.kind]
 
 
 def _seq(e: Entry):

@@ -88,7 +88,7 @@ class LaunchLog:
     told_to_stop: bool = False  # the agent itself was signalled: every rank it stopped, it stopped on request
     first_seen_at: str | None = None  # the time of the agent's first failure line (its glog stamp)
 
-    def merge(self, other: "LaunchLog") -> None:
+    def merge(self, other: LaunchLog) -> None:
         self.path = f"{self.path}, {other.path}"
         for rank, ended in other.ranks.items():
             self.ranks.setdefault(rank, ended)
