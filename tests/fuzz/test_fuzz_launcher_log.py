@@ -232,3 +232,14 @@ def test_a_real_moe_resize_from_flight_recorder_and_its_log_names_the_rank_that_
     assert alone["kind"] == "size_mismatch" and alone["ranks"] == [0, 1, 2, 3], alone
     findings = _given("gloo-moe-resize-log", _pickles(4) + ["torchrun.log"], 4)["findings"]
     assert [(f["kind"], f["ranks"]) for f in findings[:2]] == [("crashed", [3]), ("size_mismatch", [0, 1, 2, 3])]
+
+
+def test_the_text_report_says_in_one_line_how_the_log_says_each_rank_ended(tmp_path):
+    for name in _pickles(4) + ["torchrun.log"]:
+        (tmp_path / name).write_bytes((FIXTURES / "gloo-pipeline-exit-log" / name).read_bytes())
+    proc = subprocess.run([sys.executable, "-m", "distdoctor", "diagnose", str(tmp_path), "--world-size", "4"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.splitlines()[-1] == (f"the launcher's log ({tmp_path / 'torchrun.log'}): ranks 1, 3 raised; "
+                                            "rank 2 exited with code 3; rank 0 stopped by the launcher."), proc.stdout
+    assert "1. crashed: ranks [2]" in proc.stdout

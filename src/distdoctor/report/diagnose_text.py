@@ -119,9 +119,14 @@ def launch_note(launch: dict) -> str:
     """One line on the launcher's account (trace/loaders/launcher_log.py): how it says each rank ended."""
     by_how: dict[str, list[int]] = {}
     for rank, ended in launch["ranks"].items():
-        by_how.setdefault(ended["ended"], []).append(int(rank))
-    said = "; ".join(f"rank{'s' if len(ranks) > 1 else ''} {fmt_ranges(sorted(ranks))} {LAUNCH_HOW.get(how, how)}"
-                     for how, ranks in sorted(by_how.items(), key=lambda kv: (kv[0] == "stopped", min(kv[1]))))
+        how = LAUNCH_HOW.get(ended["ended"], ended["ended"])
+        if ended["ended"] == "signal":
+            how = f"ended by {ended['signal']}, which the launcher did not send"
+        elif ended["ended"] == "exit":
+            how = f"exited with code {ended['exitcode']}"
+        by_how.setdefault(how, []).append(int(rank))
+    said = "; ".join(f"rank{'s' if len(ranks) > 1 else ''} {fmt_ranges(sorted(ranks))} {how}" for how, ranks in
+                     sorted(by_how.items(), key=lambda kv: (kv[0] == LAUNCH_HOW["stopped"], min(kv[1]))))
     stop = "the job was stopped from outside (the launcher was signalled); " if launch["told_to_stop"] else ""
     return f"the launcher's log ({launch['path']}): {stop}{said or 'no rank named'}."
 
