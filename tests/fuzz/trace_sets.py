@@ -553,8 +553,14 @@ def launched(draw, world: int, culprit: int) -> dict:
 
 def launcher_log(world: int, culprit: int, end: dict) -> str:
     """torchrun's console log of `launched`'s ending, as torch.distributed.elastic writes it."""
+    return render_launch(launch_ends(world, culprit, end), end["pid0"], told=end["told"],
+                         first=None if end["told"] else culprit)
+
+
+def launch_ends(world: int, culprit: int, end: dict) -> dict[int, tuple]:
+    """Each rank's end in `launched`'s ending, as render_launch takes them."""
     if end["told"]:
-        return render_launch({r: (-15, "SIGTERM", None, True) for r in range(world)}, end["pid0"], told=True)
+        return {r: (-15, "SIGTERM", None, True) for r in range(world)}
     own = {"exit": (3, None), "raise": (1, None), "signal": (-15, "SIGTERM"), "killed": (-9, "SIGKILL")}[end["how"]]
     shown = "ValueError: the batch holds no labels" if end["how"] == "raise" and not end["cut"] else None
     ends = {culprit: (*own, shown, False)}
@@ -563,21 +569,21 @@ def launcher_log(world: int, culprit: int, end: dict) -> str:
     for r in range(world):
         if r not in ends:
             ends[r] = (143, None, None, True) if r in end["handler"] else (-15, "SIGTERM", None, True)
-    return render_launch(ends, end["pid0"], first=culprit)
+    return ends
 
 
 def render_launch(ends: dict[int, tuple], pid0: int, told: bool = False, first: int | None = None) -> str:
     """torchrun's console log of a job whose ranks ended so: rank -> (exit code, signal name or None, the
     exception its traceback shows or None, whether the launcher signalled it); `told`: the agent was signalled
     first; `first`: the failure the agent saw first (else the lowest rank it did not signal)."""
-    pid = {r: pid0 + r for r in ends}
+    pid = {r: pid0 + i for i, r in enumerate(sorted(ends))}  # (another host's agent may see the same pids)
     stamp = "W1128 10:26:38.207000 15823 site-packages/torch/distributed/elastic/multiprocessing/api.py"
     lines = [f"{stamp}:753] Received 15 death signal, shutting down workers"] if told else []
     for r, (_, _, exception, _) in sorted(ends.items()):
         if exception:
             lines += _traceback(r, exception, 77 if r == first else 63)
     lines += [f"{stamp}:1028] Sending process {pid[r]} closing signal SIGTERM" for r, e in sorted(ends.items()) if e[3]]
-    if first is None:
+    if first is None or first not in ends:
         first = min((r for r, e in ends.items() if not e[3]), default=min(ends))
     lines.append(f"E1128 10:26:38.689000 15823 site-packages/torch/distributed/elastic/multiprocessing/api.py:1002] "
                  f"failed (exitcode: {ends[first][0]}) local_rank: {first} (pid: {pid[first]}) of binary: python")
