@@ -102,7 +102,7 @@ class LaunchLog:
 
 def looks_like_launcher_log(head: bytes, tail: bytes) -> bool:
     """torchrun's console log: the elastic agent's lines or summary, or several ranks' `[rankN]:` prefixes."""
-    if b"\0" in head:
+    if b"\0" in head or head.lstrip()[:1] == b"{":  # (a Flight Recorder JSON dump: never scanned further)
         return False
     if _MARKS.search(head) or _MARKS.search(tail):
         return True
