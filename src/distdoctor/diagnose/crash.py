@@ -138,18 +138,23 @@ ABORTS = ("SIGABRT",)
 def ended_on_their_own(ts: TraceSet) -> list[int]:
     """Ranks the launcher's log (trace/loaders/launcher_log.py) says ended before it stopped the others, of a
     cause of their own: a signal it did not send (but an abort: ABORTS), an exit code, an exception that is no
-    communication failure nor a stop from outside, or an exit code 1 whose traceback the log does not hold (`unshown`: its cause may be
-    either; the callers name a rank only when it is the one such rank). Empty without such a log, or when the
-    job was stopped from outside (the launcher stopped every rank)."""
-    own = []
-    for rank, ended in (ts.launch.ranks.items() if ts.launch is not None else ()):  # with the ranks that left no dump
-        how, text = ended.ended, ended.exception or ""
-        if how == "signal" and ended.signal in ABORTS:
-            continue
-        if how in ("signal", "exit", "unshown") or (how == "exception" and not COMM_FAILURE.search(text)
-                                                     and text.split(":", 1)[0].rsplit(".", 1)[-1] not in STOPS):
-            own.append(rank)
-    return own
+    communication failure nor a stop from outside, or an exit code 1 whose traceback the log does not hold
+    (`unshown`: its cause may be either; the callers name a rank only when it is the one such rank). Empty
+    without such a log, or when the job was stopped from outside (the launcher stopped every rank). Read once
+    per account (the analysis asks for every rank absent from a call)."""
+    if ts.launch is None:
+        return []
+    if "own" not in ts.launch.judged:
+        ts.launch.judged["own"] = [rank for rank, ended in ts.launch.ranks.items() if _went_of_its_own(ended)]
+    return ts.launch.judged["own"]
+
+
+def _went_of_its_own(ended) -> bool:
+    how, text = ended.ended, ended.exception or ""
+    if how == "signal":
+        return ended.signal not in ABORTS
+    return how in ("exit", "unshown") or (how == "exception" and not COMM_FAILURE.search(text)
+                                          and text.split(":", 1)[0].rsplit(".", 1)[-1] not in STOPS)
 
 
 def unshown_first(ts: TraceSet) -> dict[int, dict]:

@@ -16,8 +16,9 @@ launcher's signal), with what the log shows of it. A rank the agent found failed
 ended on its own; one it signalled did not (unless it had raised already: its traceback says so, and the
 exception is what ended it). An exit code of 1 with no traceback in the log is an exception the log does not
 show (a log cut at its start loses the first tracebacks, the culprit's among them): `unshown`, never an exit of
-its own; the analysis weighs it (diagnose/crash.py: the only rank that went before the launcher's signal). Several files (one agent per host) are one account.
-Detected by content: the elastic agent's log lines, its failure summary, or torchrun's `[rankN]:` prefixes.
+its own; the analysis weighs it (diagnose/crash.py: the only rank that went before the launcher's signal).
+Several files (one agent per host) are one account. Detected by content: the elastic agent's log lines, its
+failure summary, or torchrun's `[rankN]:` prefixes.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class LaunchLog:
     ranks: dict[int, Ended] = field(default_factory=dict)
     told_to_stop: bool = False  # the agent itself was signalled: every rank it stopped, it stopped on request
     first_seen_at: str | None = None  # the time of the agent's first failure line (its glog stamp)
+    judged: dict = field(default_factory=dict, repr=False, compare=False)  # what an analysis read of it, once
 
     def merge(self, other: LaunchLog) -> None:
         self.path = f"{self.path}, {other.path}"
