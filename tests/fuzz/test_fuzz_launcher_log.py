@@ -248,3 +248,16 @@ def test_the_text_report_says_in_one_line_how_the_log_says_each_rank_ended(tmp_p
     assert proc.stdout.splitlines()[-1] == (f"the launcher's log ({tmp_path / 'torchrun.log'}): ranks 1, 3 raised; "
                                             "rank 2 exited with code 3; rank 0 stopped by the launcher."), proc.stdout
     assert "1. crashed: ranks [2]" in proc.stdout
+
+
+def test_an_error_files_traceback_in_the_summary_is_no_exception_text():
+    """With @record the summary's traceback field is the whole callstack over several lines: its first line is
+    no exception. The rank reads `unshown` (exit code 1, its own lines hold no traceback), never a crash named
+    'Traceback (most recent call last)'."""
+    text = b"\\n".join([b"torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", b"Root Cause "
+                        b"(first observed failure):", b"[0]:", b"  time      : 2026-11-28_10:26:38",
+                        b"  host      : node", b"  rank      : 2 (local_rank: 2)", b"  exitcode  : 1 (pid: 77)",
+                        b"  error_file: /tmp/x/error.json", b"  traceback : Traceback (most recent call last):",
+                        b'    File "train.py", line 3, in main', b"  ValueError: nope", b""])
+    log = load_launcher_log(text, "torchrun.log")
+    assert {r: (e.ended, e.exception) for r, e in log.ranks.items()} == {2: ("unshown", None)}

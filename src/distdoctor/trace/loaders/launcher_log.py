@@ -167,8 +167,9 @@ def _add_failure(log: LaunchLog, block: dict) -> None:
                   host=block.get("host"))
     log.ranks.setdefault(ended.rank, ended)  # (the root cause is listed again under its own heading)
     told = block.get("traceback", "")
-    if told and not told.startswith(UNTOLD) and not told.startswith("Signal ") and not ended.exception:
-        ended.exception = told  # an error file's message (@record), when the rank wrote one
+    if told and not told.startswith((UNTOLD, "Signal ", "Traceback")) and not ended.exception:
+        ended.exception = told  # an error file's message (@record), when the rank wrote one (its traceback, over
+        # several lines, is not read here: the rank's own `[rankN]:` lines hold it)
 
 
 def last_exception(lines: list[str]) -> tuple[str | None, list[Frame]]:
