@@ -254,7 +254,7 @@ def test_an_error_files_traceback_in_the_summary_is_no_exception_text():
     """With @record the summary's traceback field is the whole callstack over several lines: its first line is
     no exception. The rank reads `unshown` (exit code 1, its own lines hold no traceback), never a crash named
     'Traceback (most recent call last)'."""
-    text = b"\\n".join([b"torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", b"Root Cause "
+    text = b"\n".join([b"torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", b"Root Cause "
                         b"(first observed failure):", b"[0]:", b"  time      : 2026-11-28_10:26:38",
                         b"  host      : node", b"  rank      : 2 (local_rank: 2)", b"  exitcode  : 1 (pid: 77)",
                         b"  error_file: /tmp/x/error.json", b"  traceback : Traceback (most recent call last):",
