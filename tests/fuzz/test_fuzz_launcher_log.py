@@ -127,6 +127,7 @@ def test_real_pipelines_flight_recorder_pickles_with_their_torchrun_log_name_the
     assert (first["kind"], first["ranks"]) == ("crashed", [fired["rank"]]), report["findings"]
     assert not [f for f in report["findings"] if len(f["ranks"]) == 1 and f["ranks"] != [fired["rank"]]]
     assert report["launcher"]["ranks"][str(fired["rank"])]["stopped_by_launcher"] is False
+    assert report["ranks"][str(fired["rank"])]["launch"] == report["launcher"]["ranks"][str(fired["rank"])]
 
 
 def test_a_real_pipeline_in_mixed_forms_with_its_log_names_the_stage_a_signal_ended():
@@ -261,3 +262,12 @@ def test_an_error_files_traceback_in_the_summary_is_no_exception_text():
                         b'    File "train.py", line 3, in main', b"  ValueError: nope", b""])
     log = load_launcher_log(text, "torchrun.log")
     assert {r: (e.ended, e.exception) for r, e in log.ranks.items()} == {2: ("unshown", None)}
+
+
+@pytest.mark.parametrize("stream,jobs", [(False, 1), (True, 1), (False, 2), (True, 2)])
+def test_the_log_is_one_account_however_the_set_is_loaded(stream, jobs):
+    """In this process or the loader's workers, whole or streaming: the log reaches the set as its account."""
+    ts = load_traces([str(FIXTURES / "gloo-pipeline-exit-log")], world_size=4, jobs=jobs, stream=stream)
+    assert ts.launch is not None and ts.errors == [], ts.errors
+    assert {r: t.launch["ended"] for r, t in ts.ranks.items()} == {0: "stopped", 1: "exception", 2: "exit",
+                                                                    3: "exception"}

@@ -200,6 +200,8 @@ def rank_progress(trace: RankTrace, pending: list[Entry]) -> dict:
         out["thread_exception"] = dead_thread
     if trace.merged:
         out["merged"] = trace.merged
+    if trace.launch:
+        out["launch"] = trace.launch  # how the launcher's log says it ended
     return out
 
 

@@ -106,13 +106,12 @@ def render_text(report: Report) -> str:
         lines.append(f"not a finding: rank {f.ranks[0]} may be a straggler: {f.detail}")
     if ts.launch is not None:
         lines.append("")
-        lines.append(launch_note(report.to_json()["launcher"]))
+        lines.append(launch_note(ts.launch.to_json()))
     return "\n".join(lines) + "\n"
 
 
-LAUNCH_HOW = {"exception": "raised", "signal": "ended by a signal the launcher did not send", "exit": "exited",
-              "unshown": "exited with code 1 (no traceback in the log)", "stopped": "stopped by the launcher",
-              "unknown": "ended"}
+LAUNCH_HOW = {"exception": "raised", "unshown": "exited with code 1 (no traceback in the log)",
+              "stopped": "stopped by the launcher", "unknown": "ended"}  # (a signal and an exit name theirs)
 
 
 def launch_note(launch: dict) -> str:

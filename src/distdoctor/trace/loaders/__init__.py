@@ -225,7 +225,7 @@ def _load_compact(path: str, stream: bool = False):
     gc.disable()  # this worker only builds acyclic objects; see gc_paused
     got = _load_one(path, _WORKER_INTERNER)
     if isinstance(got, (LoadError, LaunchLog)):
-        return got if not stream or isinstance(got, LoadError) else (got, None)
+        return got
     summarize(got)
     if not stream:
         return got
@@ -282,12 +282,10 @@ def _load_parallel(files: list[str], jobs: int, check: PrefixCheck | None = None
 
 def _unpack(got, shared: dict, check: PrefixCheck | None) -> RankTrace | LoadError:
     """A worker's result as a trace whose equal size/dtype lists are shared with every other rank's."""
-    if isinstance(got, LoadError):
+    if isinstance(got, (LoadError, LaunchLog)):
         return got
     if check is not None:
         got, digest = got
-        if isinstance(got, LaunchLog):
-            return got
         members_back(got, check.members)
         if digest is not None:
             check.add(digest)
@@ -347,8 +345,10 @@ def assemble(results: list, ts: TraceSet, world_size: int | None = None) -> Trac
     for got in results:
         if isinstance(got, LoadError):
             ts.errors.append(got)
+        elif isinstance(got, LaunchLog) and launch is None:
+            launch = got
         elif isinstance(got, LaunchLog):
-            launch = got if launch is None else (launch.merge(got) or launch)
+            launch.merge(got)  # one agent a host: one account
         else:
             loaded.append(got)
     loaded = link_logs(loaded, ts.errors)  # per-rank logs: join a rank's other trace, link NCCL calls across ranks
