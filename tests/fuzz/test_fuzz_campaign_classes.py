@@ -211,13 +211,17 @@ def test_a_retired_call_a_member_that_ended_never_issued_is_the_call_in_flight()
     """Tensor parallel, the launcher's SIGTERM ended rank 2 (recorder only) in its optimizer step, before its
     loss all_reduce; rank 0's Gloo dump marks that all_reduce retired (Gloo ended it when the connection closed)
     and rank 0 idle. No collective completes without every member: rank 0 was in it, waiting for rank 2, and its
-    tensor-parallel call rank 1 waits in is a consequence (`gloo-tp-sigterm-retired`)."""
+    tensor-parallel call rank 1 waits in (retired too, and rank 0 held, never issued it) is a consequence
+    (`gloo-tp-sigterm-retired`)."""
     fired = truth("gloo-tp-sigterm-retired")
     assert (fired["kind"], fired["rank"], fired["arg"]) == ("kill", 2, "SIGTERM")
     _, report = diagnose_form("gloo-tp-sigterm-retired", "rank_*", 4)
     assert _first(report) == ("missing_ranks", [2]), report["findings"]
     assert report["ranks"]["0"]["pending"][0]["seq"] == 20, report["ranks"]["0"]
-    assert report["retired_in_flight"] == [{"rank": 0, "group": "1", "seq": 20, "never_issued_by": 2}]
+    assert report["retired_in_flight"] == [  # rank 1's, by rank 0 held in #20 in turn (completion.py)
+        {"rank": 0, "group": "1", "seq": 20, "never_issued_by": 2},
+        {"rank": 1, "group": "3", "seq": 9, "never_issued_by": 0, "member_waits_in": {"group": "1", "seq": 20}}]
+    assert report["ranks"]["1"]["pending"][0]["seq"] == 9, report["ranks"]["1"]
 
 
 def test_every_retirement_a_hung_members_final_trace_refutes_is_read_as_in_flight():

@@ -130,11 +130,16 @@ def launch_note(launch: dict) -> str:
     return f"the launcher's log ({launch['path']}): {stop}{said or 'no rank named'}."
 
 
+def _waiting_in(x: dict) -> str:
+    where = x.get("member_waits_in")
+    return f", itself waiting in #{where['seq']} on group '{where['group']}'," if where else ""
+
+
 def refuted_note(refuted: list[dict]) -> str:
-    """One line on the calls a Flight Recorder dump marks retired that a member whose process ended never issued
-    (trace/loaders/completion.py)."""
-    calls = "; ".join(f"rank {x['rank']}'s #{x['seq']} on group '{x['group']}' (rank {x['never_issued_by']} never "
-                      f"issued it)" for x in refuted)
+    """One line on the calls a Flight Recorder dump marks retired that a held member (its process ended, or it
+    waited in a call that could not complete) never issued (trace/loaders/completion.py)."""
+    calls = "; ".join(f"rank {x['rank']}'s #{x['seq']} on group '{x['group']}' (rank {x['never_issued_by']}"
+                      f"{_waiting_in(x)} never issued it)" for x in refuted)
     return (f"Read as in flight, not completed: {calls}. Gloo's Flight Recorder retires a call that failed as it "
             "does one that completed, and no call completes without every member.")
 

@@ -322,11 +322,15 @@ def launch(scenario: str, out: str, stall: float = 3.0, deadline: float = 60.0) 
         timed_out = time.monotonic() - t0 > deadline
         if dumped or timed_out:
             ended = "deadline" if timed_out and not dumped else "hang"
-            for r in live:
-                try:
-                    os.kill(pids[r], signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            # Freeze them all before killing any: a rank that outlived a peer by a moment would see its
+            # connection close, raise, and dump again over its stall dump (completion.py reads such dumps; the
+            # plan here is the stall dumps).
+            for sig in (signal.SIGSTOP, signal.SIGKILL):
+                for r in live:
+                    try:
+                        os.kill(pids[r], sig)
+                    except ProcessLookupError:
+                        pass
             for r in live:
                 os.waitpid(pids[r], 0)
                 exits[r] = -signal.SIGKILL

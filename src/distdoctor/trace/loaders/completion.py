@@ -1,4 +1,4 @@
-"""A collective completes only when every member issued it: a retirement a member's final trace refutes is a failure.
+"""A collective completes only when every member issued it: a retirement a held member's trace refutes is a failure.
 
 Gloo's Flight Recorder retires a work when it ends, whether it succeeded or failed (the peer's connection closed,
 the call timed out or was aborted), and records no completion time; only NCCL's dumps tell the two apart (a
@@ -8,16 +8,28 @@ member whose process ended (its dump's reason says so: an exception, an exit, a 
 call at that place never issued it, so no member could have completed it. Such a retirement is read back as the
 call in flight when the dump was written: the rank was in it, waiting for the member that never came.
 
+A member whose process had not ended refutes it too when it was held: waiting in a call (in flight, or one of
+these retirements read back) that a held member never issued. Calls block (Gloo's; NCCL's in-flight calls hold
+nothing, their CPU goes on), so such a member issued nothing after its trace either: going on would need the call
+it waited in to complete, which needs that member to issue it after its own trace, and so on, along a chain that
+ends at a rank whose process ended, or around a cycle back to itself, which is impossible. This is how a hang's
+dumps read when the launcher killed the ranks one by one and each survivor, its peer's connection closed, wrote
+its dump again from its exception handler: every dump is a retirement or a wait, none says it is final, and the
+cycle they form holds them all.
+
 Only retirements without a completion time are read so (a completion NCCL or the recorder measured is kept), only
-against a member whose trace is final (a live or requested dump may predate a call it issued later) and at a place
-that member's recorder would have shown (not one of its `unseen` calls, issued from C++, align_ranks.py).
+against a member held so (a live or requested dump of a rank that could go on may predate a call it issued later)
+and at a place that member's recorder would have shown (not one of its `unseen` calls, issued from C++,
+align_ranks.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from distdoctor.trace.frontier import is_async
 from distdoctor.trace.model import RankTrace, TraceSet
+from distdoctor.trace.summary import summarize
 
 # The recorder's dump reasons of a process that ended (recorder/ring.py, recorder/watchdog.py): a requested dump
 # ("signal: SIGUSR1", "manual", a live answer) is a picture of a running rank, not its last word.
@@ -30,60 +42,113 @@ def _final(t: RankTrace) -> bool:
     return reason.startswith(_FINAL) and not reason.startswith(_REQUESTS)
 
 
-def _last_issued(t: RankTrace) -> dict[str, int]:
-    """group -> the highest collective number the rank's trace holds."""
-    last: dict[str, int] = {}
-    for e in t.entries:
-        if e.seq is not None and not e.is_p2p:
-            last[e.group] = max(last.get(e.group, 0), e.seq)
-    return last
+def _frontier(t: RankTrace) -> tuple[dict[str, int], list[tuple[str, int]]]:
+    """(group -> the highest collective number the rank's trace holds, the collectives it shows in flight), from
+    the trace's summary: a large or streamed dump reads no entry but those in flight."""
+    s = summarize(t)
+    last = {group: max(seqs) for group, seqs in s.by_group.items() if seqs}
+    inflight = []
+    for p in s.not_done:
+        e = t.entries[p]
+        if e.seq is not None and e.op not in ("send", "recv"):
+            inflight.append((e.group, e.seq))
+    return last, inflight
 
 
-def _refuter(ts: TraceSet, rank: int, group: str, seq: int, ended: dict[int, dict[str, int]]) -> int | None:
-    """A member of `group` whose final trace shows it never issued call `seq` there, or None."""
+def _lacks(ts: TraceSet, member: int, group: str, seq: int, last: dict[int, dict[str, int]]) -> bool:
+    """Whether `member`'s trace shows it never issued call `seq` on `group` (it holds earlier calls there, and
+    would have shown this one)."""
+    mine = last.get(member, {})
+    return group in mine and mine[group] < seq and ts.ranks[member].would_show(group, seq)
+
+
+def _members(ts: TraceSet, rank: int, group: str) -> list[int]:
     info = ts.ranks[rank].groups.get(group)
-    for member in (info.ranks if info else ()):
-        last = ended.get(member)
-        if member == rank or last is None or group not in last:
-            continue
-        if last[group] < seq and ts.ranks[member].would_show(group, seq):
-            return member
-    return None
+    return [m for m in (info.ranks if info else ()) if m != rank and m in ts.ranks]
 
 
 def _retired_after(t: RankTrace, floor: dict[str, int]) -> list[int]:
-    """Positions of the collectives `t` shows retired without a completion time beyond an ended member's last
-    call on their group (read by column: a large dump builds no entry it does not need)."""
-    cols = [t.column(name) for name in ("state", "t_completed", "seq", "group", "op")]
-    return [i for i, (state, done, seq, group, op) in enumerate(zip(*cols))
-            if state == "completed" and done is None and seq is not None and op not in ("send", "recv")
-            and group in floor and seq > floor[group]]
+    """Positions of the collectives `t` shows retired without a completion time beyond some member's last call on
+    their group (only those positions are read)."""
+    out = []
+    for group, seqs in summarize(t).by_group.items():
+        for seq, p in seqs.items():
+            if group in floor and seq > floor[group]:
+                e = t.entries[p]
+                if e.state == "completed" and e.t_completed is None:
+                    out.append(p)
+    return sorted(out)
+
+
+def _held(ts: TraceSet, last: dict, waits: dict[int, list[tuple[str, int]]], final: set[int]) -> set[int]:
+    """The ranks that issued nothing after their trace: those whose process ended, and the largest set of ranks
+    each waiting (in flight, or retired without a completion time) in a call a member of that set, or an ended
+    one, never issued. Calls block, so a rank past its trace would have finished the call it waited in, which
+    needs that member to issue it after its own trace, and so on: along a chain that ends at an ended rank, or
+    around a cycle, that is impossible."""
+    held = final | {r for r, calls in waits.items() if calls}
+    changed = True
+    while changed:
+        changed = False
+        for rank in sorted(held - final):
+            if not any(m in held and _lacks(ts, m, g, s, last) for g, s in waits[rank] for m in _members(ts, rank, g)):
+                held.discard(rank)
+                changed = True
+    return held
+
+
+def _retirements(ts: TraceSet, last: dict) -> dict[int, list[int]]:
+    """rank -> positions of the Flight Recorder retirements without a completion time that some member's trace
+    lacks: the calls that may have failed rather than completed."""
+    floor: dict[str, int] = {}  # group -> the lowest last call of any rank: no call at or below it is refuted
+    for mine in last.values():
+        for group, seq in mine.items():
+            floor[group] = min(floor.get(group, seq), seq)
+    out = {}
+    for rank, t in ts.ranks.items():
+        if t.source.startswith("flight_recorder") or "flight_recorder_only" in (t.merged or {}):
+            out[rank] = _retired_after(t, floor)
+    return out
 
 
 def refute_completions(ts: TraceSet) -> list[dict]:
-    """Read back each retirement a final member's trace refutes as the call in flight. Returns, per rank, the
-    first call so read: {rank, group, seq, never_issued_by} (the report's `retired_in_flight`)."""
-    ended = {r: _last_issued(t) for r, t in ts.ranks.items() if _final(t)}
-    if not ended:
+    """Read back each retirement a held member's trace refutes as the call in flight. Returns, per rank, the first
+    call so read: {rank, group, seq, never_issued_by}, and `member_waits_in` {group, seq} where that member's
+    process had not ended but it was itself held in a call (the report's `retired_in_flight`)."""
+    fronts = {r: _frontier(t) for r, t in ts.ranks.items()}
+    last = {r: f[0] for r, f in fronts.items()}
+    retired = _retirements(ts, last)
+    if not any(retired.values()):
         return []
-    floor: dict[str, int] = {}  # group -> the lowest last call of an ended member: no call at or below it is refuted
-    for last in ended.values():
-        for group, seq in last.items():
-            floor[group] = min(floor.get(group, seq), seq)
+    # Only a call that blocks holds its rank: NCCL's return before the GPU is done (trace/frontier.py)
+    waits = {r: [] if is_async(ts.ranks[r]) else list(f[1]) for r, f in fronts.items()}
+    for rank, positions in retired.items():
+        waits[rank] += [(ts.ranks[rank].entries[i].group, ts.ranks[rank].entries[i].seq) for i in positions]
+    final = {r for r, t in ts.ranks.items() if _final(t)}
+    held = _held(ts, last, waits, final)
     found: dict[int, dict] = {}
-    for rank, t in ts.ranks.items():
-        if not t.source.startswith("flight_recorder") and "flight_recorder_only" not in (t.merged or {}):
-            continue
+    for rank, positions in retired.items():
+        t = ts.ranks[rank]
         changed = None
-        for i in _retired_after(t, floor):
+        for i in positions:
             e = t.entries[i]
-            member = _refuter(ts, rank, e.group, e.seq, ended)
+            member = next((m for m in _members(ts, rank, e.group) if m in held and _lacks(ts, m, e.group, e.seq, last)),
+                          None)
             if member is None:
                 continue
             changed = list(t.entries) if changed is None else changed
             changed[i] = replace(e, state="issued")  # what a Gloo dump taken in flight shows
-            found.setdefault(rank, {"rank": rank, "group": e.group, "seq": e.seq, "never_issued_by": member})
+            found.setdefault(rank, {"rank": rank, "group": e.group, "seq": e.seq, "never_issued_by": member,
+                                    **_held_in(member, final, waits)})
         if changed is not None:
             t.entries, t.summary = changed, None
     return [found[r] for r in sorted(found)]
 
+
+def _held_in(member: int, final: set[int], waits: dict[int, list[tuple[str, int]]]) -> dict:
+    """Where a member that had not ended was held: its first call in flight, or else its first retirement read
+    back."""
+    if member in final or not waits[member]:
+        return {}
+    group, seq = waits[member][0]
+    return {"member_waits_in": {"group": group, "seq": seq}}
