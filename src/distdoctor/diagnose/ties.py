@@ -9,8 +9,9 @@ who is odd. The evidence can:
   alone completes by sending, agreed with or not); for roots, when only the root one side names completed its
   call;
 - the call site's history: what the members passed at the same call site before (the same user frames; without
-  frames, the same op and dtype): a side passing what was always passed there beside a side passing what never
-  was (a size or dtype changed) is not the odd one (a site with no history, a call made once, says nothing);
+  frames, the same op and dtype), read by a call's place in its visit where that tells: a side passing what was always
+  passed there beside a side passing what never was (a size or dtype changed, the sizes call of an object
+  collective skipped) is not the odd one (a site with no history, a call made once, says nothing);
 - an error of its own: a member whose call raised, not a communication failure (torch's check of its own
   arguments), is the odd one, even where the count names every member (all_to_all's conservation);
 - a rank-conditional call site: a call issued from inside an `if` that tests the rank (`if rank == 0:` around a
@@ -141,8 +142,9 @@ def break_tie(d, view, views: dict) -> None:
                      f"always passed at that call site before, while {_ranks(d.ranks)}'s never was")
         return
     done = [v for v, rs in classes.items() if all(present[r] is not None and view.is_done(r, present[r]) for r in rs)
-            and not (key != "root" and d.op in SENDS_FROM_ROOT and len(rs) == 1
-                     and present[rs[0]].root in (None, rs[0]))]  # a root (or maybe one: no roots recorded) alone
+            and not (key != "root" and present[rs[0]].op in SENDS_FROM_ROOT and len(rs) == 1
+                     and present[rs[0]].root in (None, rs[0]))]  # a root (or maybe one: no roots recorded) alone,
+    # whatever the op the divergence is named by (its own call may be the odd broadcast)
     if key == "root" and not done:  # the root a side names completed its call: it sent what that side expects
         done = [v for v in classes if _completed(view, int(v), d.seq)]
     if len(done) == 1:  # only one side's call completed: it found members that agreed with it
@@ -180,21 +182,55 @@ def _site(e, key: str) -> tuple | None:
 
 def site_history(view, seq: int, key: str, classes: dict, present: dict) -> str | None:
     """The one side whose value the members always passed at its call site before, when every other side's site
-    has a history that never held its value: that side is the usual one."""
-    sites = {r: _site(e, key) for r, e in present.items() if e is not None}
+    has a history that never held its value: that side is the usual one. A site is read first with the call's
+    place among those one visit to it makes (`_context`), then as a whole; the first reading that decides is the
+    answer (the finer history holds fewer values, so it can only decide where the whole site's would not, never
+    against it)."""
+    for depth in (1, 0):
+        usual = _usual_at(view, seq, key, classes, present, depth)
+        if usual is not None:
+            return usual
+    return None
+
+
+def _context(seqs: dict, s: int, key: str, depth: int) -> tuple | None:
+    """Call `s`'s site (depth 0), or its site and its place in the run of calls from that site (depth 1): one line
+    that makes several calls a visit (an object collective: sizes, then data) passes each its own value, told
+    apart by their place; a rank that skipped one shows the next in the skipped one's place. Only for sites read
+    from frames: visits one after another with no other call between run together, their places ones never
+    seen before, which decide nothing; sites named by their op alone run into each other's."""
+    site = _site(seqs[s], key)
+    if site is None or depth == 0:
+        return site
+    if not seqs[s].frames:  # a site named by its op: another step's calls of that op run into its visits
+        return None
+    k = 0
+    while (s - k - 1) in seqs and _site(seqs[s - k - 1], key) == site:
+        k += 1
+    return site, k
+
+
+def _usual_at(view, seq: int, key: str, classes: dict, present: dict, depth: int) -> str | None:
+    sites = {r: _context(view.by_rank[r], seq, key, depth) for r, e in present.items() if e is not None}
     if len(sites) < len(present) or None in sites.values():
         return None
     wanted = set(sites.values())
+    bare = {_site(present[r], key) for r in sites}
     seen: dict[tuple, set] = {}
+    known: set = set()  # the sites (as a whole) with a history
     for m, seqs in view.by_rank.items():
         for s in sorted(x for x in seqs if x < seq)[-HISTORY:]:
-            e = seqs[s]
-            site = _site(e, key)
-            if site in wanted:
-                seen.setdefault(site, set()).add(value_of(key, e, view.members))
+            site = _site(seqs[s], key)
+            if site not in bare:
+                continue
+            known.add(site)
+            context = _context(seqs, s, key, depth)
+            if context in wanted:
+                seen.setdefault(context, set()).add(value_of(key, seqs[s], view.members))
     usual, changed = [], []
     for v, rs in classes.items():
-        history = [seen.get(sites[r]) for r in rs]
+        # a finer context never seen at a site that has a history: nothing was ever passed there in that place
+        history = [seen.get(sites[r], set() if depth and _site(present[r], key) in known else None) for r in rs]
         if any(h is None for h in history):
             return None  # a site with no history says nothing
         if all(value_of(key, present[r], view.members) in h for r, h in zip(rs, history)):
