@@ -306,3 +306,37 @@ def test_calls_the_recorder_cannot_see_make_no_claim_when_ranks_left_different_f
         return  # the faulty rank alone, as the one the others wait for: its form cannot show the call it skipped
     assert got in allowed | {None} - ({None} if _shown(job, ran, forms) else set()), \
         (forms, mixed.findings[:1], allowed)
+
+
+@st.composite
+def resized_reduce_scatters(draw):
+    """A job of all_reduces and reduce_scatters on one group of 3-6 ranks, one rank passing another size to one
+    reduce_scatter; that rank left the recorder's trace (which names the call), the others Gloo's dumps (which
+    record it as an all_reduce of its whole input)."""
+    from trace_sets import Step
+
+    world = draw(st.integers(3, 6))
+    steps = [Step("0", draw(st.sampled_from(["all_reduce", "reduce_scatter"])), draw(st.sampled_from([4, 8])) * world)
+             for _ in range(draw(st.integers(0, 3)))]
+    at = len(steps)
+    steps += [Step("0", "reduce_scatter", draw(st.sampled_from([4, 8])) * world)]
+    steps += [Step("0", "all_reduce", 4) for _ in range(draw(st.integers(0, 2)))]
+    rank = draw(st.integers(0, world - 1))
+    job = Job(world=world, groups={"0": list(range(world))}, descs={"0": "default_pg"}, steps=steps,
+              faults={rank: ("size", at)})
+    forms = {r: "native" if r == rank else draw(st.sampled_from(["pickle", "json"])) for r in range(world)}
+    return job, forms, rank
+
+
+@CHECKS
+@given(resized_reduce_scatters())
+def test_a_resized_reduce_scatter_beside_gloo_dumps_is_a_size_mismatch(case):
+    """Found by the real-job fuzzer (FSDP, `resize:2@call=5`, mixed forms): the recorder's reduce_scatter of
+    another input beside Gloo dumps' all_reduce read `type_mismatch`: a claim the dumps cannot make (a Gloo
+    all_reduce may be a reduce_scatter). Recorded as Gloo would record it, the name agrees and the sizes differ:
+    the finding is the sizes, naming the rank that passed another, and says what the dumps cannot tell."""
+    job, forms, rank = case
+    _, _, report = _diagnose(job, forms)
+    f = report.findings[0]
+    assert (f.kind, f.ranks) == ("size_mismatch", [rank]), (f.kind, f.ranks, f.detail)
+    assert "reduce_scatter or all_reduce of that input" in f.detail, f.detail

@@ -31,7 +31,7 @@ from distdoctor.collectives import implied_size
 from distdoctor.collectives.names import dtype_signature
 from distdoctor.diagnose.progress import outside_torch
 from distdoctor.diagnose.group_size import size_known, size_text, sizes_fit
-from distdoctor.diagnose.renamed import ambiguous_names, recorded_names
+from distdoctor.diagnose.renamed import ambiguous_names, recorded_names, resized_alike
 from distdoctor.diagnose.ties import break_tie, tied
 from distdoctor.diagnose.unseen import absent_from, blind_completion
 from distdoctor.trace.model import AGREE_ON, Entry, TraceSet, entry_column, numel
@@ -210,6 +210,9 @@ def _compare(view: GroupView, seq: int, present: dict[int, Entry]) -> list[Diver
     ops = {r: e.op for r, e in present.items()}
     seen_as = recorded_names(present)
     culprits, ref_op, classes = _minority(seen_as)
+    if culprits and (sized := resized_alike(present, seen_as)):  # one name as the backend records it
+        why = f"elements in: {_who(sized[1])}; {ambiguous_names(present, seen_as)}"
+        return [Divergence(view.name, seq, str(ref_op), "size_mismatch", sized[0], sorted(present), why, {}, t)]
     if culprits:
         why = "; ".join(filter(None, (_who(classes), ambiguous_names(present, seen_as))))
         out.append(Divergence(view.name, seq, str(ref_op), "type_mismatch", culprits, sorted(present),

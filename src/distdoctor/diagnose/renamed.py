@@ -45,3 +45,24 @@ def ambiguous_names(present: dict, names: dict[int, str]) -> str:
                          f"that input ({backend} records both so), not the other members' call as it would record it")
     return "; ".join(notes)
 
+
+def resized_alike(present: dict, names: dict[int, str]) -> tuple[list[int], dict[int, list[int]]] | None:
+    """(the odd ranks, input elements -> ranks), where the members' names disagree only as `recorded_names` read
+    them: recorded by name alone as the backend would, they agree, and the sizes are what differ (a Gloo
+    `all_reduce` beside a recorder's `reduce_scatter` of another input: the same call with other sizes, or another
+    collective; the dump cannot tell, and what it shows differ is the sizes). None where the names differ however
+    recorded, or the sizes split evenly."""
+    backends = {backend_of(e.raw_op) for e in present.values()} - {None}
+    if len(backends) != 1 or len(set(names.values())) == 1:
+        return None
+    backend = backends.pop()
+    if len({as_recorded(e.op, backend) for e in present.values()}) != 1:
+        return None
+    classes: dict[int, list[int]] = {}
+    for r in sorted(present):
+        classes.setdefault(numel(present[r].in_sizes), []).append(r)
+    counts = sorted((len(rs) for rs in classes.values()), reverse=True)
+    if len(counts) < 2 or counts[0] == counts[1]:
+        return None
+    usual = max(classes, key=lambda v: len(classes[v]))
+    return sorted(r for v, rs in classes.items() if v != usual for r in rs), classes
