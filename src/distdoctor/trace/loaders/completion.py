@@ -86,12 +86,14 @@ def _held(ts: TraceSet, last: dict, waits: dict[int, list[tuple[str, int]]], fin
     one, never issued. Calls block, so a rank past its trace would have finished the call it waited in, which
     needs that member to issue it after its own trace, and so on: along a chain that ends at an ended rank, or
     around a cycle, that is impossible."""
-    held = final | {r for r, calls in waits.items() if calls}
+    lackers = {r: {m for g, s in calls for m in _members(ts, r, g) if _lacks(ts, m, g, s, last)}
+               for r, calls in waits.items() if calls}  # whom each rank waits for: read once, not each pass
+    held = final | {r for r, who in lackers.items() if who}
     changed = True
     while changed:
         changed = False
         for rank in sorted(held - final):
-            if not any(m in held and _lacks(ts, m, g, s, last) for g, s in waits[rank] for m in _members(ts, rank, g)):
+            if not lackers[rank] & held:
                 held.discard(rank)
                 changed = True
     return held
