@@ -67,16 +67,17 @@ def _members(ts: TraceSet, rank: int, group: str) -> list[int]:
     return [m for m in (info.ranks if info else ()) if m != rank and m in ts.ranks]
 
 
-def _retired_after(t: RankTrace, floor: dict[str, int]) -> list[int]:
+def _retired_after(t: RankTrace, floor: dict[str, int], mine: dict[str, int]) -> list[int]:
     """Positions of the collectives `t` shows retired without a completion time beyond some member's last call on
-    their group (only those positions are read)."""
+    their group: only the calls between that floor and the rank's own last (`mine`) are looked at, not its whole
+    buffer (this runs on every load)."""
     out = []
     for group, seqs in summarize(t).by_group.items():
-        for seq, p in seqs.items():
-            if group in floor and seq > floor[group]:
-                e = t.entries[p]
-                if e.state == "completed" and e.t_completed is None:
-                    out.append(p)
+        top = mine.get(group, 0)
+        for seq in range(floor.get(group, top) + 1, top + 1):
+            p = seqs.get(seq)
+            if p is not None and t.entries[p].state == "completed" and t.entries[p].t_completed is None:
+                out.append(p)
     return sorted(out)
 
 
@@ -109,7 +110,7 @@ def _retirements(ts: TraceSet, last: dict) -> dict[int, list[int]]:
     out = {}
     for rank, t in ts.ranks.items():
         if t.source.startswith("flight_recorder") or "flight_recorder_only" in (t.merged or {}):
-            out[rank] = _retired_after(t, floor)
+            out[rank] = _retired_after(t, floor, last[rank])
     return out
 
 
