@@ -212,11 +212,12 @@ def test_a_retired_call_a_member_that_ended_never_issued_is_the_call_in_flight()
     loss all_reduce; rank 0's Gloo dump marks that all_reduce retired (Gloo ended it when the connection closed)
     and rank 0 idle. No collective completes without every member: rank 0 was in it, waiting for rank 2, and its
     tensor-parallel call rank 1 waits in (retired too, and rank 0 held, never issued it) is a consequence
-    (`gloo-tp-sigterm-retired`)."""
+    (`gloo-tp-sigterm-retired`). Rank 2 is named for the signal that ended it: its last shared call, a
+    tensor-parallel all_reduce only Flight Recorder times by arrival, dates its end (diagnose/ended.py)."""
     fired = truth("gloo-tp-sigterm-retired")
     assert (fired["kind"], fired["rank"], fired["arg"]) == ("kill", 2, "SIGTERM")
     _, report = diagnose_form("gloo-tp-sigterm-retired", "rank_*", 4)
-    assert _first(report) == ("missing_ranks", [2]), report["findings"]
+    assert _first(report) == ("crashed", [2]) and "SIGTERM" in report["findings"][0]["detail"], report["findings"]
     assert report["ranks"]["0"]["pending"][0]["seq"] == 20, report["ranks"]["0"]
     assert report["retired_in_flight"] == [  # rank 1's, by rank 0 held in #20 in turn (completion.py)
         {"rank": 0, "group": "1", "seq": 20, "never_issued_by": 2},

@@ -15,7 +15,10 @@ before the launcher ends it; one merely behind on a loaded host is not. The marg
 the campaign's real runs a rank behind was away 1.3 times its peers' stretch (FSDP, `gloo-fsdp-sigsegv-behind`),
 ranks that skipped 3.0 and 4.7 times (DDP, `gloo-ddp-skip-fast`, `gloo-ddp-skip`). Its
 absence is then a consequence of whatever ended the job, never its cause. Flight Recorder's dumps carry no
-end time: they cannot show this, and nothing here reads them.
+end time: a rank that left only one cannot show this. Merged with the recorder's trace they can, but Gloo's
+records no completion time, and the last call the ranks shared is often one only it saw (DDP issues its buckets
+from C++): the last member's arrival, before which no member's blocking call completed, stands for the
+completion of every member then (`_completions`; tests/fuzz/test_fuzz_ended_on_the_way.py).
 """
 
 from __future__ import annotations
@@ -45,18 +48,31 @@ def on_its_way(ts: TraceSet, view, rank: int, seq: int, present: list[int], cras
         return None
     mine = view.by_rank.get(rank) or {}
     shared = max((s for s in mine if s < seq), default=None)
-    own = mine[shared].t_completed if shared is not None else None
-    if own is None:
+    if shared is None:
         return None
-    stretch = []
-    for r in present:
-        calls = view.by_rank.get(r) or {}
-        before, now = calls.get(shared), calls.get(seq)
-        if before is None or now is None or before.t_completed is None or now.t_created is None:
-            return None
-        stretch.append(now.t_created - before.t_completed)
-    away = trace.dump_time - own
+    befores = [(view.by_rank.get(r) or {}).get(shared) for r in present]
+    nows = [(view.by_rank.get(r) or {}).get(seq) for r in present]
+    if any(e is None for e in befores + nows) or any(e.t_created is None for e in nows):
+        return None
+    done = _completions([mine[shared]] + befores)
+    if done is None:
+        return None
+    stretch = [now.t_created - end for now, end in zip(nows, done[1:])]
+    away = trace.dump_time - done[0]
     return away if stretch and away <= PACE_FACTOR * max(stretch) + SLACK_S else None
+
+
+def _completions(calls: list[Entry]) -> list[float] | None:
+    """When each rank's part of one shared collective completed: its own completion time where every rank's
+    is known, else one time for all - the last member's arrival, before which no member's blocking call could
+    complete (Gloo's Flight Recorder records no completion time, and the calls a job issues from C++, DDP's
+    buckets, are in no other dump). None when not even the arrivals are known."""
+    if all(e.t_completed is not None for e in calls):
+        return [e.t_completed for e in calls]
+    if any(e.t_created is None for e in calls):
+        return None
+    last = max(e.t_created for e in calls)
+    return [last] * len(calls)
 
 
 STOPPED_AFTER = -1.0  # on_its_way's answer for a rank the launcher stopped after another went (no time needed)
