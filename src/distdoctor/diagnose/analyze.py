@@ -36,6 +36,7 @@ from distdoctor.diagnose.ended import on_its_way, way_because
 from distdoctor.diagnose.explain import Explainer, consequences_of, sort_findings
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks, group_desc
 from distdoctor.diagnose.callsites import callsite_divergence
+from distdoctor.diagnose.parted import parted_before_lost
 from distdoctor.diagnose.match import ROOTED, Divergence, GroupView, build_views
 from distdoctor.diagnose.siblings import all_divergences
 from distdoctor.diagnose.progress import (describe_rank, is_gloo_fr, last_completed, probably_inside,
@@ -140,6 +141,7 @@ def analyze(ts: TraceSet) -> Report:
     if no_dump:
         lost_finding = _missing_dump(no_dump, waits, views)
         findings.append(lost_finding)
+        findings.extend(parted_before_lost(views, no_dump))  # a skip the call sites show cost a peer its dump
 
     divs = all_divergences(ts, views)
     parted = {d.group: d.seq for d in divs if d.kind != "state_mismatch"}  # where each group parted ways

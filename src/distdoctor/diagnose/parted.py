@@ -1,0 +1,95 @@
+"""A rank whose calls part from its peers' in the code, where a member's dump is lost: it skipped a call, or
+issued one more.
+
+Gloo aborts a process (SIGABRT, no dump) whose peer passes a call of another kind or size, and its peers then
+die of the reset connection: the dumps left hold no mismatch, only a missing one. Yet the ranks' call sites
+still show who parted. When a rank's n-th collective on a group comes from the line where the others issued
+their (n+1)-th, it skipped the call they made at n; when its (n+1)-th comes from the line of their n-th, it
+issued one more before it. Either is a call it made that no other member made at that number - a different
+collective, whatever its name: `type_mismatch`, ahead of the lost dump it explains.
+
+Read only where a member of the group left no dump (elsewhere the calls themselves show the mismatch or the
+absence), from user frames (the recorder's, Flight Recorder's pickle; its JSON form has none), at the first
+number where the rank's site differs from what most of the others agree on, every earlier one agreeing. A rank
+whose trace cannot see some calls (the recorder's alone, of a job that issues calls from C++: its numbers are
+placed among the others', not counted by its communicator) is neither judged nor a judge.
+"""
+
+from __future__ import annotations
+
+from distdoctor.diagnose.callsites import callsite
+from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks
+
+
+def parted_before_lost(views: dict, no_dump: list[int]) -> list[Finding]:
+    """One finding per rank whose call sites show a skipped or an extra call on a group that lost a member."""
+    found = []
+    for name, view in sorted(views.items()):
+        if not set(no_dump) & set(view.members):
+            continue
+        for rank in sorted(view.by_rank):
+            part = _parted(view, rank)
+            if part is not None:
+                found.append(_finding(name, view, rank, *part))
+    return found
+
+
+def _agreed(view, rank: int, seq: int, least: int = 2) -> tuple[tuple, list[int]] | None:
+    """The site most of the other members called collective `seq` from (a strict majority of those whose
+    dumps show it, `least` at least), and who they are."""
+    theirs: dict[tuple, list[int]] = {}
+    for r, calls in view.by_rank.items():
+        e = calls.get(seq) if r != rank and not view.unseen.get(r) else None
+        if e is not None and (site := callsite(e)):
+            theirs.setdefault(site, []).append(r)
+    if not theirs:
+        return None
+    site, who = max(theirs.items(), key=lambda kv: len(kv[1]))
+    shown = sum(len(v) for v in theirs.values())
+    return (site, who) if len(who) >= least and 2 * len(who) > shown else None
+
+
+def _parted(view, rank: int) -> tuple[int, str, tuple, tuple, list[int]] | None:
+    """(seq, 'skipped' or 'extra', the rank's site, the others' site at seq, the ranks that show it: those
+    that issued `seq + 1` from the rank's site, or agreed on `seq`) at the first number where the rank's site
+    differs from the others' agreed one, when the next number shows which; else None."""
+    mine = view.by_rank.get(rank) or {}
+    if view.unseen.get(rank):
+        return None  # numbered among calls it cannot see (the recorder's, of a job that issues calls from C++)
+    for seq in sorted(mine):
+        site = callsite(mine[seq])
+        agreed = _agreed(view, rank, seq)
+        if not site or agreed is None:
+            return None
+        if site == agreed[0]:
+            continue
+        after = _agreed(view, rank, seq + 1, least=1)  # the others ahead show where their next call came from
+        nxt = mine.get(seq + 1)
+        if after is not None and after[0] == site:
+            return seq, "skipped", site, agreed[0], after[1]
+        if nxt is not None and callsite(nxt) == agreed[0]:
+            return seq, "extra", site, agreed[0], agreed[1]
+        return None
+    return None
+
+
+def _where(site: tuple) -> str:
+    return " <- ".join(f"{n} ({fn.rsplit('/', 1)[-1]}:{ln})" for fn, ln, n in site[:3])
+
+
+def _finding(group: str, view, rank: int, seq: int, how: str, site: tuple, theirs: tuple,
+             who: list[int]) -> Finding:
+    e = view.by_rank[rank][seq]
+    lost = [r for r in view.members if r not in view.by_rank]
+    if how == "skipped":
+        what = (f"it comes from {_where(site)}, where {fmt_ranks(who)} issued {'its' if len(who) == 1 else 'their'} "
+                f"#{seq + 1}; the others' #{seq} comes from {_where(theirs)}: rank {rank} skipped that call")
+    else:
+        what = (f"it comes from {_where(site)}, and its #{seq + 1} from {_where(theirs)}, where {fmt_ranks(who)} "
+                f"issued their #{seq}: rank {rank} issued one call more")
+    detail = (f"rank {rank}'s {e.op} #{seq} on {fmt_group(group, view.desc)} is another call than the others' "
+              f"#{seq}: {what}. {fmt_ranks(lost)} left no dump: Gloo aborts a process whose peer passes a call of "
+              f"another kind or size, and the others then die of the reset connection (diagnose/parted.py).")
+    return Finding("type_mismatch", [rank], group=group, seq=seq, op=e.op, t=e.t_created, detail=detail,
+                   evidence={"parted": how, "site": _where(site), "others_site": _where(theirs), "others": who,
+                             "lost": lost})
