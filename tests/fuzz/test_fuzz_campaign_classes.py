@@ -7,7 +7,7 @@ it: its dumps, as the campaign scored them, kept under tests/fixtures/.
   (test_fuzz_lost_peers.py): both sides of the rule are real runs.
 - A rank a signal ended, nothing else in the dumps: never OK (crash.signalled).
 - A communication failure echoes the peer found absent (explain.py, `_gone_peer`), not a crash of its own.
-- A rank Flight Recorder shows in no call is behind, not past the call: a lost rank leads it (analyze.py,
+- A rank Flight Recorder shows in no call is behind, not past the call: a lost rank leads it (lost.py,
   `_blind_to_cpp`); only the recorder's trace, blind to C++-issued calls, can show a rank gone on past a call.
 - A skip shifts every later call: a group whose other member Gloo aborted is judged against its sibling groups'
   collectives too, not only their sizes (siblings.py, `_departure`).

@@ -1,5 +1,5 @@
-"""Ranks with no trace beside a rank that, alive, never issued the call the others wait in (analyze.py,
-`_hedge_lost`): Gloo aborts a process (SIGABRT, no dump) whose peer skips or changes a call, so the rank without a
+"""Ranks with no trace beside a rank that, alive, never issued the call the others wait in (lost.py,
+`hedge_lost`): Gloo aborts a process (SIGABRT, no dump) whose peer skips or changes a call, so the rank without a
 trace may be the victim as well as the cause; the lost rank's finding says "one of ranks ..." and names both.
 A real DDP run showed it: rank 1 skipped its loss all_reduce, rank 0 was aborted, and the recorder's dumps alone
 read `missing_dump` [0] as if rank 0 alone had stopped the job. Over generated jobs (trace_sets.py)."""

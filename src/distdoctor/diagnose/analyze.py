@@ -2,10 +2,12 @@
 
 Order of reasoning:
 1. wait-for graph (waitfor.py): cycles are deadlocks (order_deadlock, p2p_deadlock); they explain every
-   missing rank and stuck state on their groups.
+   missing rank and stuck state on their groups. A cycle within one number of one group is no order but
+   different calls there: a type_mismatch (one_number.py).
 2. ranks that died of an exception on their own (crash.py): crashed; ranks of the world without a trace:
-   missing_dump. The survivors' waits on them are consequences, and so is a cycle whose every wait also waits
-   for a rank that crashed on its own (its victims: none of its calls could complete whatever the order).
+   missing_dump (lost.py), after a rank whose call sites show it skipped or added a call (parted.py). The
+   survivors' waits on them are consequences, and so is a cycle whose every wait also waits for a rank that
+   crashed on its own (its victims: none of its calls could complete whatever the order).
 3. per-group first divergence (match.py): mismatches are findings. An absent rank that waits for other ranks
    in another call is a consequence (its own wait is reported where it waits); absent ranks that wait for
    nobody (stuck in Python: a data loader, a sleep, an exit path; or alone in a call nobody else issued)
@@ -36,6 +38,8 @@ from distdoctor.diagnose.ended import on_its_way, way_because
 from distdoctor.diagnose.explain import Explainer, consequences_of, sort_findings
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks, group_desc
 from distdoctor.diagnose.callsites import callsite_divergence
+from distdoctor.diagnose.lost import hedge_lost, missing_dump
+from distdoctor.diagnose.one_number import same_number
 from distdoctor.diagnose.parted import parted_before_lost
 from distdoctor.diagnose.match import ROOTED, Divergence, GroupView, build_views
 from distdoctor.diagnose.siblings import all_divergences
@@ -123,7 +127,7 @@ def analyze(ts: TraceSet) -> Report:
     findings.extend(counted := p2p.count_disagreements(cycles, explainer.waits_of))
     for c in cycles:
         if not c.p2p_only and not any(set(f.ranks) <= set(c.ranks) for f in counted):
-            findings.append(_order_deadlock(c, views))
+            findings.append(same_number(c, views) or _order_deadlock(c, views))
     findings.extend(p2p.cycle_findings(cycles))
     findings.extend(p2p.pair_disagreements(ts))
     on_cycle = {r for c in cycles for r in c.ranks}
@@ -139,7 +143,7 @@ def analyze(ts: TraceSet) -> Report:
     no_dump = [r for r in world if r not in ts.ranks]
     lost_finding = None
     if no_dump:
-        lost_finding = _missing_dump(no_dump, waits, views)
+        lost_finding = missing_dump(no_dump, waits, views)
         findings.append(lost_finding)
         findings.extend(parted_before_lost(views, no_dump))  # a skip the call sites show cost a peer its dump
 
@@ -193,7 +197,7 @@ def analyze(ts: TraceSet) -> Report:
                                      "because": "those ranks died of a communication failure first"})
             if idle:
                 findings.append(_missing_ranks(d, idle, explained, ts, pending, views, explainer))
-                _hedge_lost(lost_finding, d, idle, views[d.group], no_dump, pending, ts)
+                hedge_lost(lost_finding, d, idle, views[d.group], no_dump, pending, ts)
             elif explained and not crashed and not unseen:
                 consequences.append({"kind": d.kind, "group": d.group, "seq": d.seq, "op": d.op, "ranks": d.ranks,
                                      "because": "those ranks are blocked in other collectives"})
@@ -376,63 +380,10 @@ def _order_deadlock(c: Cycle, views: dict[str, GroupView]) -> Finding:
                                         "op": w.entry.op} for a, b, w in c.steps]})
 
 
-def _missing_dump(no_dump: list[int], waits: list[Wait], views: dict[str, GroupView]) -> Finding:
-    """Where the survivors stand: the collective they wait in for the lost ranks, else the last collective the
-    survivors issued on the default group (the lost ranks cannot have completed it)."""
-    blocked = sorted({w.rank for w in waits if set(w.waits_for) & set(no_dump)})
-    detail = f"{fmt_ranks(no_dump)} left no trace (crashed, killed, or never dumped)."
-    group = seq = op = t = None
-    view = views.get("0")
-    if view is not None:
-        last = [(max(seqs), r) for r, seqs in view.by_rank.items() if seqs]
-        if last:
-            seq, r = max(last, key=lambda x: x[0])
-            e = view.by_rank[r][seq]
-            group, op, t = "0", e.op, e.t_created
-            detail += f" The survivors got as far as {op} #{seq} on the default group '0'."
-    if blocked:
-        detail += f" {fmt_ranks(blocked)} {'is' if len(blocked) == 1 else 'are'} blocked waiting for them."
-    return Finding("missing_dump", no_dump, group=group, seq=seq, op=op, t=t, detail=detail,
-                   evidence={"blocked": blocked})
-
-
-def _hedge_lost(lost: Finding | None, d: Divergence, idle: list[int], view, no_dump: list[int],
-                pending: dict[int, list[Entry]], ts: TraceSet) -> None:
-    """Ranks with no trace beside ranks that, alive, never issued the call the others wait in: either may have
-    stopped the job (Gloo aborts a process, SIGABRT and no dump, whose peer passes a call of another kind or size:
-    a rank that skipped or changed a call costs its peer its dump). The lost ranks' finding says so."""
-    lost_here = [r for r in no_dump if r in view.members]
-    if lost is None or not lost_here or lost.evidence.get("undecided"):
-        return
-    suspects = sorted(set(lost_here) | set(idle))
-    lost.evidence.update(undecided=True, suspects=suspects)
-    if not any(pending.get(r) for r in idle) and all(_moved_past(view, r) and _blind_to_cpp(ts, r) for r in idle):
-        lost.evidence["suspects_in_no_call"] = sorted(idle)  # their own traces show them past the call, in none
-    lost.detail = (f"one of {fmt_ranks(suspects)}: " + lost.detail + f" {fmt_ranks(idle)}, alive, never issued "
-                   f"{d.op} #{d.seq} on group '{d.group}' either: a rank that skipped or changed a call can cost its "
-                   f"peer its dump (Gloo aborts a process whose peer passes a call of another kind or size), and a "
-                   f"rank that died leaves the others waiting; these traces do not say which came first.")
-
-
 def _recorded_by_recorder(view, seq: int) -> bool:
     """Whether some member's recorder recorded collective `seq` (its entry keeps no backend prefix): a call
     issued from Python, which every rank's recorder sees when it issues it."""
     return any(":" not in (e.raw_op or "") for by in view.by_rank.values() for e in [by.get(seq)] if e is not None)
-
-
-def _blind_to_cpp(ts: TraceSet, rank: int) -> bool:
-    """Whether the rank's trace is the recorder's alone, which cannot see calls issued from C++: a rank that
-    skipped a Python call and went on into one of those (the next step's gradient buckets) shows as in no call
-    there. Flight Recorder numbers every call: a rank it shows in no call issued none after, and its absence is
-    that of a rank behind (or stopped), no better evidence than a peer's missing dump."""
-    return ts.ranks[rank].source == "native"
-
-
-def _moved_past(view, rank: int) -> bool:
-    """Whether `rank`'s trace shows it under way on the group, so that its absence from the call the others wait
-    in is its own doing: it made calls there before. A rank that recorded no call on the group yet may merely be
-    late (still starting: a slow import under load) and says nothing against the lost rank."""
-    return bool(view.by_rank.get(rank))
 
 
 def _missing_ranks(d: Divergence, idle: list[int], explained: list[int], ts: TraceSet,

@@ -122,6 +122,13 @@ class Sites:
                 return f"last called {e.op} #{seq} on group '{e.group}' from", site  # its number is that group's
         return None
 
+    @staticmethod
+    def _call_of(view, ranks: list[int], seq: int | None) -> str | None:
+        """'op #seq' when the ranks' entries at `seq` all name one op, else None."""
+        ops = {e.op for r in ranks[:MAX_RANKS] if view is not None
+               for e in [view.by_rank.get(r, {}).get(seq)] if e is not None}
+        return f"{ops.pop()} #{seq}" if len(ops) == 1 else None
+
     # ---- per finding ----------------------------------------------------------------------------------------
     def parts(self, f: Finding) -> list[tuple[list[int], str, str]]:
         """(ranks, what they did, site) for the finding."""
@@ -145,10 +152,10 @@ class Sites:
                 if got:
                     out.append(([r], got[0], got[1]))
         elif f.kind in _MISMATCH:
-            add(self.at(f.ranks, f.group, f.seq), f"called {call} from")
             view = self.views.get(f.group)
             others = [r for r in (view.by_rank if view is not None else ()) if r not in f.ranks]
-            add(self.at(others, f.group, f.seq), f"called {call} from")
+            for ranks in (f.ranks, others):  # each side by the call its own entries show (a type_mismatch's differ)
+                add(self.at(ranks, f.group, f.seq), f"called {self._call_of(view, ranks, f.seq) or call} from")
         elif f.kind in ("order_deadlock", "p2p_deadlock", "stuck_collective"):
             add(self.blocked(f.ranks), "blocked in a call from")
         elif f.kind == "crashed" and ev.get("others_wait_in"):

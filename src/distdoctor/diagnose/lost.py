@@ -1,0 +1,67 @@
+"""The ranks that left no dump: where the survivors stand without them (`missing_dump`), and the ranks alive that
+never issued the call the others wait in beside them, either of which may have stopped the job (`hedge_lost`).
+A skip the call sites show outranks both (parted.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from distdoctor.findings.kinds import Finding, fmt_ranks
+from distdoctor.trace.model import Entry, TraceSet
+
+if TYPE_CHECKING:
+    from distdoctor.diagnose.match import Divergence, GroupView
+    from distdoctor.diagnose.waitfor import Wait
+
+
+def missing_dump(no_dump: list[int], waits: list[Wait], views: dict[str, GroupView]) -> Finding:
+    """Where the survivors stand: the collective they wait in for the lost ranks, else the last collective the
+    survivors issued on the default group (the lost ranks cannot have completed it)."""
+    blocked = sorted({w.rank for w in waits if set(w.waits_for) & set(no_dump)})
+    detail = f"{fmt_ranks(no_dump)} left no trace (crashed, killed, or never dumped)."
+    group = seq = op = t = None
+    view = views.get("0")
+    if view is not None:
+        last = [(max(seqs), r) for r, seqs in view.by_rank.items() if seqs]
+        if last:
+            seq, r = max(last, key=lambda x: x[0])
+            e = view.by_rank[r][seq]
+            group, op, t = "0", e.op, e.t_created
+            detail += f" The survivors got as far as {op} #{seq} on the default group '0'."
+    if blocked:
+        detail += f" {fmt_ranks(blocked)} {'is' if len(blocked) == 1 else 'are'} blocked waiting for them."
+    return Finding("missing_dump", no_dump, group=group, seq=seq, op=op, t=t, detail=detail,
+                   evidence={"blocked": blocked})
+
+
+def hedge_lost(lost: Finding | None, d: Divergence, idle: list[int], view, no_dump: list[int],
+                pending: dict[int, list[Entry]], ts: TraceSet) -> None:
+    """Ranks with no trace beside ranks that, alive, never issued the call the others wait in: either may have
+    stopped the job (Gloo aborts a process, SIGABRT and no dump, whose peer passes a call of another kind or size:
+    a rank that skipped or changed a call costs its peer its dump). The lost ranks' finding says so."""
+    lost_here = [r for r in no_dump if r in view.members]
+    if lost is None or not lost_here or lost.evidence.get("undecided"):
+        return
+    suspects = sorted(set(lost_here) | set(idle))
+    lost.evidence.update(undecided=True, suspects=suspects)
+    if not any(pending.get(r) for r in idle) and all(_moved_past(view, r) and _blind_to_cpp(ts, r) for r in idle):
+        lost.evidence["suspects_in_no_call"] = sorted(idle)  # their own traces show them past the call, in none
+    lost.detail = (f"one of {fmt_ranks(suspects)}: " + lost.detail + f" {fmt_ranks(idle)}, alive, never issued "
+                   f"{d.op} #{d.seq} on group '{d.group}' either: a rank that skipped or changed a call can cost its "
+                   f"peer its dump (Gloo aborts a process whose peer passes a call of another kind or size), and a "
+                   f"rank that died leaves the others waiting; these traces do not say which came first.")
+
+
+def _blind_to_cpp(ts: TraceSet, rank: int) -> bool:
+    """Whether the rank's trace is the recorder's alone, which cannot see calls issued from C++: a rank that
+    skipped a Python call and went on into one of those (the next step's gradient buckets) shows as in no call
+    there. Flight Recorder numbers every call: a rank it shows in no call issued none after, and its absence is
+    that of a rank behind (or stopped), no better evidence than a peer's missing dump."""
+    return ts.ranks[rank].source == "native"
+
+
+def _moved_past(view, rank: int) -> bool:
+    """Whether `rank`'s trace shows it under way on the group, so that its absence from the call the others wait
+    in is its own doing: it made calls there before. A rank that recorded no call on the group yet may merely be
+    late (still starting: a slow import under load) and says nothing against the lost rank."""
+    return bool(view.by_rank.get(rank))
