@@ -33,9 +33,8 @@ import time
 
 from typing import TYPE_CHECKING
 
-from distdoctor.collectives import canonical_op
 from distdoctor.findings.kinds import fmt_ranks
-from distdoctor.diagnose.progress import where_now
+from distdoctor.diagnose.progress import header_call, where_now
 from distdoctor.trace.model import LIVE_REASON, Entry, TraceSet
 
 if TYPE_CHECKING:
@@ -144,18 +143,6 @@ def _call(c: dict) -> str:
     group = "the default group '0'" if c.get("group") == "0" else f"group '{c.get('group')}'"
     src = " (Flight Recorder)" if c.get("source") == "flight_recorder" else ""
     return f"{c.get('op')} #{c.get('seq')} on {group}{src}"
-
-
-def header_call(trace) -> dict | None:
-    """The call this rank's own watchdog saw it blocked in, for a dump of a suspected or confirmed hang."""
-    hang = trace.hang if isinstance(trace.hang, dict) else None
-    if not hang or hang.get("status") not in ("suspected", "confirmed"):
-        return None
-    call = (hang.get("this_rank") or {}).get("blocked_in")
-    if not isinstance(call, dict) or call.get("group") is None or call.get("seq") is None:
-        return None
-    op = canonical_op(str(call.get("op") or ""))
-    return {**call, "group": str(call["group"]), "op": op} if op else None
 
 
 def _holds(trace, call: dict) -> Entry | None:

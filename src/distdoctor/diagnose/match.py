@@ -1,19 +1,19 @@
 """Align collective entries across ranks per process group by sequence number; find each group's first divergence.
 
 Algorithm (linear in the number of entries): for every group, index each member's collective entries by `seq`.
-Flight Recorder is a ring buffer, so a rank's window may start late: comparison starts at the largest first
-`seq` any member still holds. For each `seq` in order, the members holding it are compared on op, sizes, dtypes
-and root; members whose last `seq` is smaller never issued it, unless their trace cannot see the call (unseen.py). Sizes are compared through the collective specs:
-every member's output numel must equal `spec.out_numel(input numel, group size)` (all_gather, reduce_scatter),
-and per-member input sizes must agree where the collective requires it (all_to_all's uneven splits and
-scatter's root-only input are exempt). The group size is its member count where a dump lists the members; a
-group known only from who issued on it (Gloo's Flight Recorder lists none) may have members that left no dump,
-so its size is only known to lie between its traced members and the world (group_size.py), and its
-members must then imply one size between them. Dtypes are compared as each call's distinct dtypes
-(collectives/names.py `dtype_signature`): a scatter's root passes n tensors where the others pass none, and
-that is one dtype, not a disagreement. The first `seq` with a mismatch or an absent member ends the scan for
-that group: everything after it is a consequence. A `seq` where some members completed and others did not is a
-state divergence; it is reported only when nothing structural follows it in the group.
+Flight Recorder is a ring buffer, so a rank's window may start late: comparison starts at the largest first `seq`
+any member still holds. For each `seq` in order, the members holding it are compared on op, sizes, dtypes and root;
+members whose last `seq` is smaller never issued it, unless their trace cannot see the call (unseen.py). Sizes are
+compared through the collective specs: every member's output numel must equal `spec.out_numel(input numel, group
+size)` (all_gather, reduce_scatter), and per-member input sizes must agree where the collective requires it
+(all_to_all's uneven splits and scatter's root-only input are exempt). The group size is its member count where a
+dump lists the members; a group known only from who issued on it (Gloo's Flight Recorder lists none) may have
+members that left no dump, so its size is only known to lie between its traced members and the world
+(group_size.py), and its members must then imply one size between them. Dtypes are compared as each call's distinct
+dtypes (collectives/names.py `dtype_signature`): a scatter's root passes n tensors where the others pass none, and
+that is one dtype, not a disagreement. The first `seq` with a mismatch or an absent member ends the scan for that
+group: everything after it is a consequence. A `seq` where some members completed and others did not is a state
+divergence; it is reported only when nothing structural follows it in the group.
 
 Assumptions: the n-th collective issued on a group is the same collective on every member (NCCL's and Gloo's
 rule); an entry is completed if the source says so, or if the same rank completed a later `seq` on the same
@@ -29,11 +29,10 @@ from operator import itemgetter
 
 from distdoctor.collectives import implied_size
 from distdoctor.collectives.names import dtype_signature
-from distdoctor.diagnose.progress import outside_torch
 from distdoctor.diagnose.group_size import size_known, size_text, sizes_fit
 from distdoctor.diagnose.renamed import ambiguous_names, recorded_names, resized_alike
 from distdoctor.diagnose.ties import break_tie, tied
-from distdoctor.diagnose.unseen import absent_from, blind_completion
+from distdoctor.diagnose.unseen import absent_from, blind_completion, mark_unseen
 from distdoctor.trace.model import AGREE_ON, Entry, TraceSet, entry_column, numel
 from distdoctor.trace.summary import summarize
 
@@ -83,6 +82,7 @@ class GroupView:
     last_completed: dict[int, int] = field(default_factory=dict)  # rank -> highest completed seq
     unseen: dict[int, frozenset] = field(default_factory=dict)  # rank -> seqs its trace cannot see (RankTrace.unseen)
     outside: set[int] = field(default_factory=set)  # of those ranks, the ones in no collective at all (unseen.py)
+    watched_in: dict[int, int] = field(default_factory=dict)  # rank -> the call its watchdog saw it in (header)
     relation_ok: dict = field(default_factory=dict)  # cache of size-relation checks by (op, sizes identity)
     desc: str = ""  # what the user called the group (DeviceMesh dimension, group_desc), when a trace says
     world: int | None = None  # the job's size, where known: the most members a group can have
@@ -157,11 +157,7 @@ def build_views(ts: TraceSet) -> dict[str, GroupView]:
             view.by_rank[rank] = SeqEntries(seqs, trace.entries)
             if name in summary.last_completed:
                 view.last_completed[rank] = summary.last_completed[name]
-        outside = bool(trace.unseen) and outside_torch(trace)
-        for name in (trace.unseen or {}).keys() & views.keys():  # (RankTrace.unseen: see unseen.py)
-            views[name].unseen[rank] = trace.unseen[name]
-            if outside:
-                views[name].outside.add(rank)
+        mark_unseen(views, rank, trace)
     order = {rank: k for k, rank in enumerate(ts.ranks)}  # members that left a trace, in the set's rank order
     for view in views.values():  # (not every rank against every member list: 16 384 ranks x 2 057 groups)
         for rank in sorted({r for r in view.members if r in order}, key=order.__getitem__):

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks
-from distdoctor.diagnose.hang_status import header_call
+from distdoctor.diagnose.progress import header_call
 from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.waitfor import p2p_index
 from distdoctor.trace.frontier import Frontier, frontiers, is_async

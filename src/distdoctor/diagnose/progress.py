@@ -9,6 +9,7 @@ signature (group, op), confirmed over the whole trace; steps = completed entries
 
 from __future__ import annotations
 
+from distdoctor.collectives import canonical_op
 from distdoctor.trace.code_origin import is_torch, is_user_code
 from distdoctor.trace.model import Entry, Frame, RankTrace
 from distdoctor.trace.summary import summarize
@@ -140,6 +141,18 @@ def outside_torch(trace: RankTrace | None) -> bool:
         return False
     got = main_stack(trace)
     return watched_idle(trace) or (bool(got and got[1]) and not is_torch(got[1][-1].filename))
+
+
+def header_call(trace) -> dict | None:
+    """The call this rank's own watchdog saw it blocked in, for a dump of a suspected or confirmed hang."""
+    hang = trace.hang if isinstance(trace.hang, dict) else None
+    if not hang or hang.get("status") not in ("suspected", "confirmed"):
+        return None
+    call = (hang.get("this_rank") or {}).get("blocked_in")
+    if not isinstance(call, dict) or call.get("group") is None or call.get("seq") is None:
+        return None
+    op = canonical_op(str(call.get("op") or ""))
+    return {**call, "group": str(call["group"]), "op": op} if op else None
 
 
 def watched_idle(trace: RankTrace) -> bool:

@@ -3,17 +3,32 @@ the calls issued from C++ (`RankTrace.unseen`, trace/loaders/align_ranks.py). It
 call is no proof it never came: neither present nor absent, unless it is the one member a call nobody
 completed can wait for, or it is in no collective at all (its main thread outside torch) while a member still
 waits in the call: had it issued the call, from C++ or not, it would be in it, or the call would have completed
-on that member too."""
+on that member too (a member whose own watchdog saw it in the call waits in it, its trace holding it or not)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from distdoctor.diagnose.progress import header_call, outside_torch
 from distdoctor.findings.kinds import fmt_ranks
-from distdoctor.trace.model import Entry
+from distdoctor.trace.model import Entry, RankTrace
 
 if TYPE_CHECKING:  # (a type only: match.py imports this module)
     from distdoctor.diagnose.match import GroupView
+
+
+def mark_unseen(views: dict, rank: int, trace: RankTrace) -> None:
+    """What this module reads of a rank's trace, on its groups' views: the calls it cannot see (`unseen`), whether
+    it is in no collective at all (`outside`), and the collective its own watchdog saw it blocked in
+    (`watched_in`: the hang header names a call its trace may not hold, hang_status.py, by Flight Recorder's
+    numbering: read where the trace was placed among Flight Recorder ranks, whose numbers the views then use)."""
+    outside, held = bool(trace.unseen) and outside_torch(trace), header_call(trace)
+    for name in (trace.unseen or {}).keys() & views.keys():  # (RankTrace.unseen: see trace/loaders/align_ranks.py)
+        views[name].unseen[rank] = trace.unseen[name]
+        if outside:
+            views[name].outside.add(rank)
+    if held is not None and held["group"] in views and held["op"] not in ("send", "recv") and trace.classified:
+        views[held["group"]].watched_in[rank] = held["seq"]  # (numbered as its Flight Recorder peers number)
 
 
 def absent_from(view: GroupView, seq: int, present: dict[int, Entry], behind: list[int]) -> list[int]:
@@ -21,7 +36,7 @@ def absent_from(view: GroupView, seq: int, present: dict[int, Entry], behind: li
     unseen = [r for r in behind if seq in view.unseen.get(r, ())]
     if not unseen:
         return behind
-    if any(not view.is_done(q, e) for q, e in present.items()):  # a member still waits in it
+    if any(not view.is_done(q, e) for q, e in present.items()) or seq in view.watched_in.values():  # one waits in it
         unseen = [r for r in unseen if r not in view.outside]  # those in no call at all never issued it
     absent = [r for r in behind if r not in unseen]
     if not absent and _only_one_can_be_missing(view, present, unseen):

@@ -174,8 +174,9 @@ def _behind(e: Entry, view: GroupView, ts: TraceSet, first_pending: dict[int, di
         if view.last_completed.get(m, -1) >= e.seq:
             continue  # it completed the collective (an active-only dump no longer lists it)
         theirs = view.by_rank.get(m, {}).get(e.seq)
-        if theirs is None and probably_inside(ts.ranks[m], e):
-            continue  # its trace cannot show this call (issued from C++), and it is inside torch
+        if theirs is None and (probably_inside(ts.ranks[m], e) or view.watched_in.get(m, 0) >= e.seq):
+            continue  # its trace cannot show this call (issued from C++), and it is inside torch, or its
+            # own watchdog saw it blocked in this call or a later one of the group (hang_status.py)
         if theirs is None or not _reached(m, theirs, first_pending, ts):
             late.append(m)
     return late
