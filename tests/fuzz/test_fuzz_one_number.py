@@ -8,9 +8,10 @@ cycle, read `order_deadlock [2, 3]` live and after. The sibling group did a broa
 
 The family: a mesh of 2-member tensor-parallel groups (the siblings, one description) of which one member of one
 group skipped a Python call; it is then blocked, as its watchdog saw, in the group's next call issued from C++,
-while its peer waits in the call it skipped. Written as the recorder leaves them (traces and hang headers). The
-first finding is a `type_mismatch` naming the rank that skipped, by the siblings; with no sibling group, both,
-"one of".
+while its peer waits in the call it skipped. The skipper leaves the recorder's trace (and its hang header), each
+other rank that or a Flight Recorder dump (pickle or JSON: one dump a rank, as a job of mixed forms). The first
+finding is a `type_mismatch` naming the rank that skipped, by the siblings; with no sibling group, both, "one of".
+The same run read from one dump a rank is `gloo-tp-skip-one-number-mixed`.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from hypothesis import strategies as st
 
 from distdoctor.diagnose import analyze
 from distdoctor.trace.loaders import load_traces
-from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace, dumps
+from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace
 
 from real_dumps import diagnose_form, truth
 from test_fuzz_invariant import CHECKS
-from trace_sets import USER
+from trace_sets import USER, Job, write
 
 
 def _call(i: int, group: str, op: str, seq: int, done: bool) -> Entry:
@@ -37,8 +38,8 @@ def _call(i: int, group: str, op: str, seq: int, done: bool) -> Entry:
 
 
 @st.composite
-def skipped_in_a_pair(draw) -> tuple[dict[int, RankTrace], list[int]]:
-    """(every rank's recorder trace, the ranks the verdict must name)."""
+def skipped_in_a_pair(draw) -> tuple[Job, dict[int, RankTrace], dict[int, str], list[int]]:
+    """(the job, every rank's trace, the form it left, the ranks the verdict must name)."""
     pairs = draw(st.integers(1, 4))
     world = 2 * pairs
     n = draw(st.integers(1, 5))  # the Python calls every member made on its group before the hang
@@ -64,18 +65,20 @@ def skipped_in_a_pair(draw) -> tuple[dict[int, RankTrace], list[int]]:
                            groups={name: GroupInfo(name, m, False, "mesh_tp") for name, m in groups.items()},
                            stacks={"MainThread (1)": [Frame("<module>", USER, 1), Frame("tp", USER, 200)]},
                            hang=hang, dump_reason="hang", dump_time=1081.0)
-    return out, ([skipper] if pairs > 1 else [0, 1])
+    # what each member left: the skipper its recorder's trace (its watchdog's look is the evidence), the others
+    # that or a Flight Recorder dump
+    forms = {r: "native" if r == skipper else draw(st.sampled_from(["native", "pickle", "json"])) for r in out}
+    job = Job(world=world, groups=groups, descs={g: "mesh_tp" for g in groups}, steps=[], faults={})
+    return job, out, forms, ([skipper] if pairs > 1 else [0, 1])
 
 
 @CHECKS
 @given(skipped_in_a_pair())
 def test_a_pair_waiting_at_one_number_is_a_type_mismatch_named_by_the_siblings(case):
-    traces, named = case
+    job, traces, forms, named = case
     with tempfile.TemporaryDirectory() as d:
-        for r, t in traces.items():
-            with open(f"{d}/rank_{r}.jsonl", "w") as f:
-                f.write(dumps(t))
-        ts = load_traces([d])
+        write(d, job, traces, forms, listed=False)  # as Gloo's dumps: groups named, and described, by the calls
+        ts = load_traces([d], world_size=job.world)
     assert ts.errors == [], ts.errors
     report = analyze(ts)
     got = [(f.kind, f.ranks) for f in report.findings]
@@ -88,5 +91,14 @@ def test_the_real_tensor_parallel_run_names_the_rank_that_skipped():
     fired = truth("gloo-tp-skip-one-number")
     assert (fired["kind"], fired["rank"]) == ("skip", 3)
     _, report = diagnose_form("gloo-tp-skip-one-number", "rank_*.jsonl", 4)
+    first = report["findings"][0]
+    assert (first["kind"], first["ranks"]) == ("type_mismatch", [3]), report["findings"]
+
+
+def test_the_same_run_read_from_one_dump_a_rank_names_the_rank_that_skipped():
+    """`gloo-tp-skip-one-number-mixed`: ranks 0 and 3 left their recorder's traces, rank 1 a pickle, rank 2 a JSON
+    dump (it shows rank 2 in the broadcast; rank 3's watchdog shows it in the all_reduce)."""
+    assert truth("gloo-tp-skip-one-number-mixed")["rank"] == 3
+    _, report = diagnose_form("gloo-tp-skip-one-number-mixed", "*rank_*", 4)
     first = report["findings"][0]
     assert (first["kind"], first["ranks"]) == ("type_mismatch", [3]), report["findings"]

@@ -82,7 +82,7 @@ class GroupView:
     last_completed: dict[int, int] = field(default_factory=dict)  # rank -> highest completed seq
     unseen: dict[int, frozenset] = field(default_factory=dict)  # rank -> seqs its trace cannot see (RankTrace.unseen)
     outside: set[int] = field(default_factory=set)  # of those ranks, the ones in no collective at all (unseen.py)
-    watched_in: dict[int, int] = field(default_factory=dict)  # rank -> the call its watchdog saw it in (header)
+    watched_in: dict[int, tuple] = field(default_factory=dict)  # rank -> (seq, op) its watchdog saw it in
     relation_ok: dict = field(default_factory=dict)  # cache of size-relation checks by (op, sizes identity)
     desc: str = ""  # what the user called the group (DeviceMesh dimension, group_desc), when a trace says
     world: int | None = None  # the job's size, where known: the most members a group can have

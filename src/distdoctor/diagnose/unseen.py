@@ -28,7 +28,7 @@ def mark_unseen(views: dict, rank: int, trace: RankTrace) -> None:
         if outside:
             views[name].outside.add(rank)
     if held is not None and held["group"] in views and held["op"] not in ("send", "recv") and trace.classified:
-        views[held["group"]].watched_in[rank] = held["seq"]  # (numbered as its Flight Recorder peers number)
+        views[held["group"]].watched_in[rank] = (held["seq"], held["op"])  # (numbered as its Flight Recorder peers)
 
 
 def absent_from(view: GroupView, seq: int, present: dict[int, Entry], behind: list[int]) -> list[int]:
@@ -36,7 +36,8 @@ def absent_from(view: GroupView, seq: int, present: dict[int, Entry], behind: li
     unseen = [r for r in behind if seq in view.unseen.get(r, ())]
     if not unseen:
         return behind
-    if any(not view.is_done(q, e) for q, e in present.items()) or seq in view.watched_in.values():  # one waits in it
+    if any(not view.is_done(q, e) for q, e in present.items()) or \
+            any(s == seq for s, _ in view.watched_in.values()):  # a member still waits in it
         unseen = [r for r in unseen if r not in view.outside]  # those in no call at all never issued it
     absent = [r for r in behind if r not in unseen]
     if not absent and _only_one_can_be_missing(view, present, unseen):
