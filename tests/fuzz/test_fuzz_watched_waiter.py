@@ -12,6 +12,9 @@ recorder's trace alone (the waiter's watchdog names the call it is blocked in, t
 others Flight Recorder pickles that show the call completed or in flight, or show them idle before it (Gloo
 retires the call a rank was blocked in when the job is ended: rank 1 in the run). The stopped rank is among the
 first finding's ranks: which of it and a rank idle in a bare Gloo dump stopped first, these dumps cannot say.
+Or no member is seen waiting (the waiter left a Flight Recorder dump idle before the call, and the ranks in it
+show it retired, which Gloo's dumps also show of a call that failed): the stopped rank is absent all the same
+(`gloo-dcp-hang-retired-mixed`).
 """
 
 from __future__ import annotations
@@ -52,21 +55,26 @@ def watched(draw) -> tuple[Job, dict[int, RankTrace], dict[int, str], int]:
     steps = [Step("0", "broadcast") for _ in range(python)] + \
         [Step("0", draw(st.sampled_from(["broadcast", "all_reduce"])), cpp=True) for _ in range(cpp)]
     stopped, waiter = draw(st.permutations(range(world)))[:2]
+    watched_wait = draw(st.booleans())  # else the waiter left a Flight Recorder dump idle before the call
     at = draw(st.integers(python, len(steps) - 1))  # the C++ call the others reached and the stopped rank never did
     episode = {"group": "0", "seq": at + 1, "op": steps[at].op, "source": "flight_recorder", "since": 1050.0}
     others = [r for r in range(world) if r not in (stopped, waiter)]
-    behind = draw(st.sets(st.sampled_from(others), max_size=len(others))) if others else set()
+    most = len(others) - (0 if watched_wait else 1)  # unwatched, some rank must show the call, retired
+    behind = draw(st.sets(st.sampled_from(others), max_size=most)) if others and most else set()
     out, forms = {}, {}
     for r in range(world):
         if r == stopped:
             calls, hang = [_call(i, steps[i].op, True) for i in range(at)], _hang(None, episode)
-        elif r == waiter:
+        elif r == waiter and watched_wait:
             calls, hang = [_call(i, steps[i].op, True) for i in range(at)], _hang(episode, episode)
+        elif r == waiter:  # and the ranks in the call show it retired: no member's dump shows it still in it
+            calls, hang = [_call(i, steps[i].op, True) for i in range(at)], None
         elif r in behind:  # blocked in the call before, which Gloo's dump retired when the job was ended
             calls, hang = [_call(i, steps[i].op, True) for i in range(at)], None
         else:  # the root's part, or a receiver's, done; or still in it
-            calls, hang = [_call(i, steps[i].op, i < at or draw(st.booleans())) for i in range(at + 1)], None
-        forms[r] = "native" if r in (stopped, waiter) else "pickle"
+            calls = [_call(i, steps[i].op, i < at or not watched_wait or draw(st.booleans())) for i in range(at + 1)]
+            hang = None
+        forms[r] = "native" if r == stopped or (r == waiter and watched_wait) else "pickle"
         out[r] = RankTrace(rank=r, source="native", world_size=world, entries=calls,
                            groups={"0": GroupInfo("0", list(range(world)), False, "default_pg")},
                            stacks={"MainThread (1)": [Frame("<module>", USER, 1), Frame("step", USER, 300)]},
@@ -97,3 +105,13 @@ def test_the_real_dcp_run_read_from_one_dump_a_rank_names_the_rank_that_stopped(
     _, report = diagnose_form("gloo-dcp-hang-watched-mixed", "*rank_*", 4)
     first = report["findings"][0]
     assert (first["kind"], first["ranks"]) == ("missing_ranks", [1, 3]), report["findings"]
+
+
+def test_a_dcp_run_whose_call_only_gloo_retired_names_both_ranks_in_no_call():
+    """`gloo-dcp-hang-retired-mixed`: rank 2 (recorder) stopped; ranks 1 and 3 (Flight Recorder) show broadcast #8
+    retired, rank 0 (a pickle) idle after #7."""
+    fired = truth("gloo-dcp-hang-retired-mixed")
+    assert (fired["kind"], fired["rank"]) == ("hang", 2)
+    _, report = diagnose_form("gloo-dcp-hang-retired-mixed", "*rank_*", 4)
+    first = report["findings"][0]
+    assert (first["kind"], first["ranks"]) == ("missing_ranks", [0, 2]), report["findings"]

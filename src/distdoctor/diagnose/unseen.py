@@ -3,7 +3,9 @@ the calls issued from C++ (`RankTrace.unseen`, trace/loaders/align_ranks.py). It
 call is no proof it never came: neither present nor absent, unless it is the one member a call nobody
 completed can wait for, or it is in no collective at all (its main thread outside torch) while a member still
 waits in the call: had it issued the call, from C++ or not, it would be in it, or the call would have completed
-on that member too (a member whose own watchdog saw it in the call waits in it, its trace holding it or not)."""
+on that member too (a member whose own watchdog saw it in the call waits in it, its trace holding it or not; a
+member whose trace would show the call never issued it, and the others' completion is Gloo's untimed
+retirement: no proof they did not fail in it, waiting)."""
 
 from __future__ import annotations
 
@@ -36,13 +38,21 @@ def absent_from(view: GroupView, seq: int, present: dict[int, Entry], behind: li
     unseen = [r for r in behind if seq in view.unseen.get(r, ())]
     if not unseen:
         return behind
+    absent = [r for r in behind if r not in unseen]  # members whose trace would show it: they never issued it
     if any(not view.is_done(q, e) for q, e in present.items()) or \
-            any(s == seq for s, _ in view.watched_in.values()):  # a member still waits in it
-        unseen = [r for r in unseen if r not in view.outside]  # those in no call at all never issued it
-    absent = [r for r in behind if r not in unseen]
+            any(s == seq for s, _ in view.watched_in.values()) or _unproven(present, absent):
+        unseen = [r for r in unseen if r not in view.outside]  # a member still waits in it: those in no call at
+        absent = [r for r in behind if r not in unseen]  # all never issued it
     if not absent and _only_one_can_be_missing(view, present, unseen):
         return unseen
     return absent
+
+
+def _unproven(present: dict[int, Entry], absent: list[int]) -> bool:
+    """The present members show the call retired, without a completion time (Gloo's Flight Recorder retires a
+    call that failed as one that completed), and a member whose trace would show the call never issued it: no
+    proof it completed - they may have failed in it as the job was ended, waiting for that member."""
+    return bool(absent) and all(e.state == "completed" and e.t_completed is None for e in present.values())
 
 
 def _only_one_can_be_missing(view: GroupView, present: dict[int, Entry], unseen: list[int]) -> bool:
