@@ -13,7 +13,8 @@ dump only), with arrival jitter; one rank is SIGTERMed after the last shared cal
 (an all_gather), the launcher then ends the rest on their way (within the pace the rule allows), and one rank in
 the all_gather may die of the closed connection first. Written as the recorder's traces alone or each merged with
 its Flight Recorder pickle. Whatever the layout, the first finding is the rank the signal ended first, and the
-ranks on their way are consequences. The run itself is `gloo-dcp8-sigterm-first` (its dumps in both forms).
+ranks on their way are consequences of it (not it, and not said to be blocked elsewhere). The run itself is
+`gloo-dcp8-sigterm-first` (its dumps in both forms).
 """
 
 from __future__ import annotations
@@ -102,6 +103,10 @@ def test_the_rank_a_signal_ended_first_comes_first_and_those_on_their_way_follow
     got = [(f.kind, f.ranks) for f in report.findings]
     assert got and got[0] == ("crashed", [culprit]), got
     assert not any(set(ranks) & on_way for kind, ranks in got if kind == "missing_ranks"), got
+    for c in report.consequences:  # the rank the finding names is no victim of it; ranks on their way wait nowhere
+        if "on their way" in c["because"]:
+            assert culprit not in c["ranks"], c
+        assert not ("blocked in other collectives" in c["because"] and set(c["ranks"]) & (on_way | {culprit})), c
 
 
 def test_the_real_dcp_run_reads_the_same_merged_as_from_the_recorder_alone():

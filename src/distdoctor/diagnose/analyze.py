@@ -174,7 +174,8 @@ def analyze(ts: TraceSet) -> Report:
             explainer.on_way.update(on_way)
             if on_way:
                 consequences.append({"kind": d.kind, "group": d.group, "seq": d.seq, "op": d.op,
-                                     "ranks": sorted(on_way), "because": way_because(on_way), "_ref": lost_finding})
+                                     "ranks": sorted(on_way), "because": way_because(on_way), "_ref": lost_finding,
+                                     "_not_its_own": True})  # a rank the finding names is no victim of it
             crashed = [r for r in idle if r in crash_finding]
             call = views[d.group].by_rank[d.present[0]][d.seq]
             recorded = _recorded_by_recorder(views[d.group], d.seq)  # a Python call: its trace would show it
@@ -182,7 +183,7 @@ def analyze(ts: TraceSet) -> Report:
                       and probably_inside(ts.ranks.get(r), call)]
             idle = [r for r in idle if r not in crash_finding and r not in unseen]
             explained = [r for r in d.ranks if r not in idle and r not in crashed and r not in unseen
-                         and r not in echoes]
+                         and r not in echoes and r not in on_way]
             if unseen:
                 consequences.append({"kind": d.kind, "group": d.group, "seq": d.seq, "op": d.op, "ranks": unseen,
                                      "because": "only a recorder trace, which cannot show this call (issued from "

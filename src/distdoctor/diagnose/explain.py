@@ -436,7 +436,9 @@ def consequences_of(ex: Explainer, findings: list[Finding], by: dict[int, Findin
         if f is None:
             f = min((by.get(r) or named.get(r) for r in c["ranks"] if by.get(r) or named.get(r)),
                     key=lambda x: index[id(x)], default=None)
-        if f is None:
+        if c.pop("_not_its_own", False) and f is not None:  # (a rank ended on its way that the finding names)
+            c["ranks"] = [r for r in c["ranks"] if r not in set(f.ranks)]
+        if f is None or not c["ranks"]:
             continue
         out.append(_point(c, f, index))
     grouped: dict[tuple, dict] = {}
