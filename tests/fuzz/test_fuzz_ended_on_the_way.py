@@ -30,17 +30,14 @@ from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace
 
 from real_dumps import diagnose_form
 from test_fuzz_invariant import CHECKS
-from trace_sets import PEER_CLOSED, USER, Job, Step, write
+from trace_sets import PEER_CLOSED, USER, Job, Step, blocking_call, write
 
 T0 = 1000.0
 
 
 def _call(i: int, step: Step, world: int, start: float, end: float | None) -> Entry:
-    size = [[8 * world]] if step.op == "all_gather" else [[8]]
-    return Entry(index=i, group="0", op=step.op, seq=i + 1, raw_op=step.op, in_sizes=[[8]], out_sizes=size,
-                 in_dtypes=["float32"], out_dtypes=["float32"], root=0 if step.op == "broadcast" else None,
-                 state="completed" if end is not None else "started", t_created=start, t_started=start,
-                 t_completed=end, stream="MainThread", frames=[Frame("step", USER, 100 + i)])
+    out = 8 * world if step.op == "all_gather" else None
+    return blocking_call(i, step.op, end is not None, out_size=out, start=start, end=end)
 
 
 @st.composite

@@ -27,14 +27,11 @@ from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace
 
 from real_dumps import diagnose_form, truth
 from test_fuzz_invariant import CHECKS
-from trace_sets import USER, Job, write
+from trace_sets import USER, Job, blocking_call, write
 
 
 def _call(i: int, group: str, op: str, seq: int, done: bool) -> Entry:
-    return Entry(index=i, group=group, op=op, seq=seq, raw_op=op, in_sizes=[[16]], out_sizes=[[16]],
-                 in_dtypes=["float32"], out_dtypes=["float32"], root=0 if op == "broadcast" else None,
-                 state="completed" if done else "started", t_created=1000.0 + i, t_started=1000.0 + i,
-                 t_completed=1000.5 + i if done else None, stream="MainThread", frames=[Frame("tp", USER, 110 + seq)])
+    return blocking_call(i, op, done, group=group, seq=seq, line=110 + seq, func="tp", size=16)
 
 
 @st.composite

@@ -25,18 +25,14 @@ from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace
 
 from real_dumps import diagnose_form, truth
 from test_fuzz_invariant import CHECKS
-from trace_sets import USER, Job, Step, write
+from trace_sets import USER, Job, Step, blocking_call, write
 
 RESET = ("RuntimeError: [pair.cc:537] Read error [127.0.0.1]:38024: Connection reset by peer. This is typically "
          "caused by a remote worker hanging or being killed.")
 
 
 def _call(i: int, op: str, line: int, size: int, done: bool) -> Entry:
-    return Entry(index=i, group="0", op=op, seq=i + 1, raw_op=op, in_sizes=[[size]], out_sizes=[[size]],
-                 in_dtypes=["float32"], out_dtypes=["float32"], state="completed" if done else "started",
-                 t_created=1000.0 + i, t_started=1000.0 + i, t_completed=1000.5 + i if done else None,
-                 stream="MainThread", frames=[Frame("step", USER, line)],
-                 error=None if done else RESET)
+    return blocking_call(i, op, done, line=line, size=size, error=None if done else RESET)
 
 
 @st.composite
@@ -63,12 +59,13 @@ def parted_jobs(draw) -> tuple[Job, dict[int, RankTrace], int, str, str]:
             reach = at + 2 if r in ahead else at + 1  # how many calls it issued: a call further on, or not
             got = [_call(i, op, lines[i], 8 if op != "all_to_all" else 8 + r, i < reach - 1) for i in range(reach)]
         kind, _, message = RESET.partition(": ")
+        now = got[-1].frames[0].line  # where it died: in its last call
         out[r] = RankTrace(rank=r, source="native", world_size=world, entries=got,
                            groups={"0": GroupInfo("0", list(range(world)), False, "default_pg")},
-                           stacks={"MainThread (1)": [Frame("<module>", USER, 1), Frame("step", USER, got[-1].frames[0].line)]},
+                           stacks={"MainThread (1)": [Frame("<module>", USER, 1), Frame("step", USER, now)]},
                            dump_reason=f"exception: {RESET}", dump_time=1100.0 + 0.01 * r,
                            exception={"type": kind, "message": message, "thread": "MainThread",
-                                      "where": f"step ({USER}:{got[-1].frames[0].line})", "exit_code": 1})
+                                      "where": f"step ({USER}:{now})", "exit_code": 1})
     job = Job(world=world, groups={"0": list(range(world))}, descs={"0": "default_pg"}, steps=steps, faults={})
     return job, out, culprit, how, draw(st.sampled_from(["native", "pickle", "both"]))
 

@@ -30,14 +30,11 @@ from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace
 
 from real_dumps import diagnose_form, truth
 from test_fuzz_invariant import CHECKS
-from trace_sets import USER, Job, Step, write
+from trace_sets import USER, Job, Step, blocking_call, write
 
 
 def _call(i: int, op: str, done: bool) -> Entry:
-    return Entry(index=i, group="0", op=op, seq=i + 1, raw_op=op, in_sizes=[[8]], out_sizes=[[8]],
-                 in_dtypes=["float32"], out_dtypes=["float32"], root=0 if op == "broadcast" else None,
-                 state="completed" if done else "started", t_created=1000.0 + i, t_started=1000.0 + i,
-                 t_completed=1000.5 + i if done else None, stream="MainThread", frames=[Frame("step", USER, 100 + i)])
+    return blocking_call(i, op, done)
 
 
 def _hang(blocked_in: dict | None, episode: dict) -> dict:

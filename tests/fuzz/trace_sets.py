@@ -399,6 +399,21 @@ def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, s
                 json.dump(fr_dump(t, groups, p2p=p2p, listed=listed), f)
 
 
+def blocking_call(i: int, op: str, done: bool = True, *, group: str = "0", seq: int | None = None,
+                  line: int | None = None, func: str = "step", size: int = 8, out_size: int | None = None,
+                  start: float | None = None, end: float | None = None, error: str | None = None) -> Entry:
+    """A rank's i-th call as the recorder records a blocking one: collective `seq` (i + 1) of `group`, called
+    from `func` at `line` (100 + i) of the user's file, issued at `start` (1000 + i) and, `done`, completed at
+    `end` (half a second later), else in flight (with the `error` it failed of, if any); a broadcast is rooted
+    at rank 0."""
+    start = 1000.0 + i if start is None else start
+    return Entry(index=i, group=group, op=op, seq=i + 1 if seq is None else seq, raw_op=op, in_sizes=[[size]],
+                 out_sizes=[[size if out_size is None else out_size]], in_dtypes=["float32"], out_dtypes=["float32"],
+                 root=0 if op == "broadcast" else None, state="completed" if done else "started", t_created=start,
+                 t_started=start, t_completed=(start + 0.5 if end is None else end) if done else None,
+                 stream="MainThread", frames=[Frame(func, USER, 100 + i if line is None else line)], error=error)
+
+
 # ---- calls issued from C++: the recorder sees only the Python ones ------------------------------------------
 
 PEER_CLOSED = ("RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:20916. This is typically caused "

@@ -20,6 +20,11 @@ def callsite(e: Entry) -> tuple:
                  if is_user_code(f.filename))
 
 
+def fmt_site(site: tuple) -> str:
+    """A callsite() chain as 'step (train.py:12) <- main (train.py:40)', three frames at most."""
+    return " <- ".join(f"{n} ({fn.rsplit('/', 1)[-1]}:{ln})" for fn, ln, n in site[:3])
+
+
 def callsite_divergence(view: GroupView, rank: int, upto: int) -> dict | None:
     """First seq (< upto) where `rank` issued from a different code path than the majority of the others.
 
@@ -40,8 +45,7 @@ def callsite_divergence(view: GroupView, rank: int, upto: int) -> dict | None:
             continue
         majority = max(theirs, key=lambda k: len(theirs[k]))
         if majority and majority != site:
-            fmt = lambda chain: " <- ".join(f"{n} ({fn.rsplit('/', 1)[-1]}:{ln})" for fn, ln, n in chain[:3])
-            return {"seq": seq, "op": mine[seq].op, "rank_site": fmt(site), "others_site": fmt(majority),
+            return {"seq": seq, "op": mine[seq].op, "rank_site": fmt_site(site), "others_site": fmt_site(majority),
                     "others": theirs[majority]}
     return None
 

@@ -34,7 +34,7 @@ import time
 from typing import TYPE_CHECKING
 
 from distdoctor.findings.kinds import fmt_ranks
-from distdoctor.diagnose.progress import header_call, where_now
+from distdoctor.diagnose.progress import header_call, watched_past, where_now
 from distdoctor.trace.model import LIVE_REASON, Entry, TraceSet
 
 if TYPE_CHECKING:
@@ -163,9 +163,7 @@ def _reached(theirs: dict, call: dict) -> bool:
     recorder trace's own entries number the Python calls only: they are not compared with these.)"""
     if theirs["group"] != call["group"] or theirs.get("source") != call.get("source"):
         return False
-    if theirs["seq"] == call["seq"]:
-        return theirs["op"] == call["op"]
-    return theirs["seq"] > call["seq"] and theirs["op"] not in ("send", "recv")
+    return theirs["op"] not in ("send", "recv") and watched_past(theirs["seq"], theirs["op"], call["seq"], call["op"])
 
 
 def header_waits(ts: TraceSet, views: dict[str, GroupView], pending: dict[int, list[Entry]]) -> list[Wait]:

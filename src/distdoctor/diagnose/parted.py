@@ -17,7 +17,7 @@ placed among the others', not counted by its communicator) is neither judged nor
 
 from __future__ import annotations
 
-from distdoctor.diagnose.callsites import callsite
+from distdoctor.diagnose.callsites import callsite, fmt_site
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks
 
 
@@ -73,23 +73,19 @@ def _parted(view, rank: int) -> tuple[int, str, tuple, tuple, list[int]] | None:
     return None
 
 
-def _where(site: tuple) -> str:
-    return " <- ".join(f"{n} ({fn.rsplit('/', 1)[-1]}:{ln})" for fn, ln, n in site[:3])
-
-
 def _finding(group: str, view, rank: int, seq: int, how: str, site: tuple, theirs: tuple,
              who: list[int]) -> Finding:
     e = view.by_rank[rank][seq]
     lost = [r for r in view.members if r not in view.by_rank]
     if how == "skipped":
-        what = (f"it comes from {_where(site)}, where {fmt_ranks(who)} issued {'its' if len(who) == 1 else 'their'} "
-                f"#{seq + 1}; the others' #{seq} comes from {_where(theirs)}: rank {rank} skipped that call")
+        what = (f"it comes from {fmt_site(site)}, where {fmt_ranks(who)} issued {'its' if len(who) == 1 else 'their'} "
+                f"#{seq + 1}; the others' #{seq} comes from {fmt_site(theirs)}: rank {rank} skipped that call")
     else:
-        what = (f"it comes from {_where(site)}, and its #{seq + 1} from {_where(theirs)}, where {fmt_ranks(who)} "
+        what = (f"it comes from {fmt_site(site)}, and its #{seq + 1} from {fmt_site(theirs)}, where {fmt_ranks(who)} "
                 f"issued their #{seq}: rank {rank} issued one call more")
     detail = (f"rank {rank}'s {e.op} #{seq} on {fmt_group(group, view.desc)} is another call than the others' "
               f"#{seq}: {what}. {fmt_ranks(lost)} left no dump: Gloo aborts a process whose peer passes a call of "
               f"another kind or size, and the others then die of the reset connection (diagnose/parted.py).")
     return Finding("type_mismatch", [rank], group=group, seq=seq, op=e.op, t=e.t_created, detail=detail,
-                   evidence={"parted": how, "site": _where(site), "others_site": _where(theirs), "others": who,
+                   evidence={"parted": how, "site": fmt_site(site), "others_site": fmt_site(theirs), "others": who,
                              "lost": lost})

@@ -155,6 +155,12 @@ def header_call(trace) -> dict | None:
     return {**call, "group": str(call["group"]), "op": op} if op else None
 
 
+def watched_past(seq: int, op: str, at_seq: int, at_op: str) -> bool:
+    """A watchdog that saw its rank in collective (seq, op) of a group saw it reach collective (at_seq, at_op) of
+    that group: the very call (the same number and op: another op there is another call) or a later one."""
+    return seq > at_seq or (seq == at_seq and op == at_op)
+
+
 def watched_idle(trace: RankTrace) -> bool:
     """The rank's own hang watchdog, which reads its process's Flight Recorder (the episode names a call by its
     `flight_recorder` source: the job's recorder reads it), saw no call in flight, C++'s included, when it

@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distdoctor.diagnose.match import GroupView
-from distdoctor.diagnose.progress import probably_inside
+from distdoctor.diagnose.progress import probably_inside, watched_past
 from distdoctor.findings.waitfor import Cycle, Edge, Node, strong_cycles
 from distdoctor.trace.frontier import gpu_stream
 from distdoctor.trace.model import Entry, RankTrace, TraceSet
@@ -174,19 +174,13 @@ def _behind(e: Entry, view: GroupView, ts: TraceSet, first_pending: dict[int, di
         if view.last_completed.get(m, -1) >= e.seq:
             continue  # it completed the collective (an active-only dump no longer lists it)
         theirs = view.by_rank.get(m, {}).get(e.seq)
-        if theirs is None and (_watched_past(view, m, e) if m in view.watched_in else probably_inside(ts.ranks[m], e)):
+        watched = view.watched_in.get(m)
+        if theirs is None and (watched_past(*watched, e.seq, e.op) if watched else probably_inside(ts.ranks[m], e)):
             continue  # its trace cannot show this call (issued from C++), and its own watchdog saw it blocked in
             # this call or a later one of the group (hang_status.py), or, unwatched, it is inside torch
         if theirs is None or not _reached(m, theirs, first_pending, ts):
             late.append(m)
     return late
-
-
-def _watched_past(view: GroupView, rank: int, e: Entry) -> bool:
-    """The member's own watchdog saw it in this very call (the same number and op: another op there is another
-    call) or in a later one of the group."""
-    seq, op = view.watched_in.get(rank, (0, None))
-    return seq > e.seq or (seq == e.seq and op == e.op)
 
 
 def _reached(rank: int, entry: Entry, first_pending: dict[int, dict], ts: TraceSet) -> bool:
