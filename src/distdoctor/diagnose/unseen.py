@@ -26,6 +26,8 @@ def mark_unseen(views: dict, rank: int, trace: RankTrace) -> None:
     numbering: read where the trace was placed among Flight Recorder ranks, whose numbers the views then use)."""
     outside, held = bool(trace.unseen) and outside_torch(trace), header_call(trace)
     for name in (trace.unseen or {}).keys() & views.keys():  # (RankTrace.unseen: see trace/loaders/align_ranks.py)
+        if views[name].members and rank not in views[name].members:
+            continue  # (a group the rank is not in: nothing of it is the rank's to see)
         views[name].unseen[rank] = trace.unseen[name]
         if outside:
             views[name].outside.add(rank)

@@ -134,17 +134,21 @@ def flight_recorder_dump() -> bytes | None:
     return None
 
 
-def nccl_standing() -> dict | None:
-    """Under NCCL, where this rank's GPU stands, from NCCL's Flight Recorder (its active entries and `pg_status`):
-    {"pg_status", "pg_names" (pg_id -> group name, from the entries), "active" ((group, seq) -> the entry's state,
-    for collectives its GPU has not completed), "comm_lib_version"}. None without NCCL or Flight Recorder. Every
-    entry Flight Recorder keeps is read (a few ms for 2000): the completed ones name the groups with nothing in
-    flight, whose frontier a CPU that stopped is seen by.
+def fr_standing() -> dict | None:
+    """Where this rank's communicators stand, from its own Flight Recorder (its `pg_status` and entries):
+    {"pg_status", "pg_names" (pg_id -> group name, from the entries), "active", "comm_lib_version"}. None
+    without Flight Recorder. Every entry Flight Recorder keeps is read (a few ms for 2000): the completed ones
+    name the groups with nothing in flight.
 
-    The recorder's own records say when a Python call returned, which under NCCL is when its CPU enqueued it:
-    their completion is taken from here (apply_standing)."""
-    if not fr_enabled() or not _uses_nccl():
+    Under any backend the frontier numbers the calls the recorder cannot see (issued from C++): a trace whose
+    Flight Recorder dump is lost still says which of its group's calls this rank never issued
+    (trace/loaders/align_ranks.py). Under NCCL (`comm_lib_version` set) it also says where the GPU stands:
+    "active" maps (group, seq) to the entry's state for collectives its GPU has not completed, and the
+    recorder's own records (a Python call returned when its CPU enqueued it) take their completion from there
+    (apply_standing). Under Gloo a call returns when it is done: "active" is empty."""
+    if not fr_enabled():
         return None
+    nccl = _uses_nccl()
     try:
         got = json.loads(fr_dumper("json")(True, False))
     except Exception:
@@ -153,24 +157,24 @@ def nccl_standing() -> dict | None:
     names = {str(e["pg_id"]): str(e["process_group"][0]) for e in entries
              if e.get("pg_id") is not None and e.get("process_group")}
     active = {(str(e["process_group"][0]), int(e.get("collective_seq_id") or 0)): str(e.get("state") or "scheduled")
-              for e in entries if e.get("process_group") and not e.get("is_p2p") and not e.get("retired")}
-    return {"pg_status": got.get("pg_status"), "pg_names": names, "active": active,
-            "comm_lib_version": got.get("nccl_version") or got.get("comm_lib_version") or "nccl"}
+              for e in entries if nccl and e.get("process_group") and not e.get("is_p2p") and not e.get("retired")}
+    lib = (got.get("nccl_version") or got.get("comm_lib_version") or "nccl") if nccl else None
+    return {"pg_status": got.get("pg_status"), "pg_names": names, "active": active, "comm_lib_version": lib}
 
 
 _GPU_STATE = {"scheduled": "issued", "started": "started"}
 
 
 def apply_standing(trace, standing: dict | None) -> None:
-    """The recorder's trace of this rank in NCCL's terms (see nccl_standing): a collective whose Python call
-    returned is completed only if its GPU completed it; the groups' frontiers travel with the trace."""
+    """The recorder's trace of this rank with its communicators' frontiers (see fr_standing); under NCCL, in
+    its terms: a collective whose Python call returned is completed only if its GPU completed it."""
     if not standing:
         return
     trace.pg_status = read_pg_status(standing["pg_status"])
     trace.pg_names = standing["pg_names"] or None
-    trace.comm_lib_version = str(standing["comm_lib_version"])
+    trace.comm_lib_version = str(standing["comm_lib_version"]) if standing["comm_lib_version"] else None
     active = standing["active"]
-    for e in trace.entries:
+    for e in trace.entries if active else ():
         gpu = active.get((e.group, e.seq)) if e.seq is not None and not e.is_p2p else None
         if gpu is not None and e.error is None and e.state == "completed":
             e.state = _GPU_STATE.get(gpu, "issued")

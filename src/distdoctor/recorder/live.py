@@ -36,7 +36,7 @@ import time
 
 from distdoctor.recorder.config import warn
 from distdoctor.recorder.dumpfile import (all_thread_stacks, apply_standing, ensure_private_dir, fr_dumper, fr_enabled,
-                                         nccl_standing, write_atomic)
+                                         fr_standing, write_atomic)
 from distdoctor.trace import model
 
 HANDLER, PREFIX, TORCH_PREFIX, LIVE_REASON = (model.LIVE_HANDLER, model.LIVE_PREFIX, model.TORCH_DEBUG_PREFIX,
@@ -220,7 +220,7 @@ def state(rec, stacks: bool = False, full: bool = False, as_object: bool = False
             entries=[rec._entry(r, threads) for r in keep], stacks=_stacks(rec) if stacks else None,
             dump_reason=LIVE_REASON, dump_time=time.time(), host=socket.gethostname(), pid=os.getpid(), hang=hang,
             exception=rec.exception)
-        standing = nccl_standing()
+        standing = fr_standing()
         apply_standing(trace, standing)  # NCCL: completed means the GPU completed it
     extras = {}
     for name, source in list(_published.items()):

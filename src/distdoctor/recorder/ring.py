@@ -44,7 +44,7 @@ from distdoctor.recorder import creations, layout, patch
 from distdoctor.recorder.config import RecorderConfig, warn
 from distdoctor.recorder.describe import Call
 from distdoctor.recorder.dumpfile import (FR_JSON_DIR, all_thread_stacks, apply_standing, ensure_private_dir,
-                                         flight_recorder_dump, flight_recorder_json, nccl_standing, write_atomic)
+                                         flight_recorder_dump, flight_recorder_json, fr_standing, write_atomic)
 from distdoctor.trace import model
 
 WAITS_KEPT = 256  # completed collectives whose wait times set the adaptive threshold
@@ -308,7 +308,7 @@ class Recorder:
             world_size=self.world_size, groups=dict(self.group_infos), entries=entries, stacks=stacks,
             dump_reason=reason, dump_time=time.time(), host=socket.gethostname(), pid=os.getpid(), hang=hang,
             exception=self.exception, group_creations=self._creations())
-        apply_standing(trace, nccl_standing())  # NCCL: completed means the GPU completed it
+        apply_standing(trace, fr_standing())  # NCCL: completed means the GPU completed it
         return trace
 
     def _refresh_groups(self) -> None:

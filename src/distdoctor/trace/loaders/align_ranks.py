@@ -31,6 +31,7 @@ from collections import Counter
 
 from distdoctor.collectives import same_collective
 from distdoctor.collectives.names import dtype_signature
+from distdoctor.trace.frontier import Frontier, frontiers
 from distdoctor.trace.model import Entry, RankTrace, numel
 
 # Collectives whose recorded sizes differ in layout or by rank between the two forms (a scatter's root lists n
@@ -226,6 +227,7 @@ def align_across_ranks(ranks: dict[int, RankTrace], skip: set[str]) -> dict[str,
         return {}
     rec_calls, fr_calls = [_collectives(t) for t in recorder], [_collectives(t) for t in flight]
     groups = {g for calls in rec_calls + fr_calls for g in calls} - skip
+    fronts = [frontiers(t) if t.pg_status else {} for t in recorder]  # (read before the calls are renumbered)
     done: dict[str, dict] = {}
     for group in sorted(groups):
         fr_ref = _consensus(fr_calls, group)
@@ -235,19 +237,41 @@ def align_across_ranks(ranks: dict[int, RankTrace], skip: set[str]) -> dict[str,
         table, unseen = cross_table(rec_ref, fr_ref) if rec_ref else ({}, set(fr_ref))
         unseen -= {e.seq for t, calls in zip(flight, fr_calls) if t.merged for e in calls.get(group, ())
                    if _python_issued(e)}  # a merged rank's recorder saw it: a recorder-only rank would have too
-        for t, calls in zip(recorder, rec_calls):
-            _apply(t, calls.get(group, ()), group, table, unseen, max(fr_ref))
+        for t, calls, front in zip(recorder, rec_calls, fronts):
+            _apply(t, calls.get(group, ()), group, table, unseen, max(fr_ref), front.get(group))
         done[group] = {"unseen": len(unseen), "ambiguous": sum(1 for v in table.values() if v is None)}
     return done
 
 
-def _apply(t: RankTrace, calls, group: str, table: dict[int, int | None], unseen: set[int], upto: int) -> None:
+def is_member(t: RankTrace, group: str) -> bool:
+    """Whether the rank is a member of `group`, as far as its trace says. The recorder lists every group its rank
+    belongs to, used or not (recorder/ring.py): a group missing from such a list is not the rank's; where the
+    trace lists none of its own, membership is unknown and counts."""
+    info = (t.groups or {}).get(group)
+    if info is None:
+        return not any(not g.inferred for g in (t.groups or {}).values())
+    return not info.ranks or t.rank in info.ranks
+
+
+def issued_of(f: Frontier | None, unseen: set[int]) -> set[int]:
+    """Of the calls a recorder-only rank cannot see, those its own communicator may have issued: the dump's
+    frontier (`pg_status` of its Flight Recorder, recorder/dumpfile.py fr_standing; it counts the calls issued
+    from C++ too) says the last it enqueued on the group, and a call past it this rank never issued, seen or not.
+    Without the frontier, all of them."""
+    if f is None or f.source != "pg_status" or f.space == "p2p" or f.enqueued is None:
+        return set(unseen)
+    return {s for s in unseen if s <= f.enqueued}
+
+
+def _apply(t: RankTrace, calls, group: str, table: dict[int, int | None], unseen: set[int], upto: int,
+           front: Frontier | None = None) -> None:
     last_rec, last_fr = _last_pair(table)
     for e in calls:
         e.seq = table[e.seq] if e.seq in table else last_fr + e.seq - last_rec
-    if unseen:
+    mine = issued_of(front, unseen) if is_member(t, group) else set()
+    if mine:
         t.unseen = dict(t.unseen or {})
-        t.unseen[group] = frozenset(unseen)
+        t.unseen[group] = frozenset(mine)
     if calls and upto:
         t.classified = {**(t.classified or {}), group: upto}
     t.summary = None

@@ -27,8 +27,8 @@ from collections import Counter
 
 from distdoctor.collectives import same_collective
 from distdoctor.collectives.names import dtype_signature
-from distdoctor.trace.frontier import is_async
-from distdoctor.trace.loaders.align_ranks import align_across_ranks
+from distdoctor.trace.frontier import frontiers, is_async
+from distdoctor.trace.loaders.align_ranks import align_across_ranks, is_member, issued_of
 from distdoctor.trace.model import Entry, GroupInfo, RankTrace, numel
 
 # A Flight Recorder entry is created inside the call the recorder saw begin: never earlier than it, up to clock
@@ -194,6 +194,7 @@ def renumber_recorder_only(ranks: dict[int, RankTrace]) -> None:
     for rank, t in ranks.items():
         if t.merged or t.source != "native":
             continue
+        front = frontiers(t) if t.pg_status else {}
         done: dict[str, object] = {}
         for group, positions in _collectives_by_group(list(t.entries)).items():
             got = maps.get(group)
@@ -204,15 +205,17 @@ def renumber_recorder_only(ranks: dict[int, RankTrace]) -> None:
                 e = t.entries[i]
                 e.seq = table.get(e.seq, last_fr + e.seq - last_rec if e.seq > last_rec else None)
             done[group] = via
+            unseen = issued_of(front.get(group), unseen) if is_member(t, group) else set()
             if unseen:
-                t.unseen = {**(t.unseen or {}), group: unseen}
+                t.unseen = {**(t.unseen or {}), group: frozenset(unseen)}
             t.classified = {**(t.classified or {}), group: last_fr}
         placed = sorted(g for g in across if g in (t.unseen or {}) or any(e.group == g for e in t.entries))
         if done or placed:
             t.summary = None
             t.merged = {"paths": [t.path], "renumbered_through": done}
             if placed:
-                t.merged["placed_among_flight_recorder"] = {g: across[g] for g in placed}
+                t.merged["placed_among_flight_recorder"] = {  # (this rank's unseen calls: its frontier trims them)
+                    g: {**across[g], "unseen": len((t.unseen or {}).get(g, ()))} for g in placed}
 
 
 def _cpp_only(t: RankTrace, group: str, pairs: list[list[int]]) -> frozenset[int]:
