@@ -30,7 +30,7 @@ from distdoctor.trace.loaders import load_traces
 
 from real_dumps import diagnose_form, truth
 from test_fuzz_invariant import CHECKS
-from trace_sets import Job, Step, run, traces, write
+from trace_sets import Job, Step, run, traces, with_frontier, write
 
 
 def _mesh(rows: int, cols: int) -> tuple[dict[str, list[int]], list[str], list[str]]:
@@ -59,18 +59,6 @@ def _program(draw, row_names: list[str], col_names: list[str]) -> tuple[list[Ste
     return steps, stops
 
 
-def _frontier(trace, groups: dict[str, list[int]]):
-    """The trace with its communicator's frontier: per group the last call it issued and the last it completed,
-    numbered as Flight Recorder numbers them (every call, the C++ ones too)."""
-    status, names = {}, {}
-    for pg_id, g in enumerate(sorted((g for g, m in groups.items() if trace.rank in m), key=int)):
-        calls = [e for e in trace.entries if e.group == g and e.seq is not None]
-        done = [e.seq for e in calls if e.state == "completed"]
-        status[str(pg_id)] = (max((e.seq for e in calls), default=0), None, max(done, default=0))
-        names[str(pg_id)] = g
-    return replace(trace, pg_status=status, pg_names=names)
-
-
 def _retired(trace, stopped_groups: set[str]):
     """What Gloo's dump shows once the job was ended: the call this rank waited in for the stopped rank failed
     when that rank's process went, and is retired as if completed."""
@@ -93,7 +81,7 @@ def stopped_in_mesh(draw):
     for r, t in traces(job, run(job)).items():
         native = r == stopped or draw(st.booleans())
         forms[r] = "native" if native else "pickle"
-        out[r] = _frontier(t, groups) if native else (_retired(t, hit) if draw(st.booleans()) else t)
+        out[r] = with_frontier(t, groups) if native else (_retired(t, hit) if draw(st.booleans()) else t)
         out[r] = replace(out[r], dump_reason="signal: SIGTERM", dump_time=2000.0 + 0.01 * r)
     if all(f == "native" for f in forms.values()):
         other = next(r for r in out if r != stopped)

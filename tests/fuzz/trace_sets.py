@@ -414,6 +414,19 @@ def blocking_call(i: int, op: str, done: bool = True, *, group: str = "0", seq: 
                  stream="MainThread", frames=[Frame(func, USER, 100 + i if line is None else line)], error=error)
 
 
+def with_frontier(trace: RankTrace, groups: dict[str, list[int]], completed: dict[str, int] | None = None) -> RankTrace:
+    """The trace with its communicator's frontier in its header (`pg_status`, `pg_names`: recorder/dumpfile.py
+    fr_standing), from its calls as Flight Recorder numbers them (every call, C++'s included): per group the
+    last it issued, and the last completed (`completed` overrides: Gloo retires a failed call as completed)."""
+    status, names = {}, {}
+    for pg_id, g in enumerate(sorted((g for g, m in groups.items() if trace.rank in m), key=int)):
+        calls = [e for e in trace.entries if e.group == g and e.seq is not None]
+        done = max((e.seq for e in calls if e.state == "completed"), default=0)
+        status[str(pg_id)] = (max((e.seq for e in calls), default=0), None, (completed or {}).get(g, done))
+        names[str(pg_id)] = g
+    return replace(trace, pg_status=status, pg_names=names)
+
+
 # ---- calls issued from C++: the recorder sees only the Python ones ------------------------------------------
 
 PEER_CLOSED = ("RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:20916. This is typically caused "

@@ -145,7 +145,7 @@ def analyze(ts: TraceSet) -> Report:
     if no_dump:
         lost_finding = missing_dump(no_dump, waits, views)
         findings.append(lost_finding)
-        findings.extend(parted_before_lost(views, no_dump))  # a skip the call sites show cost a peer its dump
+        findings.extend(parted_before_lost(views, no_dump, ts))  # a skip the call sites show cost a peer its dump
 
     divs = all_divergences(ts, views)
     parted = {d.group: d.seq for d in divs if d.kind != "state_mismatch"}  # where each group parted ways

@@ -13,16 +13,25 @@ absence), from user frames (the recorder's, Flight Recorder's pickle; its JSON f
 number where the rank's site differs from what most of the others agree on, every earlier one agreeing. A rank
 whose trace cannot see some calls (the recorder's alone, of a job that issues calls from C++: its numbers are
 placed among the others', not counted by its communicator) is neither judged nor a judge.
+
+A skipper whose next call was issued from C++ (DDP's gradient buckets) has no next call in its recorder's trace
+to compare. Its communicator's frontier does (the trace header's `pg_status`, trace/frontier.py): under Gloo a
+rank blocked in a Python call is in the last call its communicator enqueued, so the others' call #n is their
+communicator's #E. A rank whose recorder shows fewer than n calls, yet whose communicator enqueued #E or more,
+made some other call at #E, one its recorder did not see (`_parted_by_frontier`; recorder traces alone, of
+blocking backends: under NCCL a Python call is not the last enqueued while the GPU runs behind).
 """
 
 from __future__ import annotations
 
 from distdoctor.diagnose.callsites import callsite, fmt_site
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks
+from distdoctor.trace.frontier import frontiers, is_async
 
 
-def parted_before_lost(views: dict, no_dump: list[int]) -> list[Finding]:
-    """One finding per rank whose call sites show a skipped or an extra call on a group that lost a member."""
+def parted_before_lost(views: dict, no_dump: list[int], ts=None) -> list[Finding]:
+    """One finding per rank whose call sites (or, failing those, its communicator's frontier) show a skipped or
+    an extra call on a group that lost a member."""
     found = []
     for name, view in sorted(views.items()):
         if not set(no_dump) & set(view.members):
@@ -31,7 +40,86 @@ def parted_before_lost(views: dict, no_dump: list[int]) -> list[Finding]:
             part = _parted(view, rank)
             if part is not None:
                 found.append(_finding(name, view, rank, *part))
+        if not found and ts is not None:
+            found.extend(_parted_by_frontier(name, view, ts))
     return found
+
+
+def _frontier(ts, rank: int, group: str) -> int | None:
+    """The last call the rank's communicator enqueued on the group, from its own recorder trace's frontier (a
+    blocking backend's: under NCCL the numbers run ahead of the calls); None where the trace has none."""
+    t = ts.ranks.get(rank)
+    if t is None or t.source != "native" or is_async(t) or not t.pg_status:
+        return None
+    f = frontiers(t).get(group)
+    return f.enqueued if f is not None and f.source == "pg_status" else None
+
+
+def _blocked_at(view, ts, group: str) -> tuple[int, int, list[int]] | None:
+    """(the group's number as the traces show it, the communicator's number, the ranks blocked there) where
+    most members that hold a last call stopped: in the communicator's numbering, the last call of the members
+    numbered by it (Flight Recorder's, merged or placed among them); in a group of the recorder's traces alone,
+    each rank's last call in flight is the last its communicator enqueued (a blocking backend)."""
+    counted = any(not _own_numbers(ts, r) for r in view.by_rank)
+    held: dict[tuple[int, int], list[int]] = {}
+    for r, calls in view.by_rank.items():
+        if not calls:
+            continue
+        last = max(calls)
+        if counted and not _own_numbers(ts, r) and not view.unseen.get(r):
+            held.setdefault((last, last), []).append(r)
+        elif not counted and calls[last].state != "completed" and (enq := _frontier(ts, r, group)) is not None:
+            held.setdefault((last, enq), []).append(r)
+    if not held:
+        return None
+    (seq, at), who = max(held.items(), key=lambda kv: len(kv[1]))
+    return seq, at, who
+
+
+def _own_numbers(ts, rank: int) -> bool:
+    """The rank's trace is the recorder's alone, numbered by its own calls, not placed among its
+    communicator's (no Flight Recorder dump of its own or of a peer it was aligned with)."""
+    t = ts.ranks.get(rank)
+    m = (t.merged or {}) if t is not None else {}
+    return t is not None and t.source == "native" and not (
+        "flight_recorder_only" in m or m.get("renumbered_through") or m.get("placed_among_flight_recorder"))
+
+
+def _parted_by_frontier(group: str, view, ts) -> list[Finding]:
+    """The ranks whose communicator passed the number where most members are blocked, without their recorder
+    holding that call where it would have shown it: a call issued from C++ met the others' (see the module's
+    docstring)."""
+    got = _blocked_at(view, ts, group)
+    if got is None:
+        return []
+    seq, at, who = got
+    odd = []
+    for r, calls in view.by_rank.items():
+        enq = _frontier(ts, r, group)
+        if r in who or enq is None or enq < at or seq in calls or (calls and max(calls) > seq):
+            continue
+        if seq in view.unseen.get(r, ()):
+            continue  # (placed among its communicator's calls, it cannot see this one: no proof it differs)
+        odd.append(r)
+    if not odd or len(who) < 2 or len(odd) >= len(who):
+        return []
+    return [_frontier_finding(group, view, sorted(odd), sorted(who), seq, at)]
+
+
+def _frontier_finding(group: str, view, odd: list[int], who: list[int], seq: int, at: int) -> Finding:
+    e = view.by_rank[who[0]][seq]
+    lost = [r for r in view.members if r not in view.by_rank]
+    site = callsite(e)
+    their, its = ("its" if len(who) == 1 else "their"), ("its" if len(odd) == 1 else "their")
+    numbered = f", which {their} communicator numbers #{at}" if at != seq else ""
+    detail = (f"{fmt_ranks(who)} {'is' if len(who) == 1 else 'are'} in {e.op} #{seq} on {fmt_group(group, view.desc)}"
+              f"{f' from {fmt_site(site)}' if site else ''}{numbered}; {fmt_ranks(odd)} never issued that call, "
+              f"which {its} recorder would have shown, yet {its} communicator enqueued #{at} or later: a call "
+              f"issued from C++ met theirs there ({fmt_ranks(odd)} skipped that call, or issued one more before "
+              f"it). {fmt_ranks(lost)} left no dump: Gloo aborts a process whose peer passes a call of another kind "
+              f"or size, and the others then die of the reset connection (diagnose/parted.py).")
+    return Finding("type_mismatch", odd, group=group, seq=seq, op=e.op, t=e.t_created, detail=detail,
+                   evidence={"parted": "frontier", "communicator_seq": at, "others": who, "lost": lost})
 
 
 def _agreed(view, rank: int, seq: int, least: int = 2) -> tuple[tuple, list[int]] | None:
