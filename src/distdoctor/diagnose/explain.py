@@ -208,8 +208,11 @@ class Explainer:
                             "waiters": set(), "idle": set(), "entry": w.entry})
                         got["waiters"].add(w.rank)
                         got["idle"].add(q)
-        ended = signalled(self.ts) if ended_wait and not lost else None
-        if ended is not None:  # the first rank a signal ended: the others were ended after it, on their way
+        # the first rank a signal ended: the others were ended after it, on their way. Not where a rank of the world
+        # left no dump: it died of what let it write none (SIGKILL, SIGSEGV, an abort), a cause the lost-dump
+        # finding names, and a launcher ends the survivors by signal after any rank died
+        ended = signalled(self.ts) if ended_wait and not lost and not self._lost_anywhere() else None
+        if ended is not None:
             out.append(ended)
         if lost:
             out.append(Finding("missing_dump", sorted(lost), detail=(
@@ -235,6 +238,10 @@ class Explainer:
         if in_flight:
             out.append(self._in_flight(in_flight))
         return out
+
+    def _lost_anywhere(self) -> bool:
+        """A rank of the world left no dump."""
+        return bool(self.ts.world_size) and any(r not in self.ts.ranks for r in range(self.ts.world_size))
 
     def _blind(self, q: int) -> bool:
         return q in self.ts.ranks and not self.pending.get(q) and shows_no_p2p(self.ts.ranks[q])
