@@ -227,6 +227,52 @@ def test_a_crash_of_its_own_at_the_call_decides_a_mismatch_nothing_else_decides(
     assert report.findings[0].ranks == [faulty], got
 
 
+GARBAGE = ("RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+           "you tried to allocate 4630685579355357184 bytes. Error code 12 (Cannot allocate memory)")
+
+
+@CHECKS
+@given(jobs(faults=("size", "dtype"), max_faults=1).filter(lambda j: j.faults))
+def test_a_crash_after_the_call_by_a_rank_of_the_majority_does_not_outrank_the_mismatch(job):
+    """A rank passed another size or dtype; a member that passed what two or more others passed completed the call
+    and raised after it, an exception of its own code (the garbage size it received, then failed to allocate:
+    70-335, object collectives, rank 0 retyped a broadcast). The members' values decide: the rank that differed
+    leads, not the one that failed on what it received (lead.py, `_outvoted`)."""
+    faulty, (_, at) = next(iter(job.faults.items()))
+    step = job.steps[at]
+    members = job.groups.get(step.group, [])
+    assume(step.op != "p2p" and len(members) >= 4 and faulty in members)
+    ran = run(job)
+    ts_in = traces(job, ran)
+    line = 100 + at
+    healthy = [r for r in members if r != faulty and r in ts_in and any(
+        e.frames and e.frames[-1].line == line and e.state == "completed" for e in ts_in[r].entries)]
+    assume(healthy and faulty in ts_in)
+    victim = healthy[0]
+    trace = ts_in[victim]
+    cut = next(i for i, e in enumerate(trace.entries) if e.frames and e.frames[-1].line == line)
+    kind, _, message = GARBAGE.partition(": ")
+    ts_in[victim] = replace(trace, entries=trace.entries[:cut + 1], dump_reason=f"exception: {GARBAGE}",
+                            exception={"type": kind, "message": message, "thread": "MainThread", "exit_code": 1})
+    with tempfile.TemporaryDirectory() as d:
+        write(d, job, ts_in, {})
+        report = analyze(load_traces([d], world_size=job.world))
+    got = [(f.kind, f.ranks, f.detail[:160]) for f in report.findings]
+    assume(any(f.kind in ("size_mismatch", "dtype_mismatch") and f.ranks == [faulty] for f in report.findings))
+    assert report.findings[0].ranks == [faulty], got
+
+
+def test_a_real_retyped_broadcast_leads_the_garbage_size_a_peer_failed_to_allocate():
+    """`gloo-objects-retype-garbage` (70-335): rank 0 retyped broadcast #3 of broadcast_object_list (float64
+    against int64); rank 3 received its bytes as a size and failed to allocate 4.6e18 bytes. Ranks 0 and 3 left
+    the recorder's trace, ranks 1 and 2 Flight Recorder dumps (pickle, JSON)."""
+    fired = truth("gloo-objects-retype-garbage")
+    assert (fired["kind"], fired["rank"]) == ("retype", 0)
+    findings = _given("gloo-objects-retype-garbage", ["rank_0.jsonl", "rank_1.fr.pkl", "rank_2.fr.json",
+                                                      "rank_3.jsonl"], 4)["findings"]
+    assert [(f["kind"], f["ranks"]) for f in findings[:2]] == [("dtype_mismatch", [0]), ("crashed", [3])], findings
+
+
 def test_a_real_moe_resize_from_flight_recorder_and_its_log_names_the_rank_that_raised():
     """MoE over Gloo, rank 3 resized its all_to_all_single input at call 21: the members' sizes do not add up,
     which alone cannot say whose ("one of ranks 0-3" from Flight Recorder's pickles). Its torchrun log shows

@@ -21,15 +21,46 @@ def _crash_decides(findings: list[Finding]) -> list[Finding]:
     whose own code raised there (an argument error; a peer's mismatch makes a backend raise a communication
     failure, `EnforceNotMet`, which is not the rank's own) is the evidence that decides whose call differed,
     before what the sizes alone say ("one of" them; a minority; a scatter's root outvoted by nothing but the
-    rule that the root's chunk is what every member receives)."""
+    rule that the root's chunk is what every member receives) - unless the crashed rank's own value sides with
+    a majority against the one rank the mismatch names (`_outvoted`)."""
     for i, f in enumerate(findings):
         if f.kind not in MISMATCH_KINDS:
             continue  # (one that names the crashed rank alone already says it: ties.py weighed the same error)
         j = next((j for j, g in enumerate(findings) if j > i and g.kind == "crashed" and len(g.ranks) == 1
-                  and g.ranks != f.ranks and _raised_at(g, f) and _own_text(g)), None)
+                  and g.ranks != f.ranks and _raised_at(g, f) and _own_text(g) and not _outvoted(g, f)), None)
         if j is not None:
             return findings[:i] + [findings[j]] + [g for k, g in enumerate(findings[i:], i) if k != j]
     return findings
+
+
+def _outvoted(g: Finding, f: Finding) -> bool:
+    """The crashed rank passed what two or more other members passed, against the one rank the mismatch names:
+    the members' own values decide, and what the crashed rank raised after the call is what it received from
+    that rank (a garbage size it then failed to allocate, an object it failed to unpickle), not its own error."""
+    crashed = g.ranks[0]
+    if len(f.ranks) != 1:
+        return False
+    for by_value in filter(None, map(_sides, f.evidence.values())):
+        side = next((v for v in by_value if crashed in v), None)
+        if side is not None and len(side) >= 3 and f.ranks[0] not in side:
+            return True
+    return False
+
+
+def _sides(told) -> list[list[int]] | None:
+    """The members grouped by the value they passed, from a mismatch's evidence: {value: [ranks]} (dtypes) or
+    {rank: value} (sizes); None for evidence of another shape."""
+    if not isinstance(told, dict) or not told:
+        return None
+    if all(isinstance(v, list) and all(isinstance(r, int) for r in v) for v in told.values()) and \
+            not all(isinstance(k, int) for k in told):
+        return [list(v) for v in told.values()]
+    if all(isinstance(k, int) for k in told):
+        sides: dict[str, list[int]] = {}
+        for rank, value in told.items():
+            sides.setdefault(repr(value), []).append(rank)
+        return list(sides.values())
+    return None
 
 
 def _raised_at(g: Finding, f: Finding) -> bool:
