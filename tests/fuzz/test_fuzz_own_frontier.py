@@ -19,18 +19,15 @@ the job is ended. The first finding names the stopped rank alone, missing from i
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distdoctor.diagnose import analyze
-from distdoctor.trace.loaders import load_traces
 
 from real_dumps import diagnose_form, truth
 from test_fuzz_invariant import CHECKS
-from trace_sets import Job, Step, run, traces, with_frontier, write
+from trace_sets import Job, Step, analyzed, run, traces, with_frontier
 
 
 def _mesh(rows: int, cols: int) -> tuple[dict[str, list[int]], list[str], list[str]]:
@@ -93,11 +90,7 @@ def stopped_in_mesh(draw):
 @given(stopped_in_mesh())
 def test_the_stopped_rank_is_named_by_its_own_frontier(case):
     job, out, forms, stopped = case
-    with tempfile.TemporaryDirectory() as d:
-        write(d, job, out, forms, p2p=False, listed=False)
-        ts = load_traces([d], world_size=job.world)
-    assert ts.errors == [], ts.errors
-    report = analyze(ts)
+    report = analyzed(job, out, forms, p2p=False, listed=False)
     first = report.findings[0]
     assert (first.kind, first.ranks) == ("missing_ranks", [stopped]), \
         [(f.kind, f.ranks, f.detail) for f in report.findings]

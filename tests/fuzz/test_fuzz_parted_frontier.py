@@ -20,19 +20,16 @@ the survivors' own traces show it absent from the call).
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distdoctor.diagnose import analyze
-from distdoctor.trace.loaders import load_traces
 from distdoctor.trace.model import Frame, GroupInfo, RankTrace
 
 from real_dumps import diagnose_form, truth
 from test_fuzz_invariant import CHECKS
-from trace_sets import PEER_CLOSED, TORCH_FRAME, USER, Job, Step, blocking_call, with_frontier, write
+from trace_sets import PEER_CLOSED, TORCH_FRAME, USER, Job, Step, analyzed, blocking_call, with_frontier
 
 
 @st.composite
@@ -85,11 +82,7 @@ def skipped_before_cpp(draw):
 @given(skipped_before_cpp())
 def test_a_skipper_whose_next_call_came_from_cpp_is_named_by_its_frontier(case):
     job, traces, forms, skipper = case
-    with tempfile.TemporaryDirectory() as d:
-        write(d, job, traces, forms, p2p=False, listed=False)
-        ts = load_traces([d], world_size=job.world)
-    assert ts.errors == [], ts.errors
-    report = analyze(ts)
+    report = analyzed(job, traces, forms, p2p=False, listed=False)
     first = report.findings[0]
     assert first.ranks == [skipper] and first.kind in ("type_mismatch", "missing_ranks"), \
         [(f.kind, f.ranks, f.detail) for f in report.findings]

@@ -23,11 +23,14 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import tempfile
 from dataclasses import dataclass, field, replace
 
 from hypothesis import strategies as st
 
 from distdoctor.collectives.names import RECORDED_AS
+from distdoctor.diagnose import analyze
+from distdoctor.trace.loaders import load_traces
 from distdoctor.trace.model import Entry, Frame, GroupInfo, RankTrace, dumps
 
 OPS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "scatter", "all_to_all")
@@ -397,6 +400,16 @@ def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, s
         if form == "json":
             with open(os.path.join(directory, f"fr_rank_{r}.json"), "w") as f:
                 json.dump(fr_dump(t, groups, p2p=p2p, listed=listed), f)
+
+
+def analyzed(job: Job, ts: dict[int, RankTrace], forms: dict[int, str], **how):
+    """diagnose's report of these traces, each written in its form (`write`'s keywords in `how`), loaded for a world
+    of the job's size: no load error."""
+    with tempfile.TemporaryDirectory() as d:
+        write(d, job, ts, forms, **how)
+        loaded = load_traces([d], world_size=job.world)
+    assert loaded.errors == [], loaded.errors
+    return analyze(loaded)
 
 
 def blocking_call(i: int, op: str, done: bool = True, *, group: str = "0", seq: int | None = None,
