@@ -84,7 +84,11 @@ def test_bad_target_is_an_input_error():
 def test_result_that_is_not_json_fails_the_job():
     result = run_job("world_jobs:not_json", {}, WorldConfig(nproc=2, timeout_s=20))
     assert not result.ok and set(result.errors) == {0, 1}
-    assert all("JSON serializable" in e for e in result.errors.values())
+    # each rank fails of its own result, unless the launcher ended it first, once the other had failed (a loaded
+    # host: the slower rank is still on its way there); the cause is said at least once
+    said = [e for e in result.errors.values() if "JSON serializable" in e]
+    assert said and all("JSON serializable" in e or "terminated by the launcher" in e
+                        for e in result.errors.values()), result.errors
 
 
 @pytest.mark.slow
