@@ -335,6 +335,15 @@ def random_dumps(draw) -> bytes:
     return text
 
 
+def test_a_byte_that_is_not_utf8_in_a_key_the_scanner_skips_reads_as_the_per_entry_reader_reads_it():
+    """Found by the random dumps below (tests/doctor/fixtures/not_utf8/key_rank_0.json: a damaged byte, 0x80,
+    in an entry's key): the scanner skipped the key and read the dump, the per-entry reader refused it as
+    corrupt. Text that is not UTF-8 is now refused by both."""
+    data = (Path(__file__).parent / "fixtures" / "not_utf8" / "key_rank_0.json").read_bytes()
+    assert same_reading(data) is False
+    assert isinstance(read(data, True), str) and "UTF-8" in read(data, True)
+
+
 # No deadline or speed check: the machine is shared and noisy (as in tests/fuzz).
 @settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

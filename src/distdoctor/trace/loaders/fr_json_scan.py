@@ -109,7 +109,20 @@ def scan_fr_json(data: bytes) -> ScannedDump | None:
     """The dump's header, its entries grouped by their repeating fields, and its per-entry integers; None when
     the file is not laid out as this reader expects or the scanner was not built (see the module docstring)."""
     scan = kernels()
-    return None if scan is None else _scan_with(scan, data)
+    if scan is None or not _utf8(data):
+        return None  # (text that is not UTF-8 is the per-entry reader's to refuse, as it does any corrupt dump)
+    return _scan_with(scan, data)
+
+
+def _utf8(data: bytes) -> bool:
+    """The bytes are UTF-8 text (the scanner skips strings it does not read, and would not see a damaged one)."""
+    if data.isascii():
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _scan_with(scan, data: bytes) -> ScannedDump | None:
