@@ -1,5 +1,5 @@
 """A recorder-only rank's own frontier says which of its group's calls it never issued
-(trace/loaders/align_ranks.py, `issued_of`; the recorder writes it: recorder/dumpfile.py, `fr_standing`).
+(trace/loaders/align_ranks.py, `unseen_of`; the recorder writes it: recorder/dumpfile.py, `fr_standing`).
 
 A real tensor-parallel run (4 ranks on a 2 x 2 mesh, rank 2 stopped in its optimizer step), read from one dump a
 rank: rank 2 left only the recorder's trace, ranks 0, 1, 3 Flight Recorder dumps. Rank 0 was blocked in the data

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from distdoctor.diagnose.callsites import callsite, fmt_site
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks
-from distdoctor.trace.frontier import frontiers, is_async
+from distdoctor.trace.frontier import enqueued_collectives, frontiers, is_async
 
 
 def parted_before_lost(views: dict, no_dump: list[int], ts=None) -> list[Finding]:
@@ -51,11 +51,10 @@ def _frontier(ts, rank: int, group: str) -> int | None:
     t = ts.ranks.get(rank)
     if t is None or t.source != "native" or is_async(t) or not t.pg_status:
         return None
-    f = frontiers(t).get(group)
-    return f.enqueued if f is not None and f.source == "pg_status" else None
+    return enqueued_collectives(frontiers(t).get(group))
 
 
-def _blocked_at(view, ts, group: str) -> tuple[int, int, list[int]] | None:
+def _blocked_at(view, ts, enqueued: dict[int, int | None]) -> tuple[int, int, list[int]] | None:
     """(the group's number as the traces show it, the communicator's number, the ranks blocked there) where
     most members that hold a last call stopped: in the communicator's numbering, the last call of the members
     numbered by it (Flight Recorder's, merged or placed among them); in a group of the recorder's traces alone,
@@ -68,8 +67,8 @@ def _blocked_at(view, ts, group: str) -> tuple[int, int, list[int]] | None:
         last = max(calls)
         if counted and not _own_numbers(ts, r) and not view.unseen.get(r):
             held.setdefault((last, last), []).append(r)
-        elif not counted and calls[last].state != "completed" and (enq := _frontier(ts, r, group)) is not None:
-            held.setdefault((last, enq), []).append(r)
+        elif not counted and calls[last].state != "completed" and enqueued[r] is not None:
+            held.setdefault((last, enqueued[r]), []).append(r)
     if not held:
         return None
     (seq, at), who = max(held.items(), key=lambda kv: len(kv[1]))
@@ -89,13 +88,14 @@ def _parted_by_frontier(group: str, view, ts) -> list[Finding]:
     """The ranks whose communicator passed the number where most members are blocked, without their recorder
     holding that call where it would have shown it: a call issued from C++ met the others' (see the module's
     docstring)."""
-    got = _blocked_at(view, ts, group)
+    enqueued = {r: _frontier(ts, r, group) for r in view.by_rank}
+    got = _blocked_at(view, ts, enqueued)
     if got is None:
         return []
     seq, at, who = got
     odd = []
     for r, calls in view.by_rank.items():
-        enq = _frontier(ts, r, group)
+        enq = enqueued[r]
         if r in who or enq is None or enq < at or seq in calls or (calls and max(calls) > seq):
             continue
         if seq in view.unseen.get(r, ()):

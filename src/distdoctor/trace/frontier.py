@@ -67,6 +67,15 @@ class Frontier:
         return self.enqueued is not None and self.completed is not None and self.enqueued > self.completed
 
 
+def enqueued_collectives(f: Frontier | None) -> int | None:
+    """The last collective the rank's own communicator enqueued on the group, C++'s calls included, as the
+    dump's own record (`pg_status`) says it; None where the frontier is not that record or counts sends and
+    receives only."""
+    if f is None or f.source != "pg_status" or f.space == "p2p":
+        return None
+    return f.enqueued
+
+
 def is_async(trace: RankTrace) -> bool:
     """The rank's backend returns before the GPU is done (NCCL, XCCL): its entries' order across groups is the
     CPU's only. Told by the dump's library version or its ops' prefixes."""

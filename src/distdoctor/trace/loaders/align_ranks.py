@@ -31,7 +31,7 @@ from collections import Counter
 
 from distdoctor.collectives import same_collective
 from distdoctor.collectives.names import dtype_signature
-from distdoctor.trace.frontier import Frontier, frontiers
+from distdoctor.trace.frontier import Frontier, enqueued_collectives, frontiers
 from distdoctor.trace.model import Entry, RankTrace, numel
 
 # Collectives whose recorded sizes differ in layout or by rank between the two forms (a scatter's root lists n
@@ -243,7 +243,7 @@ def align_across_ranks(ranks: dict[int, RankTrace], skip: set[str]) -> dict[str,
     return done
 
 
-def is_member(t: RankTrace, group: str) -> bool:
+def _is_member(t: RankTrace, group: str) -> bool:
     """Whether the rank is a member of `group`, as far as its trace says. The recorder lists every group its rank
     belongs to, used or not (recorder/ring.py): a group missing from such a list is not the rank's; where the
     trace lists none of its own, membership is unknown and counts."""
@@ -253,14 +253,15 @@ def is_member(t: RankTrace, group: str) -> bool:
     return not info.ranks or t.rank in info.ranks
 
 
-def issued_of(f: Frontier | None, unseen: set[int]) -> set[int]:
-    """Of the calls a recorder-only rank cannot see, those its own communicator may have issued: the dump's
-    frontier (`pg_status` of its Flight Recorder, recorder/dumpfile.py fr_standing; it counts the calls issued
-    from C++ too) says the last it enqueued on the group, and a call past it this rank never issued, seen or not.
-    Without the frontier, all of them."""
-    if f is None or f.source != "pg_status" or f.space == "p2p" or f.enqueued is None:
-        return set(unseen)
-    return {s for s in unseen if s <= f.enqueued}
+def unseen_of(t: RankTrace, group: str, f: Frontier | None, unseen: set[int]) -> frozenset[int]:
+    """Of the calls a recorder-only rank cannot see, those it may have issued: none on a group it is not in;
+    else those up to its frontier (`pg_status` of its own Flight Recorder, recorder/dumpfile.py fr_standing,
+    which counts the calls issued from C++ too): a call past the last its communicator enqueued on the group
+    it never issued, seen or not. Without the frontier, all of them."""
+    if not _is_member(t, group):
+        return frozenset()
+    upto = enqueued_collectives(f)
+    return frozenset(unseen if upto is None else (s for s in unseen if s <= upto))
 
 
 def _apply(t: RankTrace, calls, group: str, table: dict[int, int | None], unseen: set[int], upto: int,
@@ -268,7 +269,7 @@ def _apply(t: RankTrace, calls, group: str, table: dict[int, int | None], unseen
     last_rec, last_fr = _last_pair(table)
     for e in calls:
         e.seq = table[e.seq] if e.seq in table else last_fr + e.seq - last_rec
-    mine = issued_of(front, unseen) if is_member(t, group) else set()
+    mine = unseen_of(t, group, front, unseen)
     if mine:
         t.unseen = dict(t.unseen or {})
         t.unseen[group] = frozenset(mine)

@@ -28,7 +28,7 @@ from collections import Counter
 from distdoctor.collectives import same_collective
 from distdoctor.collectives.names import dtype_signature
 from distdoctor.trace.frontier import frontiers, is_async
-from distdoctor.trace.loaders.align_ranks import align_across_ranks, is_member, issued_of
+from distdoctor.trace.loaders.align_ranks import align_across_ranks, unseen_of
 from distdoctor.trace.model import Entry, GroupInfo, RankTrace, numel
 
 # A Flight Recorder entry is created inside the call the recorder saw begin: never earlier than it, up to clock
@@ -205,9 +205,9 @@ def renumber_recorder_only(ranks: dict[int, RankTrace]) -> None:
                 e = t.entries[i]
                 e.seq = table.get(e.seq, last_fr + e.seq - last_rec if e.seq > last_rec else None)
             done[group] = via
-            unseen = issued_of(front.get(group), unseen) if is_member(t, group) else set()
+            unseen = unseen_of(t, group, front.get(group), unseen)
             if unseen:
-                t.unseen = {**(t.unseen or {}), group: frozenset(unseen)}
+                t.unseen = {**(t.unseen or {}), group: unseen}
             t.classified = {**(t.classified or {}), group: last_fr}
         placed = sorted(g for g in across if g in (t.unseen or {}) or any(e.group == g for e in t.entries))
         if done or placed:
