@@ -48,6 +48,18 @@ def test_under_torchrun_loss_of_rank_0_is_reported_by_rank_1():
 
 
 @pytest.mark.slow
+def test_a_sigterm_while_a_rank_reports_its_own_error_loses_neither_the_report_nor_the_error():
+    """The launcher's SIGTERM can land at any moment after a rank's work ends (torchrun sees the first exit while
+    a survivor describes its own error): it must neither end the rank before it reports nor replace the error."""
+    out = torchrun("fail_as_launcher_stops", {}, 10, nproc=1)
+    assert out.returncode != 0
+    doc = one_json(out.stdout)
+    assert not doc["ok"]
+    assert doc["errors"]["0"].startswith("_SignalledWhileDescribed: planted bug"), doc["errors"]
+    assert out.leftover == []
+
+
+@pytest.mark.slow
 def test_under_torchrun_a_hung_rank_is_named_by_rank_0():
     out = torchrun("lose_rank", {"victim": 1, "how": "hang"}, 4)
     assert out.returncode != 0

@@ -41,6 +41,20 @@ def lose_rank(ctx, victim=1, how="exit"):
     return {"rank": ctx.rank}
 
 
+class _SignalledWhileDescribed(ValueError):
+    """An error whose description takes a moment, during which the launcher's SIGTERM lands."""
+
+    def __str__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        return "planted bug, described while the launcher stops the rank"
+
+
+def fail_as_launcher_stops(ctx):
+    """The rank's own error, with the launcher's SIGTERM arriving while it is being reported."""
+    raise _SignalledWhileDescribed()
+
+
 def hang_at_end(ctx, victim=1):
     """Every collective completes; then one rank never returns: nobody times out, the watcher must act."""
     import torch

@@ -110,13 +110,17 @@ def run_in_rank(target: str, args: dict, cfg: WorldConfig, on_event: Callable | 
     prefix = f"distdoctor/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/job{next(_job_counter)}"
     start = time.time()
 
-    terminated = threading.Event()
+    terminated, working = threading.Event(), threading.Event()
     previous = None
     if threading.current_thread() is threading.main_thread():
         def on_term(signum, frame):
+            # Interrupt only the rank's own work (a blocking collective, the rendezvous). Raised anywhere else
+            # (inside an except clause, between the outcome and the report) it would escape every handler and
+            # end the rank without a report; there the flag alone cuts the gather's waits short.
             if not terminated.is_set():
                 terminated.set()
-                raise _Terminated()
+                if working.is_set():
+                    raise _Terminated()
         previous = signal.signal(signal.SIGTERM, on_term)
 
     ctx = None
@@ -128,18 +132,22 @@ def run_in_rank(target: str, args: dict, cfg: WorldConfig, on_event: Callable | 
     os.dup2(2, 1)
     try:
         try:
-            device, timeout, local_rank = init_process_group(backend, cfg.timeout_s, iface, store_path)
-            store = dist.distributed_c10d._get_default_store()
-            channel = _StoreChannel(store, prefix, rank, on_event if rank == 0 else None)
-            channel.send({"type": "start", "host": socket.gethostname(), "pid": os.getpid(), "t": time.time()})
-            heartbeat = _Heartbeat(channel)
-            heartbeat.start()
-            ctx = WorkerContext(rank, world_size, local_rank, backend, device, timeout, channel)
-            value = load_target(target)(ctx, **args)
+            working.set()
+            try:
+                device, timeout, local_rank = init_process_group(backend, cfg.timeout_s, iface, store_path)
+                store = dist.distributed_c10d._get_default_store()
+                channel = _StoreChannel(store, prefix, rank, on_event if rank == 0 else None)
+                channel.send({"type": "start", "host": socket.gethostname(), "pid": os.getpid(), "t": time.time()})
+                heartbeat = _Heartbeat(channel)
+                heartbeat.start()
+                ctx = WorkerContext(rank, world_size, local_rank, backend, device, timeout, channel)
+                value = load_target(target)(ctx, **args)
+            finally:
+                working.clear()
             json.dumps(value)  # not JSON-serializable: this rank's error, not a store failure later
             outcome = {"ok": True, "value": value}
-        except _Terminated:
-            outcome = {"ok": False, "error": "terminated by the launcher (another worker failed)",
+        except _Terminated as stop:
+            outcome = {"ok": False, "error": _stopped_by(stop),
                        "phase": (ctx.failed_in or ctx.current_phase) if ctx else None}
         except Exception as exc:  # noqa: BLE001 - reported, and the job fails
             outcome = {"ok": False, "error": describe_exception(exc),
@@ -153,8 +161,6 @@ def run_in_rank(target: str, args: dict, cfg: WorldConfig, on_event: Callable | 
         guard.start()
         try:
             channel.done(outcome)
-            result = _gather(store, prefix, rank, world_size, backend, iface, cfg.timeout_s, terminated)
-        except _Terminated:
             result = _gather(store, prefix, rank, world_size, backend, iface, cfg.timeout_s, terminated)
         except Exception as exc:  # noqa: BLE001 - the store is gone: its host (rank 0's machine) is down
             result = _alone(rank, world_size, backend, iface, outcome, start,
@@ -176,6 +182,15 @@ def run_in_rank(target: str, args: dict, cfg: WorldConfig, on_event: Callable | 
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
     return result
+
+
+def _stopped_by(stop: _Terminated) -> str:
+    """The launcher's SIGTERM landed while the rank's own error was being raised: that error is the rank's end,
+    the signal only its consequence."""
+    cause = stop.__context__
+    if isinstance(cause, Exception):
+        return describe_exception(cause)
+    return "terminated by the launcher (another worker failed)"
 
 
 def _give_up_on_store(rank: int, outcome: dict) -> None:
