@@ -17,7 +17,8 @@ from distdoctor.diagnose.analyze import analyze
 from distdoctor.trace.loaders import load_traces
 from real_dumps import FIXTURES, diagnose_form, truth
 from test_fuzz_invariant import CHECKS
-from trace_sets import closed_under, left_alive, pipeline_closed, pipeline_left, run, traces, write
+from trace_sets import (HANG_THRESHOLD_S, analyzed, closed_under, dumped_for_hang, left_alive, pipeline_closed,
+                        pipeline_left, pipeline_stopped, run, traces, write)
 
 
 @CHECKS
@@ -107,3 +108,41 @@ def test_the_first_stage_a_signal_ended_is_among_the_suspects():
     first = report["findings"][0]
     assert first["ranks"] == [1, 2, 3] and first["detail"].startswith("one of"), report["findings"]
     assert "rank 3 is the first a signal ended" in first["detail"], first["detail"]
+
+
+@CHECKS
+@given(pipeline_stopped())
+def test_a_rank_its_own_watchdog_saw_in_no_call_through_the_hang_is_named_and_never_left_out(case):
+    """A stage stopped in Python (a data loader, a sleep); the others wait along the chain, some behind ranks whose
+    Gloo dumps cannot show p2p. A rank whose dump shows p2p, in no call and not at its end, may be where a chain
+    of waits ends: it is never left out of the suspects. Where its own watchdog saw it in no call for the hang's
+    threshold, it waits for nobody while the others wait: it is named, alone. A real run named the two stages
+    the dumps could not show instead (`gloo-pipeline-hang-stopped-mixed`)."""
+    job, stopped, forms, idle = case
+    ts_in = traces(job, run(job))
+    for r, t in ts_in.items():
+        ts_in[r] = dumped_for_hang(t, idle if r == stopped else 0.0)
+    report = analyzed(job, ts_in, forms, p2p=False)
+    got = [(f.kind, f.ranks, f.detail[:200]) for f in report.findings]
+    assert not [f for f in report.findings if len(f.ranks) == 1 and f.ranks != [stopped]], got  # a false claim
+    waits = {r for r, t in ts_in.items() if (t.hang or {}).get("this_rank", {}).get("blocked_in")}
+    seen = [r for r in ts_in if forms[r] == "native" and (r == stopped or r in waits)]
+    if not seen:
+        return  # no dump shows a rank waiting, or the one stopped: nothing to say, and nothing false said
+    assert report.findings, got
+    first = report.findings[0]
+    assert first.ranks == [stopped] or (first.detail.startswith("one of") and stopped in first.ranks), got
+    if forms[stopped] == "native" and idle >= HANG_THRESHOLD_S:
+        assert first.ranks == [stopped], got
+
+
+def test_the_real_pipeline_run_names_the_stage_its_watchdog_saw_stopped():
+    """A 4-rank pipeline, rank 0 slept at a step (`hang:0:sleep@step=4`); ranks 0 and 3 left the recorder's traces,
+    1 and 2 Gloo's Flight Recorder dumps (no send/recv). Rank 3 waits in a recv from rank 2; rank 0's watchdog saw
+    it in no call for 31 s of the confirmed hang (`gloo-pipeline-hang-stopped-mixed`)."""
+    fired = truth("gloo-pipeline-hang-stopped-mixed")
+    assert (fired["kind"], fired["rank"]) == ("hang", 0)
+    _, report = diagnose_form("gloo-pipeline-hang-stopped-mixed", "rank_*", 4)
+    first = report["findings"][0]
+    assert (first["kind"], first["ranks"]) == ("missing_ranks", [0]), report["findings"]
+    assert "its own watchdog saw it in no call for 31 s" in first["detail"], first["detail"]

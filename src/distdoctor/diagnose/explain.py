@@ -23,13 +23,14 @@ import functools
 from collections import deque
 
 from distdoctor.collectives.names import backend_of
-from distdoctor.diagnose.ended import first_to_close, p2p_ends
+from distdoctor.diagnose.ended import p2p_ends
 from distdoctor.diagnose.crash import (COMM_FAILURE, crash_findings, ended_by_signal, ended_on_their_own, killed_first,
-                                      launch_phrase, signal_of_its_own, signalled, stopped)
+                                      signal_of_its_own, signalled, stopped)
 from distdoctor.diagnose.lead import sort_findings
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView
-from distdoctor.diagnose.progress import describe_rank, left_alive, shows_no_p2p
+from distdoctor.diagnose.progress import describe_rank, shows_no_p2p
+from distdoctor.diagnose.unseen_p2p import Unseen, unseen_finding
 from distdoctor.diagnose.waitfor import Wait, completed_by_peers
 from distdoctor.trace.model import Entry, TraceSet
 from distdoctor.trace.summary import summarize
@@ -280,55 +281,15 @@ class Explainer:
         return None if ended is None or self.hung else ended[1]
 
     def _unknown_p2p(self, key: tuple, got: dict, named: dict[int, Finding]) -> Finding:
-        """Ranks wait in p2p for peers whose dumps cannot show p2p (Gloo's Flight Recorder records none): those
-        peers may never have posted the other half, or be blocked in p2p with others; absence of evidence. The
-        evidence that decides is a member that left the job with its process group alive (its recorder dump
-        says it exited, no destroy_process_group), alone; else it is one of the ranks the dumps cannot show."""
+        """Ranks wait in p2p for peers whose dumps cannot show p2p (unseen_p2p.py)."""
         group, seq, op = key
-        e, waiters = got["entry"], sorted(got["waiters"])
         view = self.views.get(group)
         members = view.members if view is not None else sorted(self.ts.ranks)
         free = [m for m in members if m in self.ts.ranks and m not in named and not self.pending.get(m)]
-        left = [m for m in free if left_alive(self.ts.ranks[m])]
-        signalled = {self._first_signalled} & set(free)  # in no call
-        blind = sorted({m for m in free if shows_no_p2p(self.ts.ranks[m])} | got["idle"] | signalled)
         where = f"{op} #{seq} on {fmt_group(group, self._desc(group))}"
-        peers = fmt_ranks(got["idle"])
-        why = (f"{fmt_ranks(waiters)} wait{'s' if len(waiters) == 1 else ''} in {where} for {peers}, whose "
-               f"dump{'s' if len(got['idle']) > 1 else ''} (Gloo's Flight Recorder) record{'' if len(got['idle']) > 1 else 's'} "
-               f"no send/recv: whether {peers} posted the other half, or {'is' if len(got['idle']) == 1 else 'are'} "
-               f"blocked in p2p with another rank, these dumps cannot show")
-        gone = first_to_close(self._p2p_ends, blind) if not left and len(blind) > 1 else None
-        own = sorted(self._own_ends) if self._own_ends <= set(blind) else []  # (all of them: those with no dump too)
-        if len(left) == 1:
-            ranks = left
-            detail = (f"Suspected, because {self._describe(left[0])}, while {why}; rank {left[0]} is the only member "
-                      f"whose dump shows it stopped: it left the job while the others still wait.")
-        elif not left and own and len(own) < len(blind):
-            ranks = own
-            went = "; ".join(f"rank {r}: {launch_phrase(self.ts.ranks[r])}" for r in own)
-            detail = (f"Suspected, because {why}; the launcher's log says rank {own[0]} ended on its own ({went}) "
-                      f"before it stopped the others: the first to go." if len(own) == 1 else
-                      f"one of {fmt_ranks(own)}: {why}; the launcher's log says these went before it stopped the "
-                      f"others ({went}), and not which went first.")
-        elif gone is not None:
-            ranks = [gone[0]]
-            detail = (f"Suspected, because {why}; rank {gone[0]}'s end of the connection closed under rank "
-                      f"{gone[1]}'s send/recv with it (its process ended), and rank {gone[2]}'s later dump still "
-                      f"found {fmt_ranks([q for q in blind if q != gone[0]])} connected: rank {gone[0]} ended first.")
-        elif not left and len(blind) == 1:
-            ranks = blind
-            detail = f"Suspected, because {why}; no other rank is unaccounted for."
-        else:
-            ranks = left or blind
-            detail = f"one of {fmt_ranks(ranks)}: {why}" + (
-                f"; {fmt_ranks(left)} left the job with the process group alive" if left else "") + "".join(
-                f"; rank {r} is the first a signal ended ({self.ts.ranks[r].dump_reason}), in no call"
-                for r in sorted(signalled) if r in ranks) + "."
-        return Finding("missing_ranks", ranks, group=group, seq=seq, op=op, t=e.t_created, detail=detail,
-                       evidence={"waiting": waiters, "found_by": "wait-for graph", "no_p2p_in_dump": blind,
-                                 **({"left_alive": left} if left else {}),
-                                 **({"undecided": True, "suspects": ranks} if len(ranks) > 1 else {})})
+        return unseen_finding(self.ts, Unseen(key, got["entry"], sorted(got["waiters"]), sorted(got["idle"]), free,
+                                              where, self._first_signalled), self._p2p_ends, self._own_ends,
+                              self._describe)
 
     def _describe(self, q: int) -> str:
         pend = self.pending.get(q) or []

@@ -265,6 +265,29 @@ def shows_no_p2p(trace: RankTrace | None) -> bool:
                 and not any(e.is_p2p for e in trace.entries[-256:]))
 
 
+def in_no_call(trace: RankTrace | None) -> bool:
+    """The recorder's dump of a rank in no call at all (`outside_torch`: not even one issued from C++), and not at
+    its end (an exit, whether it left or finished): nothing shows it waits for anyone."""
+    return outside_torch(trace) and not str(trace.dump_reason or "").startswith("exit:")
+
+
+def stopped_through_hang(trace: RankTrace | None) -> str | None:
+    """A phrase when the rank's own hang watchdog, in a suspected or confirmed hang, saw it in no call for at least
+    the hang's threshold, and no call from C++ can hide behind that (`outside_torch`): it stopped outside any
+    call while its peers waited, so it waits for nobody. A rank a launcher's signal caught between two calls was
+    in none for a moment only, and is not this."""
+    hang = trace.hang if trace is not None and isinstance(trace.hang, dict) else {}
+    mine = hang.get("this_rank")
+    if hang.get("status") not in ("suspected", "confirmed") or not isinstance(mine, dict) or \
+            mine.get("blocked_in") is not None:
+        return None
+    idle, need = mine.get("idle_for_s"), hang.get("threshold_s") or hang.get("hang_timeout_s")
+    if not isinstance(idle, (int, float)) or not isinstance(need, (int, float)) or idle < need or \
+            not outside_torch(trace):
+        return None
+    return f"its own watchdog saw it in no call for {idle:.0f} s of the hang"
+
+
 def left_alive(trace: RankTrace | None) -> str | None:
     """A phrase when the recorder's dump says the process exited with its process group alive (its exit hook
     dumped, no destroy_process_group): a rank that left the job on its own, mid-way when peers still wait."""
