@@ -17,8 +17,8 @@ from distdoctor.diagnose.analyze import analyze
 from distdoctor.trace.loaders import load_traces
 from real_dumps import FIXTURES, diagnose_form, truth
 from test_fuzz_invariant import CHECKS
-from trace_sets import (HANG_THRESHOLD_S, analyzed, closed_under, dumped_for_hang, left_alive, pipeline_closed,
-                        pipeline_left, pipeline_stopped, run, traces, write)
+from trace_sets import (HANG_THRESHOLD_S, analyzed, closed_under, dumped_for_hang, ground_truth, left_alive,
+                        pipeline_closed, pipeline_left, pipeline_stopped, run, traces, write)
 
 
 @CHECKS
@@ -116,24 +116,28 @@ def test_a_rank_its_own_watchdog_saw_in_no_call_through_the_hang_is_named_and_ne
     """A stage stopped in Python (a data loader, a sleep); the others wait along the chain, some behind ranks whose
     Gloo dumps cannot show p2p. A rank whose dump shows p2p, in no call and not at its end, may be where a chain
     of waits ends: it is never left out of the suspects. Where its own watchdog saw it in no call for the hang's
-    threshold, it waits for nobody while the others wait: it is named, alone. A real run named the two stages
-    the dumps could not show instead (`gloo-pipeline-hang-stopped-mixed`)."""
+    threshold, it waits for nobody while the others wait: it is named, alone, as the rank the hang waits for,
+    even where no dump shows anyone waiting, and never as one a signal ended: the run's SIGTERM after the hang
+    is its stop. Real runs named the two stages the dumps could not show instead
+    (`gloo-pipeline-hang-stopped-mixed`), and the stopped rank as `crashed` by that SIGTERM (71-84)."""
     job, stopped, forms, idle = case
-    ts_in = traces(job, run(job))
+    ran = run(job)
+    ts_in = traces(job, ran)
+    blocked, _ = ground_truth(job, ran)
     for r, t in ts_in.items():
-        ts_in[r] = dumped_for_hang(t, idle if r == stopped else 0.0)
+        ts_in[r] = dumped_for_hang(t, idle if r == stopped else 0.0, hung=idle > 0,
+                                   done=r != stopped and r not in blocked)
     report = analyzed(job, ts_in, forms, p2p=False)
     got = [(f.kind, f.ranks, f.detail[:200]) for f in report.findings]
     assert not [f for f in report.findings if len(f.ranks) == 1 and f.ranks != [stopped]], got  # a false claim
-    waits = {r for r, t in ts_in.items() if (t.hang or {}).get("this_rank", {}).get("blocked_in")}
-    seen = [r for r in ts_in if forms[r] == "native" and (r == stopped or r in waits)]
-    if not seen:
-        return  # no dump shows a rank waiting, or the one stopped: nothing to say, and nothing false said
+    seen = [r for r in ts_in if forms[r] == "native" and (r == stopped or r in blocked)]
+    if not blocked or not seen:
+        return  # it stopped where nobody needed it, or no dump shows it or a rank waiting: nothing false said
     assert report.findings, got
     first = report.findings[0]
     assert first.ranks == [stopped] or (first.detail.startswith("one of") and stopped in first.ranks), got
     if forms[stopped] == "native" and idle >= HANG_THRESHOLD_S:
-        assert first.ranks == [stopped], got
+        assert (first.kind, first.ranks) == ("missing_ranks", [stopped]), got  # the stop after it is no cause
 
 
 def test_the_real_pipeline_run_names_the_stage_its_watchdog_saw_stopped():
@@ -146,3 +150,17 @@ def test_the_real_pipeline_run_names_the_stage_its_watchdog_saw_stopped():
     first = report["findings"][0]
     assert (first["kind"], first["ranks"]) == ("missing_ranks", [0]), report["findings"]
     assert "its own watchdog saw it in no call for 31 s" in first["detail"], first["detail"]
+
+
+def test_the_real_pipeline_run_names_the_stage_its_watchdog_saw_stopped_where_no_dump_shows_a_wait():
+    """A 4-rank pipeline, rank 1 slept at a step (`hang:1:sleep@step=2`); rank 1 left the recorder's trace, the
+    others Gloo's Flight Recorder dumps (no send/recv): no dump shows a rank waiting. Rank 1's watchdog saw it
+    in no call for 31 s of the confirmed hang; `run --kill-on-hang` then ended it by SIGTERM, which read as the
+    cause, `crashed` (`gloo-pipeline-hang-alone-mixed`)."""
+    fired = truth("gloo-pipeline-hang-alone-mixed")
+    assert (fired["kind"], fired["rank"]) == ("hang", 1)
+    _, report = diagnose_form("gloo-pipeline-hang-alone-mixed", "rank_*", 4)
+    first = report["findings"][0]
+    assert (first["kind"], first["ranks"]) == ("missing_ranks", [1]), report["findings"]
+    assert "its own watchdog saw it in no call for 31 s" in first["detail"], first["detail"]
+    assert not [f for f in report["findings"] if f["kind"] == "crashed"], report["findings"]

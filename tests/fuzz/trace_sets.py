@@ -547,24 +547,27 @@ def pipeline_left(draw) -> tuple[Job, int, dict[int, str]]:
 @st.composite
 def pipeline_stopped(draw) -> tuple[Job, int, dict[int, str], float]:
     """(a pipeline job, the rank that stopped in Python mid-way (a data loader, a sleep), each rank's form, how long
-    its own watchdog had seen it in no call when the ranks dumped for the hang: a moment, as when a signal catches
-    a rank between two calls, or past the hang's threshold). The other ranks wait in send/recv along the chain
-    to it, through ranks whose Gloo dumps cannot show p2p, or finished and left."""
+    its own watchdog had seen it in no call when the ranks dumped: past the hang's threshold, when a watchdog
+    confirmed the hang and the run stopped the job; or 0, when a signal caught the job before any watchdog
+    called it hung). The other ranks wait in send/recv along the chain to it, through ranks whose Gloo dumps
+    cannot show p2p, or finished and left."""
     job, stopped, _ = draw(pipeline_left())
     forms = {r: draw(st.sampled_from(["native", "native", "pickle", "json"])) for r in range(job.world)}
-    return job, stopped, forms, draw(st.sampled_from([0.4, HANG_THRESHOLD_S + 2.0, 31.0]))
+    return job, stopped, forms, draw(st.sampled_from([0.0, HANG_THRESHOLD_S + 2.0, 31.0]))
 
 
 HANG_THRESHOLD_S = 10.0
 
 
-def dumped_for_hang(trace: RankTrace, idle_for: float) -> RankTrace:
-    """The recorder's dump of a rank when its watchdog confirmed a hang and the run stopped the job: the call the
-    watchdog saw it blocked in, or none and how long it had been in none (`idle_for`). A rank in no call whose
-    program was done dumped at its exit, after destroy_process_group."""
+def dumped_for_hang(trace: RankTrace, idle_for: float, hung: bool, done: bool = False) -> RankTrace:
+    """The recorder's dump of a rank when a signal stopped the job: after its watchdog confirmed a hang (`hung`:
+    the call it saw the rank blocked in, or none and how long it had been in none, `idle_for`), or before any
+    did. A rank whose program was `done` dumped at its exit, after destroy_process_group."""
     pending = next((e for e in trace.entries if e.state != "completed"), None)
-    if pending is None and not idle_for:
+    if done:
         return replace(trace, dump_reason="exit: normal exit (destroy_process_group called)", hang=None)
+    if not hung:
+        return replace(trace, dump_reason="signal: SIGTERM", hang=None)
     blocked = None if pending is None else {
         "group": pending.group, "seq": pending.p2p_seq if pending.is_p2p else pending.seq, "op": pending.op,
         "source": "recorder", "since": pending.t_created}

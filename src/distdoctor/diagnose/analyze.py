@@ -49,6 +49,7 @@ from distdoctor.diagnose.rankstate import rank_states
 from distdoctor.diagnose.sites import annotate
 from distdoctor.diagnose.straggler import find_stragglers, split_untold
 from distdoctor.diagnose.unseen import blind_detail
+from distdoctor.diagnose.unseen_p2p import stopped_in_hang
 from distdoctor.diagnose.threads import thread_findings
 from distdoctor.diagnose.waitfor import Cycle, Wait, build_waits, conditional_waits, find_cycles, on_possible_cycle
 from distdoctor.findings.sentences import describe_cycle
@@ -225,8 +226,8 @@ def analyze(ts: TraceSet) -> Report:
     stuck, thread_ranks = thread_findings(ts, others_found=bool(findings))  # per-rank logs: threads inside an op
     findings += stuck  # after the collective findings, in their own order (strongest first)
     findings, explained_by = explainer.explain_all(findings)
-    if all(f.kind == "straggler" for f in findings) and (ended := signalled(ts)) is not None:
-        findings.insert(0, ended)  # a rank a signal ended, nothing else found: never OK
+    if all(f.kind == "straggler" for f in findings) and (ended := stopped_in_hang(ts) or signalled(ts)) is not None:
+        findings.insert(0, ended)  # a rank stopped in a hang, or a signal ended, nothing else found: never OK
     consequences = consequences_of(explainer, findings, explained_by, consequences)
     annotate(findings, ts, views, pending)
     progress = {r: rank_progress(t, pending.get(r, []) + in_flight.get(r, [])) for r, t in ts.ranks.items()}

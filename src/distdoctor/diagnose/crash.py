@@ -84,9 +84,12 @@ def ended_by_signal(trace) -> bool:
 
 
 def signal_of_its_own(trace) -> bool:
-    """A signal ended the rank (ended_by_signal), and the launcher's log does not say the launcher sent it: a
-    launcher stops the ranks still running once one failed, so its signal is a consequence, never a cause."""
-    return ended_by_signal(trace) and (trace.launch or {}).get("ended") != "stopped"
+    """A signal ended the rank (ended_by_signal), the launcher's log does not say the launcher sent it, and its own
+    watchdog had not confirmed a hang before it: a launcher stops the ranks still running once one failed, and
+    `run --kill-on-hang` (or a user's Ctrl-C) stops a hung job, so those signals are consequences, never causes."""
+    hang = trace.hang if isinstance(trace.hang, dict) else {}
+    return ended_by_signal(trace) and (trace.launch or {}).get("ended") != "stopped" and \
+        hang.get("status") != "confirmed"
 
 
 def killed_first(ts: TraceSet, comm: dict[int, dict]) -> Finding | None:

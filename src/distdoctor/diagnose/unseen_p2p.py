@@ -8,6 +8,8 @@ watchdog saw in no call for the hang's threshold (`progress.stopped_through_hang
 log naming who ended on its own, the connection that closed first (`ended.first_to_close`), or the one rank left
 unaccounted for. Otherwise the verdict is "one of" the ranks where a chain can end: those the dumps cannot show,
 and any rank in no call at all whose dump shows p2p, never left out for ranks the dumps cannot show.
+Where no dump shows anyone waiting at all (every other rank left a dump that cannot show p2p), a confirmed hang
+whose ranks' own watchdogs saw one of them in no call through it still names that rank (`stopped_in_hang`).
 """
 
 from __future__ import annotations
@@ -117,3 +119,29 @@ def unseen_finding(ts: TraceSet, u: Unseen, p2p_ends: tuple, own_ends: set[int],
                              **({"left_alive": ends.left} if ends.left else {}),
                              **({"stopped_in_hang": ends.idle} if ends.idle else {}),
                              **({"undecided": True, "suspects": ranks} if len(ranks) > 1 else {})})
+
+
+def stopped_in_hang(ts: TraceSet) -> Finding | None:
+    """When nothing else is found: the ranks whose own watchdog saw them in no call through a suspected or
+    confirmed hang (`progress.stopped_through_hang`), at the call the hang's detector was blocked in (the
+    episode each header carries). The others' dumps may show nobody waiting (Gloo's Flight Recorder records no
+    send/recv), yet the hang was confirmed and these ranks waited for nobody. A signal that ended them after
+    it is the job's stop, not a cause (crash.signal_of_its_own)."""
+    idle = {r: stopped_through_hang(t) for r, t in sorted(ts.ranks.items())}
+    ranks = [r for r, why in idle.items() if why]
+    if not ranks:
+        return None
+    hang = ts.ranks[ranks[0]].hang
+    call = hang.get("blocked_in") if isinstance(hang.get("blocked_in"), dict) else {}
+    group, seq, op = (str(call["group"]) if call.get("group") is not None else None), call.get("seq"), call.get("op")
+    by = hang.get("detected_by")
+    where = (f", while rank {by} was blocked in {op} #{seq} on group '{group}' (the hang's detector, as each header "
+             f"records)" if group is not None and op and by is not None else "")
+    seen = "; ".join(f"rank {r}: {idle[r]}" + (f", now at {where_now(ts.ranks[r])}" if where_now(ts.ranks[r]) else "")
+                     for r in ranks)
+    lead = f"Suspected, because {seen}" if len(ranks) == 1 else f"one of {fmt_ranks(ranks)}: {seen}"
+    return Finding("missing_ranks", ranks, group=group, seq=seq, op=op, detail=(
+        f"{lead}{where}. No dump shows another rank waiting for {'it' if len(ranks) == 1 else 'them'}: "
+        f"the others cannot show where they stood."), evidence={"found_by": "hang watchdog", "stopped_in_hang": ranks,
+                                                                **({"undecided": True, "suspects": ranks}
+                                                                   if len(ranks) > 1 else {})})
