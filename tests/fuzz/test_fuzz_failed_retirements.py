@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from distdoctor.diagnose import analyze
 from distdoctor.trace.loaders import load_traces
 
-from real_dumps import diagnose_form
+from real_dumps import diagnose_form, truth
 from test_fuzz_invariant import CHECKS
 from trace_sets import Job, Step, ground_truth, jobs, run, traces, write
 
@@ -53,6 +53,28 @@ def held_jobs(draw) -> tuple[Job, dict[int, str], set[int]]:
     return job, forms, failed
 
 
+@st.composite
+def stopped_bare_jobs(draw) -> tuple[Job, dict[int, str], set[int], frozenset]:
+    """(a job on a rows x cols mesh (each row's group, then each column's, per step, as tensor and data parallel
+    reduce) in which one rank stops in Python, every rank's dump a bare Flight Recorder one (pickle or JSON: no
+    dump reason, so none says its process ended), the blocked ranks whose dump is taken after their call failed,
+    the blocked ranks that reached their call late, `_late`)."""
+    rows, cols = draw(st.integers(2, 3)), draw(st.integers(2, 3))
+    grid = [[r * cols + c for c in range(cols)] for r in range(rows)]
+    groups = {str(1 + i): row for i, row in enumerate(grid)}
+    groups.update({str(1 + rows + c): [row[c] for row in grid] for c in range(cols)})
+    rounds = [[Step(g, "all_reduce", 4) for g in sorted(groups, key=int)] for _ in range(draw(st.integers(2, 3)))]
+    steps = [s for r in rounds for s in (r if draw(st.booleans()) else r[rows:] + r[:rows])]
+    stopped = draw(st.integers(0, rows * cols - 1))
+    job = Job(rows * cols, groups, {g: "mesh" for g in groups}, steps,
+              {stopped: ("stop", draw(st.integers(len(groups), len(steps) - 1)))})
+    forms = {r: draw(st.sampled_from(["pickle", "json"])) for r in range(job.world)}
+    blocked, _ = ground_truth(job, run(job))
+    assume(blocked)
+    return (job, forms, set(draw(st.sets(st.sampled_from(sorted(blocked)), min_size=1))),
+            frozenset(draw(st.sets(st.sampled_from(sorted(blocked))))))
+
+
 def _failed_under(trace):
     """The rank's dump written after its blocked call failed: Gloo retired that call, no completion time."""
     entries = list(trace.entries)
@@ -61,8 +83,18 @@ def _failed_under(trace):
     return replace(trace, entries=entries)
 
 
-def _diagnose(job: Job, forms: dict[int, str], failed: set[int]):
+def _late(trace):
+    """The rank reached the call it blocks in late (it computed longer): issued after calls its peers made later
+    in the program, so the time of the calls does not order the ranks' stops."""
+    entries = list(trace.entries)
+    i = max(k for k, e in enumerate(entries) if e.state != "completed")
+    entries[i] = replace(entries[i], t_created=entries[i].t_created + 30.0)
+    return replace(trace, entries=entries)
+
+
+def _diagnose(job: Job, forms: dict[int, str], failed: set[int], late: frozenset = frozenset()):
     ts_in = traces(job, run(job))
+    ts_in = {r: _late(t) if r in late else t for r, t in ts_in.items()}
     ts_in = {r: _failed_under(t) if r in failed else t for r, t in ts_in.items()}
     with tempfile.TemporaryDirectory() as d:
         write(d, job, ts_in, forms, p2p=False)
@@ -94,6 +126,28 @@ def test_nothing_is_read_back_where_the_dumps_agree(case):
     assert ts.refuted == []
 
 
+@CHECKS
+@given(stopped_bare_jobs())
+def test_a_bare_dump_of_a_rank_in_no_call_ends_the_chain_of_failed_calls(case):
+    """Every dump a bare Flight Recorder one: none says its process ended. A rank stopped in Python; ranks blocked
+    in calls it never issued (or in calls of ranks so blocked) dumped after those calls failed, retired as if
+    completed. Read as pictures of ranks that went on, every dump of the chain but the stopped rank's would be
+    stale; read as each rank's last word, none is, and the verdict is that of the dumps taken while blocked. Two
+    campaign runs named a rank held by the stopped one instead (a 2x2 tensor-parallel mesh: 71-100, 71-134)."""
+    job, forms, failed, late = case
+    _, blocked_report = _diagnose(job, forms, set(), late)
+    ts, report = _diagnose(job, forms, failed, late)
+    assert _first(report) == _first(blocked_report), (job.faults, forms, failed, [f.detail for f in report.findings])
+
+
+@CHECKS
+@given(stopped_bare_jobs())
+def test_bare_dumps_that_agree_read_nothing_back(case):
+    job, forms, _, late = case
+    ts, _ = _diagnose(job, forms, set(), late)
+    assert ts.refuted == []
+
+
 def test_a_real_hang_whose_ranks_were_killed_in_turn_is_the_cycle_it_was():
     """HSDP over a 2x2 mesh, the gradient norm reduced over the mesh dimensions in different orders on ranks 1, 2
     and 0, 3: a cycle of four waits. The launcher killed rank 0 first, the others a second apart; ranks 1, 2, 3 saw
@@ -104,3 +158,17 @@ def test_a_real_hang_whose_ranks_were_killed_in_turn_is_the_cycle_it_was():
     assert (first["kind"], first["ranks"]) == ("order_deadlock", [0, 1, 2, 3]), first["detail"]
     assert sorted(x["rank"] for x in report["retired_in_flight"]) == [1, 2, 3]
     assert all("member_waits_in" in x for x in report["retired_in_flight"])
+
+
+def test_real_tensor_parallel_runs_whose_held_ranks_dumped_after_their_call_failed_name_the_stopped_rank():
+    """A 2x2 tensor-parallel mesh. Rank 3 raised at a step; every rank left a bare Flight Recorder pickle, the
+    ranks held by it (directly, or through rank 1) retired the calls that failed under them
+    (`gloo-tp-raise-retired-fr`, 71-100). Rank 3 slept at a step; rank 2 left the recorder's trace, the others
+    bare Flight Recorder dumps, rank 1 its data-parallel all_reduce retired (`gloo-tp-hang-retired-mixed`,
+    71-134). Both named rank 1, held by rank 3, the first time."""
+    for fixture in ("gloo-tp-raise-retired-fr", "gloo-tp-hang-retired-mixed"):
+        fired = truth(fixture)
+        _, report = diagnose_form(fixture, "rank_*", 4)
+        first = report["findings"][0]
+        assert (first["kind"], first["ranks"]) == ("missing_ranks", [fired["rank"]]), (fixture, report["findings"])
+        assert any(x["never_issued_by"] == fired["rank"] for x in report["retired_in_flight"]), fixture

@@ -17,6 +17,11 @@ dumps read when the launcher killed the ranks one by one and each survivor, its 
 its dump again from its exception handler: every dump is a retirement or a wait, none says it is final, and the
 cycle they form holds them all.
 
+A bare Flight Recorder dump (no dump reason: it never says whether its process ended) of a rank in no call can
+end such a chain too, for ranks that each wait in their last call: read as a picture of a rank that went on, it
+makes every other dump of the chain a stale one (each retirement a call the member issued after its dump); read
+as the rank's last word, no dump is stale. Two tensor-parallel runs read so named a rank held by the stopped one.
+
 Only retirements without a completion time are read so (a completion NCCL or the recorder measured is kept), only
 against a member held so (a live or requested dump of a rank that could go on may predate a call it issued later)
 and at a place that member's recorder would have shown (not one of its `unseen` calls, issued from C++,
@@ -81,12 +86,14 @@ def _retired_after(t: RankTrace, floor: dict[str, int], mine: dict[str, int]) ->
     return sorted(out)
 
 
-def _held(ts: TraceSet, last: dict, waits: dict[int, list[tuple[str, int]]], final: set[int]) -> set[int]:
+def _held(ts: TraceSet, last: dict, waits: dict[int, list[tuple[str, int]]], final: set[int],
+          ends: set[int], at_last: set[int]) -> set[int]:
     """The ranks that issued nothing after their trace: those whose process ended, and the largest set of ranks
     each waiting (in flight, or retired without a completion time) in a call a member of that set, or an ended
     one, never issued. Calls block, so a rank past its trace would have finished the call it waited in, which
     needs that member to issue it after its own trace, and so on: along a chain that ends at an ended rank, or
-    around a cycle, that is impossible."""
+    around a cycle, that is impossible. A chain may also end at one of `ends` (`_open_ends`) for a rank that
+    waits in its last call (`at_last`)."""
     lackers = {r: {m for g, s in calls for m in _members(ts, r, g) if _lacks(ts, m, g, s, last)}
                for r, calls in waits.items() if calls}  # whom each rank waits for: read once, not each pass
     held = final | {r for r, who in lackers.items() if who}
@@ -94,10 +101,31 @@ def _held(ts: TraceSet, last: dict, waits: dict[int, list[tuple[str, int]]], fin
     while changed:
         changed = False
         for rank in sorted(held - final):
-            if not lackers[rank] & held:
+            if not lackers[rank] & held and not (rank in at_last and lackers[rank] & ends):
                 held.discard(rank)
                 changed = True
     return held
+
+
+def _open_ends(ts: TraceSet, fronts: dict, retired: dict[int, list[int]], last: dict) -> set[int]:
+    """Bare Flight Recorder dumps (no dump reason: they never say whether the process ended) of ranks in no call
+    that blocks. Such a dump may be a picture of a rank that went on; then each call other ranks retired that it
+    lacks is one it issued after its dump, and so is every call those ranks retired lacking them in turn: every
+    dump of the chain but the last a stale one. Read as the rank's last word instead, no dump is stale: the
+    retirements are the calls that failed under the ranks waiting in them. Taken only where each rank of the
+    chain waits in its last call (`_at_last`): a rank that went on past a call it retired completed it."""
+    def waits_for_someone(r: int) -> bool:
+        calls = [(e.group, e.seq) for e in (ts.ranks[r].entries[i] for i in retired.get(r, []))]
+        return any(_lacks(ts, m, g, q, last) for g, q in calls for m in _members(ts, r, g))
+
+    return {r for r, t in ts.ranks.items() if t.source.startswith("flight_recorder") and not t.dump_reason
+            and not fronts[r][1] and not is_async(t) and not waits_for_someone(r)}
+
+
+def _at_last(ts: TraceSet, retired: dict[int, list[int]], fronts: dict) -> set[int]:
+    """Ranks whose one wait is their last call: a retirement at the end of their trace, nothing in flight."""
+    return {r for r, positions in retired.items() if len(positions) == 1 and not fronts[r][1]
+            and positions[0] == len(ts.ranks[r].entries) - 1}
 
 
 def _retirements(ts: TraceSet, last: dict) -> dict[int, list[int]]:
@@ -128,14 +156,16 @@ def refute_completions(ts: TraceSet) -> list[dict]:
     for rank, positions in retired.items():
         waits[rank] += [(ts.ranks[rank].entries[i].group, ts.ranks[rank].entries[i].seq) for i in positions]
     final = {r for r, t in ts.ranks.items() if _final(t)}
-    held = _held(ts, last, waits, final)
+    ends, at_last = _open_ends(ts, fronts, retired, last), _at_last(ts, retired, fronts)
+    held = _held(ts, last, waits, final, ends, at_last)
     found: dict[int, dict] = {}
     for rank, positions in retired.items():
         t = ts.ranks[rank]
         changed = None
+        stops = held | (ends if rank in at_last else set())
         for i in positions:
             e = t.entries[i]
-            member = next((m for m in _members(ts, rank, e.group) if m in held and _lacks(ts, m, e.group, e.seq, last)),
+            member = next((m for m in _members(ts, rank, e.group) if m in stops and _lacks(ts, m, e.group, e.seq, last)),
                           None)
             if member is None:
                 continue
