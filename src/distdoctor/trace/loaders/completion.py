@@ -122,10 +122,17 @@ def _open_ends(ts: TraceSet, fronts: dict, retired: dict[int, list[int]], last: 
             and not fronts[r][1] and not is_async(t) and not waits_for_someone(r)}
 
 
-def _at_last(ts: TraceSet, retired: dict[int, list[int]], fronts: dict) -> set[int]:
-    """Ranks whose one wait is their last call: a retirement at the end of their trace, nothing in flight."""
-    return {r for r, positions in retired.items() if len(positions) == 1 and not fronts[r][1]
-            and positions[0] == len(ts.ranks[r].entries) - 1}
+def _at_last(ts: TraceSet, retired: dict[int, list[int]], fronts: dict, last: dict) -> set[int]:
+    """Ranks whose one wait is their last call: nothing in flight, and the one retirement a member lacks at the end
+    of their trace."""
+    out = set()
+    for r, positions in retired.items():
+        entries = ts.ranks[r].entries
+        lacked = [i for i in positions if any(_lacks(ts, m, entries[i].group, entries[i].seq, last)
+                                              for m in _members(ts, r, entries[i].group))]
+        if not fronts[r][1] and lacked == [len(entries) - 1]:
+            out.add(r)
+    return out
 
 
 def _retirements(ts: TraceSet, last: dict) -> dict[int, list[int]]:
@@ -156,7 +163,7 @@ def refute_completions(ts: TraceSet) -> list[dict]:
     for rank, positions in retired.items():
         waits[rank] += [(ts.ranks[rank].entries[i].group, ts.ranks[rank].entries[i].seq) for i in positions]
     final = {r for r, t in ts.ranks.items() if _final(t)}
-    ends, at_last = _open_ends(ts, fronts, retired, last), _at_last(ts, retired, fronts)
+    ends, at_last = _open_ends(ts, fronts, retired, last), _at_last(ts, retired, fronts, last)
     held = _held(ts, last, waits, final, ends, at_last)
     found: dict[int, dict] = {}
     for rank, positions in retired.items():
