@@ -144,12 +144,7 @@ def test_the_real_pipeline_run_names_the_stage_its_watchdog_saw_stopped():
     """A 4-rank pipeline, rank 0 slept at a step (`hang:0:sleep@step=4`); ranks 0 and 3 left the recorder's traces,
     1 and 2 Gloo's Flight Recorder dumps (no send/recv). Rank 3 waits in a recv from rank 2; rank 0's watchdog saw
     it in no call for 31 s of the confirmed hang (`gloo-pipeline-hang-stopped-mixed`)."""
-    fired = truth("gloo-pipeline-hang-stopped-mixed")
-    assert (fired["kind"], fired["rank"]) == ("hang", 0)
-    _, report = diagnose_form("gloo-pipeline-hang-stopped-mixed", "rank_*", 4)
-    first = report["findings"][0]
-    assert (first["kind"], first["ranks"]) == ("missing_ranks", [0]), report["findings"]
-    assert "its own watchdog saw it in no call for 31 s" in first["detail"], first["detail"]
+    _names_the_stage_that_slept("gloo-pipeline-hang-stopped-mixed")
 
 
 def test_the_real_pipeline_run_names_the_stage_its_watchdog_saw_stopped_where_no_dump_shows_a_wait():
@@ -157,10 +152,17 @@ def test_the_real_pipeline_run_names_the_stage_its_watchdog_saw_stopped_where_no
     others Gloo's Flight Recorder dumps (no send/recv): no dump shows a rank waiting. Rank 1's watchdog saw it
     in no call for 31 s of the confirmed hang; `run --kill-on-hang` then ended it by SIGTERM, which read as the
     cause, `crashed` (`gloo-pipeline-hang-alone-mixed`)."""
-    fired = truth("gloo-pipeline-hang-alone-mixed")
-    assert (fired["kind"], fired["rank"]) == ("hang", 1)
-    _, report = diagnose_form("gloo-pipeline-hang-alone-mixed", "rank_*", 4)
-    first = report["findings"][0]
-    assert (first["kind"], first["ranks"]) == ("missing_ranks", [1]), report["findings"]
-    assert "its own watchdog saw it in no call for 31 s" in first["detail"], first["detail"]
+    report = _names_the_stage_that_slept("gloo-pipeline-hang-alone-mixed")
     assert not [f for f in report["findings"] if f["kind"] == "crashed"], report["findings"]
+
+
+def _names_the_stage_that_slept(fixture: str) -> dict:
+    """The report of a real pipeline run whose stage slept: its first finding names that stage as the rank the
+    hang waits for, by what its own watchdog saw."""
+    fired = truth(fixture)
+    assert fired["kind"] == "hang"
+    _, report = diagnose_form(fixture, "rank_*", 4)
+    first = report["findings"][0]
+    assert (first["kind"], first["ranks"]) == ("missing_ranks", [fired["rank"]]), report["findings"]
+    assert "its own watchdog saw it in no call for 31 s" in first["detail"], first["detail"]
+    return report
