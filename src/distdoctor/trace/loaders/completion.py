@@ -107,31 +107,30 @@ def _held(ts: TraceSet, last: dict, waits: dict[int, list[tuple[str, int]]], fin
     return held
 
 
-def _open_ends(ts: TraceSet, fronts: dict, retired: dict[int, list[int]], last: dict) -> set[int]:
+def _open_ends(ts: TraceSet, fronts: dict, lacked: dict[int, list[int]]) -> set[int]:
     """Bare Flight Recorder dumps (no dump reason: they never say whether the process ended) of ranks in no call
     that blocks. Such a dump may be a picture of a rank that went on; then each call other ranks retired that it
     lacks is one it issued after its dump, and so is every call those ranks retired lacking them in turn: every
     dump of the chain but the last a stale one. Read as the rank's last word instead, no dump is stale: the
     retirements are the calls that failed under the ranks waiting in them. Taken only where each rank of the
     chain waits in its last call (`_at_last`): a rank that went on past a call it retired completed it."""
-    def waits_for_someone(r: int) -> bool:
-        calls = [(e.group, e.seq) for e in (ts.ranks[r].entries[i] for i in retired.get(r, []))]
-        return any(_lacks(ts, m, g, q, last) for g, q in calls for m in _members(ts, r, g))
-
     return {r for r, t in ts.ranks.items() if t.source.startswith("flight_recorder") and not t.dump_reason
-            and not fronts[r][1] and not is_async(t) and not waits_for_someone(r)}
+            and not fronts[r][1] and not is_async(t) and not lacked.get(r)}
 
 
-def _at_last(ts: TraceSet, retired: dict[int, list[int]], fronts: dict, last: dict) -> set[int]:
+def _at_last(ts: TraceSet, fronts: dict, lacked: dict[int, list[int]]) -> set[int]:
     """Ranks whose one wait is their last call: nothing in flight, and the one retirement a member lacks at the end
     of their trace."""
-    out = set()
+    return {r for r, positions in lacked.items() if not fronts[r][1] and positions == [len(ts.ranks[r].entries) - 1]}
+
+
+def _lacked(ts: TraceSet, retired: dict[int, list[int]], last: dict) -> dict[int, list[int]]:
+    """rank -> the positions of its retirements that some member's trace lacks, read once."""
+    out = {}
     for r, positions in retired.items():
         entries = ts.ranks[r].entries
-        lacked = [i for i in positions if any(_lacks(ts, m, entries[i].group, entries[i].seq, last)
+        out[r] = [i for i in positions if any(_lacks(ts, m, entries[i].group, entries[i].seq, last)
                                               for m in _members(ts, r, entries[i].group))]
-        if not fronts[r][1] and lacked == [len(entries) - 1]:
-            out.add(r)
     return out
 
 
@@ -163,7 +162,8 @@ def refute_completions(ts: TraceSet) -> list[dict]:
     for rank, positions in retired.items():
         waits[rank] += [(ts.ranks[rank].entries[i].group, ts.ranks[rank].entries[i].seq) for i in positions]
     final = {r for r, t in ts.ranks.items() if _final(t)}
-    ends, at_last = _open_ends(ts, fronts, retired, last), _at_last(ts, retired, fronts, last)
+    lacked = _lacked(ts, retired, last)
+    ends, at_last = _open_ends(ts, fronts, lacked), _at_last(ts, fronts, lacked)
     held = _held(ts, last, waits, final, ends, at_last)
     found: dict[int, dict] = {}
     for rank, positions in retired.items():
