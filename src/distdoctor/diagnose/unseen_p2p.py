@@ -40,22 +40,22 @@ class Unseen:
 class _Ends:
     """Where the chain of waits may end, by what shows it."""
     left: list[int]  # exited with the process group alive
-    idle: list[int]  # its own watchdog saw it in no call through the hang
+    idle: dict[int, str]  # its own watchdog saw it in no call through the hang: rank -> how long
     signalled: set[int]  # the first rank a signal ended, in no call
     blind: list[int]  # dumps that cannot show p2p (and the first signalled)
     loose: list[int]  # blind, and ranks in no call at all whose dumps show p2p
 
     @property
     def shown(self) -> list[int]:
-        return self.left + self.idle
+        return self.left + list(self.idle)
 
 
 def _ends(ts: TraceSet, u: Unseen) -> _Ends:
     left = [m for m in u.free if left_alive(ts.ranks[m])]
-    idle = [m for m in u.free if m not in left and stopped_through_hang(ts.ranks[m])]
+    idle = {m: why for m in u.free if m not in left for why in [stopped_through_hang(ts.ranks[m])] if why}
     signalled = {u.first_signalled} & set(u.free)
     blind = sorted({m for m in u.free if shows_no_p2p(ts.ranks[m])} | set(u.peers) | signalled)
-    loose = sorted(set(blind) | {m for m in u.free if m not in left + idle and in_no_call(ts.ranks[m])})
+    loose = sorted(set(blind) | {m for m in u.free if m not in left and m not in idle and in_no_call(ts.ranks[m])})
     return _Ends(left, idle, signalled, blind, loose)
 
 
@@ -71,7 +71,7 @@ def _why(u: Unseen) -> str:
 def _one_of(ts: TraceSet, ends: _Ends, why: str) -> tuple[list[int], str]:
     ranks = sorted(ends.shown) or ends.loose
     notes = ([f"{fmt_ranks(ends.left)} left the job with the process group alive"] if ends.left else []) + [
-        f"rank {r}: {stopped_through_hang(ts.ranks[r])}" for r in ends.idle] + [
+        f"rank {r}: {why}" for r, why in ends.idle.items()] + [
         f"rank {r} is in no call ({where_now(ts.ranks[r]) or 'its stack outside torch'})"
         for r in ranks if r not in ends.blind and r not in ends.shown] + [
         f"rank {r} is the first a signal ended ({ts.ranks[r].dump_reason}), in no call"
@@ -85,7 +85,7 @@ def _decide(ts: TraceSet, u: Unseen, ends: _Ends, p2p_ends: tuple, own_ends: set
     shown = ends.shown
     if len(shown) == 1:
         how = ("it left the job while the others still wait" if ends.left else
-               f"{stopped_through_hang(ts.ranks[shown[0]])}, while the others waited")
+               f"{ends.idle[shown[0]]}, while the others waited")
         return shown, (f"Suspected, because {describe(shown[0])}, while {why}; rank {shown[0]} is the only member "
                        f"whose dump shows it stopped: {how}.")
     if shown:
@@ -117,7 +117,7 @@ def unseen_finding(ts: TraceSet, u: Unseen, p2p_ends: tuple, own_ends: set[int],
     return Finding("missing_ranks", ranks, group=group, seq=seq, op=op, t=u.entry.t_created, detail=detail,
                    evidence={"waiting": u.waiters, "found_by": "wait-for graph", "no_p2p_in_dump": ends.blind,
                              **({"left_alive": ends.left} if ends.left else {}),
-                             **({"stopped_in_hang": ends.idle} if ends.idle else {}),
+                             **({"stopped_in_hang": list(ends.idle)} if ends.idle else {}),
                              **({"undecided": True, "suspects": ranks} if len(ranks) > 1 else {})})
 
 
@@ -137,7 +137,7 @@ def stopped_in_hang(ts: TraceSet) -> Finding | None:
     by = hang.get("detected_by")
     where = (f", while rank {by} was blocked in {op} #{seq} on group '{group}' (the hang's detector, as each header "
              f"records)" if group is not None and op and by is not None else "")
-    seen = "; ".join(f"rank {r}: {idle[r]}" + (f", now at {where_now(ts.ranks[r])}" if where_now(ts.ranks[r]) else "")
+    seen = "; ".join(f"rank {r}: {idle[r]}" + (f", now at {at}" if (at := where_now(ts.ranks[r])) else "")
                      for r in ranks)
     lead = f"Suspected, because {seen}" if len(ranks) == 1 else f"one of {fmt_ranks(ranks)}: {seen}"
     return Finding("missing_ranks", ranks, group=group, seq=seq, op=op, detail=(
