@@ -17,8 +17,8 @@ from distdoctor.diagnose.analyze import analyze
 from distdoctor.trace.loaders import load_traces
 from real_dumps import FIXTURES, diagnose_form, truth
 from test_fuzz_invariant import CHECKS
-from trace_sets import (HANG_THRESHOLD_S, analyzed, closed_under, dumped_for_hang, ground_truth, left_alive,
-                        pipeline_closed, pipeline_left, pipeline_stopped, run, traces, write)
+from trace_sets import (HANG_THRESHOLD_S, analyzed, blocked_call, closed_under, dumped_for_hang, ground_truth,
+                        left_alive, pipeline_closed, pipeline_left, pipeline_stopped, run, traces, write)
 
 
 @CHECKS
@@ -120,16 +120,18 @@ def test_a_rank_its_own_watchdog_saw_in_no_call_through_the_hang_is_named_and_ne
     even where no dump shows anyone waiting, and never as one a signal ended: the run's SIGTERM after the hang
     is its stop. Real runs named the two stages the dumps could not show instead
     (`gloo-pipeline-hang-stopped-mixed`), and the stopped rank as `crashed` by that SIGTERM (71-84)."""
-    job, stopped, forms, idle = case
+    job, stopped, forms, idle, numbered = case
     ran = run(job)
     ts_in = traces(job, ran)
     blocked, _ = ground_truth(job, ran)
+    episode = _episode(ts_in, blocked, numbered)
     for r, t in ts_in.items():
         ts_in[r] = dumped_for_hang(t, idle if r == stopped else 0.0, hung=idle > 0,
-                                   done=r != stopped and r not in blocked)
+                                   done=r != stopped and r not in blocked, episode=episode)
     report = analyzed(job, ts_in, forms, p2p=False)
     got = [(f.kind, f.ranks, f.detail[:200]) for f in report.findings]
     assert not [f for f in report.findings if len(f.ranks) == 1 and f.ranks != [stopped]], got  # a false claim
+    assert not [f for f in report.findings if "#None" in f.detail], got  # a call without a number reads as none
     seen = [r for r in ts_in if forms[r] == "native" and (r == stopped or r in blocked)]
     if not blocked or not seen:
         return  # it stopped where nobody needed it, or no dump shows it or a rank waiting: nothing false said
@@ -138,6 +140,18 @@ def test_a_rank_its_own_watchdog_saw_in_no_call_through_the_hang_is_named_and_ne
     assert first.ranks == [stopped] or (first.detail.startswith("one of") and stopped in first.ranks), got
     if forms[stopped] == "native" and idle >= HANG_THRESHOLD_S:
         assert (first.kind, first.ranks) == ("missing_ranks", [stopped]), got  # the stop after it is no cause
+
+
+def _episode(ts: dict, blocked, numbered: bool) -> dict:
+    """The hang's episode as each header records it: the first blocked rank detected it, in its call, numbered
+    or not."""
+    if not blocked:
+        return {}
+    detector = min(blocked)
+    call = blocked_call(ts[detector])
+    if call is not None and not numbered:
+        call["seq"] = None
+    return {"detected_by": detector, "blocked_in": call}
 
 
 def test_the_real_pipeline_run_names_the_stage_its_watchdog_saw_stopped():

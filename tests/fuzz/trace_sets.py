@@ -545,36 +545,45 @@ def pipeline_left(draw) -> tuple[Job, int, dict[int, str]]:
 
 
 @st.composite
-def pipeline_stopped(draw) -> tuple[Job, int, dict[int, str], float]:
+def pipeline_stopped(draw) -> tuple[Job, int, dict[int, str], float, bool]:
     """(a pipeline job, the rank that stopped in Python mid-way (a data loader, a sleep), each rank's form, how long
     its own watchdog had seen it in no call when the ranks dumped: past the hang's threshold, when a watchdog
     confirmed the hang and the run stopped the job; or 0, when a signal caught the job before any watchdog
-    called it hung). The other ranks wait in send/recv along the chain to it, through ranks whose Gloo dumps
-    cannot show p2p, or finished and left."""
+    called it hung; whether the headers number the call the hang's detector was blocked in (a call the
+    recorder saw without its group's sequence number has none)). The other ranks wait in send/recv along the
+    chain to it, through ranks whose Gloo dumps cannot show p2p, or finished and left."""
     job, stopped, _ = draw(pipeline_left())
     forms = {r: draw(st.sampled_from(["native", "native", "pickle", "json"])) for r in range(job.world)}
-    return job, stopped, forms, draw(st.sampled_from([0.0, HANG_THRESHOLD_S + 2.0, 31.0]))
+    return job, stopped, forms, draw(st.sampled_from([0.0, HANG_THRESHOLD_S + 2.0, 31.0])), draw(st.booleans())
 
 
 HANG_THRESHOLD_S = 10.0
 
 
-def dumped_for_hang(trace: RankTrace, idle_for: float, hung: bool, done: bool = False) -> RankTrace:
+def dumped_for_hang(trace: RankTrace, idle_for: float, hung: bool, done: bool = False,
+                    episode: dict | None = None) -> RankTrace:
     """The recorder's dump of a rank when a signal stopped the job: after its watchdog confirmed a hang (`hung`:
-    the call it saw the rank blocked in, or none and how long it had been in none, `idle_for`), or before any
-    did. A rank whose program was `done` dumped at its exit, after destroy_process_group."""
-    pending = next((e for e in trace.entries if e.state != "completed"), None)
+    the call it saw the rank blocked in, or none and how long it had been in none, `idle_for`; `episode`: the
+    hang's detector and the call it was blocked in, as each header records them), or before any did. A rank
+    whose program was `done` dumped at its exit, after destroy_process_group."""
     if done:
         return replace(trace, dump_reason="exit: normal exit (destroy_process_group called)", hang=None)
     if not hung:
         return replace(trace, dump_reason="signal: SIGTERM", hang=None)
-    blocked = None if pending is None else {
-        "group": pending.group, "seq": pending.p2p_seq if pending.is_p2p else pending.seq, "op": pending.op,
-        "source": "recorder", "since": pending.t_created}
+    blocked = blocked_call(trace)
     mine = {"blocked_in": blocked, "blocked_for_s": None if blocked is None else 31.0,
             "idle_for_s": idle_for if blocked is None else 31.0}
     return replace(trace, dump_reason="signal: SIGTERM", hang={
-        "status": "confirmed", "threshold_s": HANG_THRESHOLD_S, "hang_timeout_s": 30.0, "this_rank": mine})
+        "status": "confirmed", "threshold_s": HANG_THRESHOLD_S, "hang_timeout_s": 30.0, "this_rank": mine,
+        **(episode or {})})
+
+
+def blocked_call(trace: RankTrace) -> dict | None:
+    """The call a rank's watchdog saw it blocked in: its first call not completed, as a header records it."""
+    pending = next((e for e in trace.entries if e.state != "completed"), None)
+    return None if pending is None else {
+        "group": pending.group, "seq": pending.p2p_seq if pending.is_p2p else pending.seq, "op": pending.op,
+        "source": "recorder", "since": pending.t_created}
 
 
 def left_alive(trace: RankTrace) -> RankTrace:

@@ -135,7 +135,8 @@ def stopped_in_hang(ts: TraceSet) -> Finding | None:
     call = hang.get("blocked_in") if isinstance(hang.get("blocked_in"), dict) else {}
     group, seq, op = (str(call["group"]) if call.get("group") is not None else None), call.get("seq"), call.get("op")
     by = hang.get("detected_by")
-    where = (f", while rank {by} was blocked in {op} #{seq} on group '{group}' (the hang's detector, as each header "
+    number = f" #{seq}" if seq is not None else ""
+    where = (f", while rank {by} was blocked in {op}{number} on group '{group}' (the hang's detector, as each header "
              f"records)" if group is not None and op and by is not None else "")
     seen = "; ".join(f"rank {r}: {idle[r]}" + (f", now at {at}" if (at := where_now(ts.ranks[r])) else "")
                      for r in ranks)
