@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 import pytest
 
-from world_helpers import distdoctor, run
+from world_helpers import distdoctor
 
 ROOT = Path(__file__).resolve().parents[2]
 

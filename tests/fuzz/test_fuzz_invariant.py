@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import tempfile
 
-import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 

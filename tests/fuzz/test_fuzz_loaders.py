@@ -8,7 +8,6 @@ without raising. A pickle that tries to run code never runs it.
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import tempfile
 from pathlib import Path

@@ -8,7 +8,6 @@ import json
 import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 

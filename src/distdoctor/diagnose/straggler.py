@@ -37,7 +37,7 @@ import numpy as np
 
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView, SeqEntries
-from distdoctor.world.lateness import MIN_LATE_S, MIN_STEP_SHARE, Z, judge_lateness, median_of_others  # noqa: F401
+from distdoctor.world.lateness import MIN_LATE_S, judge_lateness, median_of_others
 
 MIN_SAMPLES = 4
 MIN_STEPS = 3  # a rank late in two steps may be a slow start (or a descheduled process on a busy host)

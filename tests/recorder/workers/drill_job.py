@@ -3,7 +3,6 @@ and per step a broadcast of the batch seed from rank 0 on the world, an all_redu
 an all_reduce of the loss on the rank's pair group ({0, 1}, {2, 3}, ...), and a ring exchange (send to the next
 rank, recv from the previous). Prints `STEP n` from rank 0. Usage: drill_job.py [STEPS] [STEP_SECONDS]."""
 
-import os
 import sys
 import time
 
