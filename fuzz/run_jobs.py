@@ -48,6 +48,9 @@ PROGRAMS = ("ddp", "fsdp", "hsdp", "tp", "pipeline", "moe", "dcp", "objects")
 STEPS = 6
 # fault class -> (spec template, finding kinds that fit it)
 LOST = ("missing_dump", "missing_ranks", "crashed")
+# a call one rank alone skipped or issued twice: the group's calls no longer line up
+ODD_CALL = ("missing_ranks", "type_mismatch", "order_deadlock", "size_mismatch", "p2p_deadlock", "p2p_mismatch",
+            "crashed", "missing_dump")
 FAULTS = {
     "hang": ("hang:{r}@step={n}", ("missing_ranks", "missing_dump")),
     "sigkill": ("kill:{r}:SIGKILL@step={n}", LOST),
@@ -56,16 +59,25 @@ FAULTS = {
     "sigstop": ("kill:{r}:SIGSTOP@step={n}", ("missing_ranks", "missing_dump")),
     "raise": ("raise:{r}@step={n}", ("crashed",)),
     "exit": ("exit:{r}:3@step={n}", LOST),
-    "skip": ("skip:{r}@call={k}", ("missing_ranks", "type_mismatch", "order_deadlock", "size_mismatch",
-                                  "p2p_deadlock", "p2p_mismatch", "crashed", "missing_dump")),
+    "skip": ("skip:{r}@call={k}", ODD_CALL),
+    "twice": ("twice:{r}@call={k}", ODD_CALL),
+    "crash": ("crash:{r}@call={k}", LOST),
+    "gil": ("hang:{r}:gil@step={n}", ("missing_ranks", "missing_dump")),
+    "slow": ("delay:{r}:0.5@step={n}", ("straggler",)),
     "resize": ("resize:{r}@call={k}", ("size_mismatch", "crashed", "missing_ranks", "missing_dump")),
     "retype": ("retype:{r}@call={k}", ("dtype_mismatch", "crashed", "missing_ranks", "missing_dump")),
+    "reroot": ("reroot:{r}@call={k}", ("root_mismatch", "crashed", "missing_ranks", "missing_dump")),
+    "repeer": ("repeer:{r}@call={k}", ("p2p_mismatch", "p2p_deadlock", "crossed_p2p", "missing_ranks", "crashed",
+                                      "missing_dump")),
 }
 # A call fault's missing_dump fits when it names that rank alone: Gloo can abort the faulty rank's process from
 # C++ (no dump at all), and then what it did to the call died with it; that it left nothing is the true claim.
-# programs that make calls of their own at the Python boundary (DDP's and FSDP's are issued from C++ or by
-# functional collectives, which the call-counted faults cannot reach)
-CALLS = {"ddp": 1, "fsdp": 1, "hsdp": 1, "tp": 5, "pipeline": 0, "moe": 6, "dcp": 0, "objects": 4}  # per step
+# programs that make calls of their own at the Python boundary, per step (DDP's and FSDP's are issued from C++ or
+# by functional collectives, which the call-counted faults cannot reach; a pipeline's end stages send and receive
+# 8 times a step, its middle ones 16)
+CALLS = {"ddp": 1, "fsdp": 1, "hsdp": 1, "tp": 5, "pipeline": 8, "moe": 6, "dcp": 0, "objects": 4}
+# the faults that change one argument, and the programs whose own calls have it (a root, a peer)
+ARGUMENT = {"reroot": ("objects",), "repeer": ("pipeline",)}
 MODES = ("live", "closing", "recorder", "fr_pickle", "fr_json", "mixed", "fr_log", "mixed_log")
 FR_MODES = ("fr_pickle", "fr_json", "fr_log")  # Flight Recorder keeps no exception: a rank that raised reads as absent there
 FR_FITS = {"raise": ("crashed", "missing_ranks", "missing_dump")}
@@ -82,12 +94,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def sample(rng: random.Random, programs, nprocs, healthy: float) -> dict:
+def fits_program(fault: str, program: str) -> bool:
+    """Whether `program` has what `fault` needs: calls of its own to count, an argument to change."""
+    return bool(CALLS[program] or "{k}" not in FAULTS[fault][0]) and program in ARGUMENT.get(fault, (program,))
+
+
+def sample(rng: random.Random, programs, nprocs, healthy: float, faults=tuple(FAULTS)) -> dict:
     program = rng.choice(programs)
     nproc = rng.choice(nprocs)
     if rng.random() < healthy:
         return {"program": program, "nproc": nproc, "fault": "healthy", "spec": None, "rank": None}
-    classes = [c for c in FAULTS if CALLS[program] or not FAULTS[c][0].count("{k}")]
+    classes = [c for c in faults if fits_program(c, program)]
     fault = rng.choice(classes)
     rank = rng.randrange(nproc)
     spec = FAULTS[fault][0].format(r=rank, n=rng.randint(2, STEPS - 1), k=rng.randint(2, max(2, CALLS[program] * (STEPS - 1))))
@@ -376,6 +393,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--programs", default=",".join(PROGRAMS))
+    ap.add_argument("--faults", default=",".join(FAULTS), help="the fault classes to sample (FAULTS)")
     ap.add_argument("--nproc", default="4")
     ap.add_argument("--healthy", type=float, default=0.2, help="share of runs with no fault")
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per run")
@@ -405,9 +423,19 @@ def main() -> int:
     if unknown:
         print(f"run_jobs: unknown program(s) {', '.join(unknown)} (one of {', '.join(PROGRAMS)})", file=sys.stderr)
         return 2
+    faults = [f for f in args.faults.split(",") if f]
+    if sorted(set(faults) - set(FAULTS)):
+        print(f"run_jobs: unknown fault(s) {', '.join(sorted(set(faults) - set(FAULTS)))} (one of {', '.join(FAULTS)})",
+              file=sys.stderr)
+        return 2
+    programs = [p for p in programs if any(fits_program(f, p) for f in faults)]
+    if not programs:
+        print(f"run_jobs: no program has what {args.faults} needs", file=sys.stderr)
+        return 2
     rng = random.Random(args.seed)
     nprocs = [int(n) for n in args.nproc.split(",")]
-    cases = [{**sample(rng, programs, nprocs, args.healthy), "id": f"{args.seed}-{i + 1}"} for i in range(args.runs)]
+    cases = [{**sample(rng, programs, nprocs, args.healthy, faults), "id": f"{args.seed}-{i + 1}"}
+             for i in range(args.runs)]
     print(scoreboard(campaign(args, cases)))
     return 0
 
