@@ -139,10 +139,13 @@ def calls_of(job: Job, rank: int) -> tuple[list[Call], str]:
             out.append(Call("lone", "all_reduce", 1, "float32", line=900))
         line = 100 + k
         if s.op == "p2p":
-            if rank == s.src:
-                out.append(Call(s.group, "send", s.size, s.dtype, peer=s.dst, line=line))
-            elif rank == s.dst:
-                out.append(Call(s.group, "recv", s.size, s.dtype, peer=s.src, line=line))
+            if rank in (s.src, s.dst):
+                mine = Call(s.group, "send" if rank == s.src else "recv", s.size, s.dtype,
+                            peer=s.dst if rank == s.src else s.src, line=line)
+                if fault == "peer" and i == at:  # the peer computed wrong: the next rank over
+                    mine.peer = next(p for p in range(mine.peer + 1, mine.peer + job.world + 1)
+                                     if p % job.world not in (rank, mine.peer)) % job.world
+                out += [mine, replace(mine)] if fault == "twice" and i == at else [mine]
             continue
         if rank not in job.groups[s.group]:
             continue
@@ -542,6 +545,24 @@ def pipeline_left(draw) -> tuple[Job, int, dict[int, str]]:
               {left: ("stop", draw(st.integers(1, len(steps) - 1)))})
     forms = {r: "native" if r == left else draw(st.sampled_from(["native", "pickle", "json"])) for r in range(world)}
     return job, left, forms
+
+
+@st.composite
+def pipeline_deviated(draw) -> tuple[Job, int, int]:
+    """(a pipeline job of several rounds, the rank whose send or recv goes wrong, the round it goes wrong in):
+    one of its p2p calls skipped, issued twice, or to the wrong peer; every rank leaves the recorder's trace."""
+    world = draw(st.integers(3, 6))
+    steps = []
+    rounds = draw(st.integers(3, 6))
+    for _ in range(rounds):
+        steps += [Step("0", "p2p", 8, src=i, dst=i + 1) for i in range(world - 1)]
+        steps += [Step("0", "p2p", 8, src=i + 1, dst=i) for i in reversed(range(world - 1))]
+    per_round = 2 * (world - 1)
+    bad = draw(st.integers(0, world - 1))
+    mine = [i for i, s in enumerate(steps) if bad in (s.src, s.dst)]
+    at = draw(st.sampled_from(mine))
+    return Job(world, {"0": list(range(world))}, {"0": "default_pg"}, steps,
+               {bad: (draw(st.sampled_from(["skip", "twice", "peer"])), at)}), bad, at // per_round
 
 
 @st.composite

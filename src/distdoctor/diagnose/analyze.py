@@ -129,7 +129,7 @@ def analyze(ts: TraceSet) -> Report:
     for c in cycles:
         if not c.p2p_only and not any(set(f.ranks) <= set(c.ranks) for f in counted):
             findings.append(same_number(c, views) or _order_deadlock(c, views))
-    findings.extend(p2p.cycle_findings(cycles))
+    findings.extend(p2p.cycle_findings(cycles, ts, explainer.waits_of))
     findings.extend(p2p.pair_disagreements(ts))
     on_cycle = {r for c in cycles for r in c.ranks}
     cycle_finding = {r: f for f in findings for r in f.ranks if f.kind in ("order_deadlock", "p2p_deadlock")}

@@ -7,7 +7,9 @@ from s. Two ways they never can:
 - peers disagree on a pair that did meet: the k-th send and the k-th recv carry different sizes or dtypes
   (the receiver reads garbage or the transport aborts).
 Both sides' claims are weighed: a rank waiting on a peer that never posted a single matching call, while other
-ranks wait for that rank with exactly that call, chose the wrong peer: it alone is named.
+ranks wait for that rank with exactly that call, chose the wrong peer: it alone is named. On a cycle, so is the
+one rank whose sends and receives depart from the round it repeated before while every other rank on the cycle
+keeps its own (a call issued twice, skipped, or to the wrong peer; `breaks_pattern`).
 Flight Recorder over Gloo records no p2p at all, so these findings need the recorder's or simulator's traces.
 """
 
@@ -19,10 +21,16 @@ from distdoctor.findings.sentences import describe_cycle
 from distdoctor.trace.model import TraceSet
 
 
-def cycle_findings(cycles: list[Cycle]) -> list[Finding]:
+def cycle_findings(cycles: list[Cycle], ts: TraceSet | None = None, waits_of: dict | None = None) -> list[Finding]:
+    """A finding per cycle of p2p waits: every rank on it, unless both sides' claims, or each rank's own past
+    calls, single out the one that deviates (`_deviating`)."""
     out = []
     for c in cycles:
         if not c.p2p_only:
+            continue
+        one = _deviating(c, ts, waits_of or {})
+        if one is not None:
+            out.append(one)
             continue
         first = c.path[0].why.entry
         both_recv = all(w.entry.op == "recv" for _, _, w in c.steps)
@@ -96,6 +104,109 @@ def _wrong_peer(a: int, b: int, e, other: str, posted: int, waits_of: dict, grou
         evidence={"claims": {"rank": a, "peer": b, "expected_by": expecting}})
 
 
+def _deviating(c: Cycle, ts: TraceSet | None, waits_of: dict) -> Finding | None:
+    """The one rank of a p2p cycle the evidence singles out: it waits on a peer that never exchanged a single
+    message with it in that group while others wait for it with that very call (`_wrong_peer`), or it alone
+    departs from the pattern of sends and receives it repeated before while every other rank on the cycle
+    keeps its own (`breaks_pattern`): a call issued twice, skipped, or to the wrong peer. None where nothing
+    singles one out (a peer that did exchange with it may just not have reached its half yet; two ranks on the
+    cycle that each wait on a stranger may either have chosen wrong)."""
+    if ts is None:
+        return None
+    wrong = [f for a, b, w in c.steps
+             if w.p2p is not None and w.p2p[1] == 0 and b in ts.ranks and not _exchanged(ts.ranks[b], a, w.entry.group)
+             for f in [_wrong_peer(a, b, w.entry, "recv" if w.entry.op == "send" else "send", 0, waits_of, c.groups)]
+             if f is not None]
+    if len(wrong) == 1:  # two ranks each with a stranger for a peer: either may have chosen wrong
+        return wrong[0]
+    calls = {a: _calls_up_to(ts.ranks[a], w.entry) for a, _, w in c.steps if a in ts.ranks}
+    judged = {a: breaks_pattern(tokens) for a, tokens in calls.items()}
+    broke = [a for a, j in judged.items() if j is not None and j[0]]
+    if len(broke) != 1 or len(judged) != len(c.ranks) or any(j is None for j in judged.values()):
+        return None
+    a = broke[0]
+    e = next(w.entry for x, _, w in c.steps if x == a)
+    period, got, expected = judged[a][1], judged[a][2], judged[a][3]
+    j = next(i for i, (x, y) in enumerate(zip(got, expected)) if x != y)
+    others = [r for r in c.ranks if r != a]
+    kept = f"rank {others[0]} keeps its own" if len(others) == 1 else f"{fmt_ranks(others)} keep theirs"
+    return Finding(
+        "p2p_deadlock", [a], group=e.group, groups=c.groups, seq=e.p2p_seq, op=e.op, t=e.t_created,
+        detail=(f"rank {a} departs from the round of {period} sends and receives it repeated before: it issued "
+                f"{_token(got[j])} where, a round earlier, it issued {_token(expected[j])} (a send or recv issued "
+                f"twice, skipped, or to the wrong peer), while {kept}: rank {a} deviates, and the cycle of p2p "
+                f"waits follows from it. Cycle: {describe_cycle(c.path)}."),
+        evidence={"cycle": [[x, y] for x, y, _ in c.steps], "deviating": a, "period": period,
+                  "issued": _token(got[j]), "a_round_earlier": _token(expected[j])})
+
+
+def _extra_call(ts: TraceSet, w) -> Finding | None:
+    """A rank waiting in a send/recv its idle peer never posted is the one that deviates where its own calls
+    depart from the round it repeated before while the peer's calls keep theirs (a call issued twice, or to
+    the wrong peer): the peer did all its round asks of it, and this call is one too many."""
+    a, b, e = w.rank, w.entry.peer, w.entry
+    mine = breaks_pattern(_calls_up_to(ts.ranks[a], e))
+    theirs = breaks_pattern([(x.op, x.group, x.peer) for x in p2p_entries(ts.ranks[b])])
+    if mine is None or theirs is None or not mine[0] or theirs[0]:
+        return None
+    period, got, expected = mine[1], mine[2], mine[3]
+    j = next(i for i, (x, y) in enumerate(zip(got, expected)) if x != y)
+    return Finding(
+        "p2p_deadlock", [a], group=e.group, seq=e.p2p_seq, op=e.op, t=e.t_created,
+        detail=(f"rank {a} waits in {e.op} #{e.p2p_seq} {'to' if e.op == 'send' else 'from'} rank {b} on group "
+                f"'{e.group}', which rank {b} never matches: rank {a} departs from the round of {period} sends and "
+                f"receives it repeated before (it issued {_token(got[j])} where, a round earlier, it issued "
+                f"{_token(expected[j])}), while rank {b}'s calls keep their own round: rank {a}'s call is one "
+                f"too many (issued twice, or to the wrong peer), not a call rank {b} owes."),
+        evidence={"deviating": a, "peer": b, "period": period, "issued": _token(got[j]),
+                  "a_round_earlier": _token(expected[j])})
+
+
+def _exchanged(trace, peer: int, group: str) -> bool:
+    """Whether the rank posted any send or recv with `peer` in `group`."""
+    return any(e.peer == peer and e.group == group for e in p2p_entries(trace))
+
+
+def _calls_up_to(trace, entry) -> list[tuple]:
+    """The rank's sends and receives up to and including `entry` (the one it waits in), as (op, group, peer)."""
+    out = []
+    for e in p2p_entries(trace):
+        out.append((e.op, e.group, e.peer))
+        if e is entry:
+            return out
+    return out
+
+
+WARM_UP = 8  # calls at the start that may differ from the rounds after them (a schedule's shape exchange)
+
+
+def breaks_pattern(tokens: list[tuple]) -> tuple[bool, int, list, list] | None:
+    """Whether a rank's last calls depart from the pattern it repeated before: the smallest period P with which
+    its whole history before the last P calls repeats, but for a warm-up at the start (at most P or WARM_UP
+    calls) and over at least two rounds, a round holding sends and receives both (a run of receives is one
+    phase of a round, not a round); then (whether any of the last P calls differs from the one P
+    earlier, P, those last calls, what the pattern had there). None where no period shows in the history (too
+    short, or no pattern: a rank whose calls change from round to round is never judged by a local repeat)."""
+    n = len(tokens)
+    for period in range(1, n // 3 + 1):
+        history = tokens[: n - period]
+        i = len(history) - 1
+        while i >= period and history[i] == history[i - period]:
+            i -= 1
+        repeated = len(history) - 1 - i + period  # the periodic suffix
+        both = {op for op, _, _ in history[len(history) - period:]} >= {"send", "recv"}  # not one phase's repeat
+        if both and repeated >= 2 * period and len(history) - repeated <= max(period, WARM_UP):
+            got, expected = tokens[n - period:], tokens[n - 2 * period: n - period]
+            return got != expected, period, got, expected
+    return None
+
+
+def _token(call: tuple) -> str:
+    """A call in short: 'a send to rank 1'."""
+    op, group, peer = call
+    return f"a {op} {'to' if op == 'send' else 'from'} rank {peer} on group '{group}'"
+
+
 def _first(rank: int, ranks: list[int]) -> list[int]:
     return [rank] + [r for r in ranks if r != rank]
 
@@ -154,6 +265,11 @@ def unposted_peers(ts: TraceSet, waits, pending: dict, on_cycle: set[int]) -> li
     out = []
     for group, ws in sorted(by_group.items()):
         ws.sort(key=lambda w: w.rank)
+        extra = [f for f in (_extra_call(ts, w) for w in ws) if f is not None]
+        out += extra
+        ws = [w for w in ws if w.rank not in {f.ranks[0] for f in extra}]
+        if not ws:
+            continue
         idle = sorted({w.entry.peer for w in ws})
         first = ws[0].entry
         other = {"send": "recv", "recv": "send"}

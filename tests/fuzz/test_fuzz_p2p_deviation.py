@@ -1,0 +1,30 @@
+"""Pipelines where one stage's send or recv goes wrong: skipped, issued twice, or to the wrong peer (`run
+--inject skip|twice|repeer` on a real pipeline). The stages then wait on each other in a cycle of p2p waits,
+and every rank on the cycle read as its culprit (`p2p_deadlock [0, 1]` for `twice:0`, `[0, 1, 2]` for
+`repeer:0`, real runs). The evidence singles the rank out: the peer it waits on never posted a matching call
+while others wait for it with that very call, or its calls depart from the round it repeated before while the
+others keep theirs. Over generated jobs (trace_sets.py), once the rank has repeated its round twice before the
+one that goes wrong: never another rank alone, and the deviating rank alone where the stages wait on each other.
+Earlier than that nothing shows the round it departs from, and the peer it waits on may still be named."""
+
+from __future__ import annotations
+
+from hypothesis import given
+
+from test_fuzz_invariant import CHECKS
+from trace_sets import analyzed, pipeline_deviated, run, traces
+
+
+@CHECKS
+@given(pipeline_deviated())
+def test_the_stage_that_deviates_from_its_own_round_is_named_alone(case):
+    job, bad, at_round = case
+    ts_in = traces(job, run(job))
+    report = analyzed(job, ts_in, {r: "native" for r in ts_in})
+    got = [(f.kind, f.ranks, f.detail[:220]) for f in report.findings]
+    if at_round < 3:
+        return  # fewer than two whole rounds before it: nothing shows the round it departs from (still weak)
+    assert not [f for f in report.findings if len(f.ranks) == 1 and f.ranks != [bad]], got  # a false claim
+    cycles = [f for f in report.findings if f.kind == "p2p_deadlock"]
+    if cycles:
+        assert cycles[0].ranks == [bad], got
