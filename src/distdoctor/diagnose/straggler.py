@@ -19,6 +19,10 @@ late when its median lateness m is
     group, timed on the earliest arrivals), and
   - at least Z robust standard errors above zero, the noise being 1.4826 x the median absolute deviation of
     every member's lateness from its own median in that class (a slow rank's own scatter counts too).
+A late rank held in its previous collective is not late by its own work, and is left out (`_held_before`): at
+most of its late calls another member arrived at its previous collective after it and it came here soon after
+that member (a gather's root waiting for a slow member leaves late, and arrives late at the next call). Arrival
+times are all this asks for: Flight Recorder's dumps over Gloo give no end times.
 A rank is a straggler if it is late in any class; it is named with its largest median lateness, in ms and as
 a share of the step, and with where it loses the time: walking back from an occurrence of that class over the
 group's collectives while it is still late (at least half its median lateness), the last collective it was on
@@ -31,6 +35,7 @@ offset between hosts reads as lateness.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 
 import numpy as np
@@ -99,6 +104,49 @@ def _bracket(late: np.ndarray, rows: list[int], seqs: list[int], keys: list[tupl
     return out
 
 
+def _timelines(views: dict[str, GroupView]) -> tuple[dict[int, tuple[list[float], list[tuple]]], dict[tuple, float]]:
+    """Each rank's collectives in arrival order (arrivals, and (group, seq) beside them), and each collective's
+    last arrival, where every member's arrival is known."""
+    calls: dict[int, list[tuple[float, tuple]]] = defaultdict(list)
+    last: dict[tuple, float] = {}
+    for view in views.values():
+        ranks = [r for r in view.members if view.by_rank.get(r)]
+        arrivals = {r: _field(view.by_rank[r], "t_created") for r in ranks}
+        for r in ranks:
+            for seq, t in arrivals[r].items():
+                if t is not None:
+                    calls[r].append((t, (view.name, seq)))
+        if len(ranks) < len(view.members):
+            continue
+        for seq in set.intersection(*(set(arrivals[r]) for r in ranks)) if ranks else ():
+            times = [arrivals[r][seq] for r in ranks]
+            if all(t is not None for t in times):
+                last[(view.name, seq)] = max(times)
+    out = {}
+    for r, got in calls.items():
+        got.sort(key=lambda x: x[0])
+        out[r] = ([t for t, _ in got], [k for _, k in got])
+    return out, last
+
+
+def _held_before(timeline, last: dict[tuple, float], arrivals: np.ndarray, late: np.ndarray) -> bool:
+    """Whether a late rank's lateness is time it spent held in its previous collective: at most of the class's
+    calls (where the previous one's members all left their arrival), another member arrived at its previous
+    collective after it, and it arrived here less than half its lateness after that member. A member that waits
+    there for a late one (a gather's root, a broadcast's tree) leaves late and so arrives late at the next
+    call, by no work of its own; a rank slow by its own work is the last to arrive, and nobody holds it."""
+    times, keys = timeline
+    held = known = 0
+    for t, x in zip(arrivals, late):
+        i = bisect_left(times, t) - 1
+        before = last.get(keys[i]) if i >= 0 else None
+        if before is None:
+            continue
+        known += 1
+        held += before - times[i] >= MIN_LATE_S and t - before < max(MIN_LATE_S, x / 2)
+    return known >= MIN_SAMPLES and held * 2 > known
+
+
 def _late_by_role(best: dict[int, dict], views: dict[str, GroupView],
                   class_late: dict[int, dict[tuple, float]]) -> list[int]:
     """Late ranks whose lateness is their place in the program, not their own: the member at the same position
@@ -126,6 +174,7 @@ def _late_by_role(best: dict[int, dict], views: dict[str, GroupView],
 
 
 def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
+    timelines, last_arrival = _timelines(views)
     best: dict[int, dict] = {}
     all_late: dict[int, list[float]] = defaultdict(list)
     class_late: dict[int, dict[tuple, float]] = defaultdict(dict)  # rank -> (op, sizes) -> its median lateness
@@ -156,7 +205,7 @@ def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
                 all_late[r].append(float(med[j]))
                 class_late[r][(op, sizes)] = max(float(med[j]), class_late[r].get((op, sizes), float("-inf")))
                 m = float(med[j])
-                if not is_late[j]:
+                if not is_late[j] or _held_before(timelines[r], last_arrival, a[rows, j], x[:, j]):
                     continue
                 if r not in best or m > best[r]["late_s"]:
                     best[r] = {"late_s": m, "step_s": step, "group": view.name, "op": op, "sizes": sizes,
