@@ -27,7 +27,7 @@ from distdoctor.diagnose.ended import p2p_ends
 from distdoctor.diagnose.crash import (COMM_FAILURE, crash_findings, ended_by_signal, ended_on_their_own, killed_first,
                                       signal_of_its_own, signalled, stopped)
 from distdoctor.diagnose.lead import sort_findings
-from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks
+from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks, numbered
 from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.progress import describe_rank, shows_no_p2p
 from distdoctor.diagnose.unseen_p2p import Unseen, unseen_finding
@@ -223,7 +223,7 @@ class Explainer:
             e, idle = got["entry"], sorted(got["idle"])
             out.append(Finding(
                 "missing_ranks", idle, group=group, seq=seq, op=op, t=e.t_created,
-                detail=(f"Suspected, because {fmt_ranks(got['waiters'])} wait in {op} #{seq} on "
+                detail=(f"Suspected, because {fmt_ranks(got['waiters'])} wait in {numbered(op, seq)} on "
                         f"{fmt_group(group, self._desc(group))} for {fmt_ranks(idle)}, which never joined it. "
                         + "; ".join(self._describe(q) for q in idle[:8]) + "."),
                 evidence={"waiting": sorted(got["waiters"]), "found_by": "wait-for graph"}))
@@ -286,7 +286,7 @@ class Explainer:
         view = self.views.get(group)
         members = view.members if view is not None else sorted(self.ts.ranks)
         free = [m for m in members if m in self.ts.ranks and m not in named and not self.pending.get(m)]
-        where = f"{op} #{seq} on {fmt_group(group, self._desc(group))}"
+        where = f"{numbered(op, seq)} on {fmt_group(group, self._desc(group))}"
         return unseen_finding(self.ts, Unseen(key, got["entry"], sorted(got["waiters"]), sorted(got["idle"]), free,
                                               where, self._first_signalled), self._p2p_ends, self._own_ends,
                               self._describe)
@@ -339,7 +339,7 @@ class Explainer:
 
     def _stuck(self, group: str, seq, op: str, is_p2p: bool, ranks: list[int]) -> Finding:
         e = self.pending[ranks[0]][0]
-        where = f"{op} #{seq} on {fmt_group(group, self._desc(group))}"
+        where = f"{numbered(op, seq)} on {fmt_group(group, self._desc(group))}"
         who = f"{fmt_ranks(ranks)} {'is' if len(ranks) == 1 else 'are'} blocked in {where}"
         detail = f"Suspected, because {who}, and " + self.alone_reason(ranks[0], e) + "."
         return Finding("stuck_collective", ranks, group=group, seq=seq, op=op, t=e.t_created, detail=detail,

@@ -10,6 +10,7 @@ signature (group, op), confirmed over the whole trace; steps = completed entries
 from __future__ import annotations
 
 from distdoctor.collectives import canonical_op
+from distdoctor.findings.kinds import numbered
 from distdoctor.trace.code_origin import is_torch, is_user_code
 from distdoctor.trace.model import Entry, Frame, RankTrace
 from distdoctor.trace.summary import summarize
@@ -143,6 +144,16 @@ def outside_torch(trace: RankTrace | None) -> bool:
     return watched_idle(trace) or (bool(got and got[1]) and not is_torch(got[1][-1].filename))
 
 
+def in_no_collective(trace: RankTrace | None) -> bool:
+    """A rank its dump shows in no collective at all: Flight Recorder's (alone, or merged with the recorder's:
+    it holds the calls issued from C++ too) has none open; the recorder's alone is `outside_torch`."""
+    if trace is None or summarize(trace).not_done:
+        return False
+    if trace.source.startswith("flight_recorder") or "flight_recorder_only" in (trace.merged or {}):
+        return True
+    return outside_torch(trace)
+
+
 def header_call(trace) -> dict | None:
     """The call this rank's own watchdog saw it blocked in, for a dump of a suspected or confirmed hang."""
     hang = trace.hang if isinstance(trace.hang, dict) else None
@@ -240,7 +251,7 @@ def describe_rank(rank: int, trace: RankTrace | None, pending: list[Entry], note
         parts.append("it recorded no collective at all")
     if pending and not crash:
         e = pending[0]
-        parts.append(f"it is blocked in {e.op} #{e.seq if not e.is_p2p else e.p2p_seq} on group '{e.group}'"
+        parts.append(f"it is blocked in {numbered(e.op, e.seq if not e.is_p2p else e.p2p_seq)} on group '{e.group}'"
                      + (f" ({note})" if note else ""))
     elif not crash:
         parts.append("it is in no collective" + (f" ({note})" if note else ""))

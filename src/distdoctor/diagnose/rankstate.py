@@ -20,7 +20,7 @@ The first that applies, in this order. `finding` is the index of the finding tha
 from __future__ import annotations
 
 from distdoctor.diagnose.explain import Explainer
-from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks
+from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks, numbered
 from distdoctor.diagnose.progress import crash_phrase, where_now
 from distdoctor.trace.model import TraceSet
 
@@ -110,4 +110,4 @@ def _classify(r, trace, ex: Explainer, mismatched, on_cycle, waited_for, anyone_
 def _where(ex: Explainer, e) -> str:
     seq = e.p2p_seq if e.is_p2p else e.seq
     desc = ex.views[e.group].desc if e.group in ex.views else ""
-    return f"{e.op} #{seq} on {fmt_group(e.group, desc)}"
+    return f"{numbered(e.op, seq)} on {fmt_group(e.group, desc)}"

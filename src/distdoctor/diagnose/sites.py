@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from distdoctor.diagnose.match import GroupView
 from distdoctor.diagnose.progress import main_stack
-from distdoctor.findings.kinds import Finding, fmt_ranks
+from distdoctor.findings.kinds import Finding, fmt_ranks, numbered
 from distdoctor.trace.code_origin import is_user_code
 from distdoctor.trace.model import Entry, Frame, RankTrace, TraceSet
 
@@ -133,7 +133,7 @@ class Sites:
     def parts(self, f: Finding) -> list[tuple[list[int], str, str]]:
         """(ranks, what they did, site) for the finding."""
         out: list[tuple[list[int], str, str]] = []
-        call = f"{f.op} #{f.seq}" if f.op else "it"
+        call = numbered(f.op, f.seq) if f.op else "it"
         ev = f.evidence
 
         def add(sites: dict[str, list[int]], what: str) -> None:

@@ -82,6 +82,12 @@ class Finding:
                 "seq": self.seq, "op": self.op, "detail": self.detail, "evidence": self.evidence}
 
 
+def numbered(op: str, seq) -> str:
+    """A call with its number in its group's order: 'all_reduce #4', or 'all_reduce (its number unknown)' where
+    no trace fixes it (a recorder-only rank's call among Flight Recorder ranks', loaders/align_ranks.py)."""
+    return f"{op} #{seq}" if seq is not None else f"{op} (its number unknown)"
+
+
 def fmt_ranks(ranks) -> str:
     ranks = sorted(ranks)
     if len(ranks) == 1:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from distdoctor.findings.kinds import Finding, fmt_ranks
+from distdoctor.findings.kinds import Finding, fmt_ranks, numbered
 from distdoctor.findings.waitfor import Edge, Node, Starved
 from distdoctor.trace.model import StreamState
 
@@ -57,7 +57,7 @@ def _rank_wait(e: Edge) -> str:
     if e.kind == "p2p":
         return (f"rank {e.src[0]} waits in {e.op} {'to' if e.op == 'send' else 'from'} rank {e.peer} (group "
                 f"'{e.group}') for rank {e.dst[0]}")
-    return f"rank {e.src[0]} waits in group '{e.group}' {e.op} #{e.seq} for rank {e.dst[0]}"
+    return f"rank {e.src[0]} waits in group '{e.group}' {numbered(e.op, e.seq)} for rank {e.dst[0]}"
 
 
 def describe_cycle(cycle: list[Edge], states: dict[Node, StreamState] | None = None) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from distdoctor.diagnose import hang_status
 from distdoctor.diagnose.analyze import Report
 from distdoctor.diagnose.progress import is_gloo_fr
-from distdoctor.findings.kinds import fmt_group, fmt_ranks
+from distdoctor.findings.kinds import fmt_group, fmt_ranks, numbered
 from distdoctor.report.diagnose_threads import thread_lines
 from distdoctor.report.findings import MAX_LISTED, finding_lines, fmt_ranges
 
@@ -151,7 +151,7 @@ def _gist(p: dict) -> str:
     done = sum(p.get("completed", {}).values())
     s = f"{done} collectives completed" if done else "no collective completed"
     pending = p.get("pending")
-    s += f"; blocked in {pending[0]['op']} #{pending[0]['seq']}" if pending else "; in no collective"
+    s += f"; blocked in {numbered(pending[0]['op'], pending[0]['seq'])}" if pending else "; in no collective"
     return s + (f" [{p['state']}]" if p.get("state") else "")
 
 
@@ -194,7 +194,7 @@ def _rank_line(rank: str, p: dict) -> str:
         return s + f"; {p['state_detail']}"
     if p["pending"]:
         e = p["pending"][0]
-        s += f"; blocked in {e['op']} #{e['seq']} on '{e['group']}'"
+        s += f"; blocked in {numbered(e['op'], e['seq'])} on '{e['group']}'"
         if "waiting_s" in e:
             s += f" for {e['waiting_s']:.1f} s"
         if e.get("called_from"):
