@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distdoctor.diagnose.match import GroupView
-from distdoctor.diagnose.progress import probably_inside, watched_past
+from distdoctor.diagnose.progress import in_no_collective, probably_inside, watched_past
 from distdoctor.findings.waitfor import Cycle, Edge, Node, strong_cycles
 from distdoctor.trace.frontier import gpu_stream
 from distdoctor.trace.model import Entry, RankTrace, TraceSet
@@ -150,7 +150,13 @@ def build_waits(ts: TraceSet, views: dict[str, GroupView],
                     waits.append(Wait(rank, e, [e.peer], (ordinal, len(theirs))))
                 continue
             view = views.get(e.group)
-            if view is None or e.seq is None:
+            if view is None:
+                continue
+            if e.seq is None:  # its place in the group's order is unknown (loaders/align_ranks.py): it waits at
+                # least for the members in no collective at all, as their dumps show
+                idle = [m for m in view.members if m != rank and (m not in ts.ranks or in_no_collective(ts.ranks[m]))]
+                if idle:
+                    waits.append(Wait(rank, e, idle))
                 continue
             # Every member pending in one collective has the same members behind it (but itself): found once
             # per call, not once per member (a world-sized group would make that world x world).
