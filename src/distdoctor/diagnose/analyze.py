@@ -47,6 +47,7 @@ from distdoctor.diagnose.progress import (describe_rank, is_gloo_fr, last_comple
                                          rank_progress, where_now)
 from distdoctor.diagnose.rankstate import rank_states
 from distdoctor.diagnose.sites import annotate
+from distdoctor.diagnose.p2p_lateness import find_p2p_stragglers
 from distdoctor.diagnose.straggler import find_stragglers, split_untold
 from distdoctor.diagnose.unseen import blind_detail
 from distdoctor.diagnose.unseen_p2p import stopped_in_hang
@@ -217,6 +218,7 @@ def analyze(ts: TraceSet) -> Report:
     untold: list[Finding] = []  # a lateness its role may explain, which these dumps cannot time: no claim
     if not findings and not explainer.subjects():
         findings, untold = split_untold(find_stragglers(views))
+        findings += find_p2p_stragglers(ts, {r for f in findings + untold for r in f.ranks})
 
     findings = _one_finding_per_absent_rank(sort_findings(findings), consequences)
     findings = _streams_first(ts, findings, consequences)
