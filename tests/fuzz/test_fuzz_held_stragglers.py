@@ -77,3 +77,51 @@ def test_a_member_held_by_the_slow_rank_is_never_named_for_it(job):
     if any(op in ("all_reduce", "all_gather") for op, _ in step):
         assert found, got  # without a call that waits for everyone it drifts behind ever further: not "late" by
         # a steady amount, which the rule asks (world/lateness.py), and not this class
+
+
+@st.composite
+def slowed_meshes(draw):
+    """(rows, cols, steps, the slowed rank, its delay, data-parallel calls a step): each step an all_reduce on the
+    rank's row (tensor parallel, from C++ in a real job: not delayed), then `k` all_reduces on its column (data
+    parallel by hand, delayed on the slowed rank)."""
+    rows, cols = draw(st.sampled_from([(2, 2), (2, 3), (3, 2), (2, 4)]))
+    return rows, cols, draw(st.integers(5, 8)), draw(st.integers(0, rows * cols - 1)), \
+        draw(st.sampled_from([0.1, 0.5])), draw(st.integers(1, 4))
+
+
+def mesh_timelines(rows, cols, steps, slow, delay, k) -> TraceSet:
+    """Rank r sits at row r // cols, column r % cols; groups "row<i>" and "col<j>". All calls all_reduces that
+    wait for every member."""
+    world = rows * cols
+    program = {r: [(f"row{r // cols}", False)] + [(f"col{r % cols}", True)] * k for r in range(world)}
+    members = {**{f"row{i}": [i * cols + j for j in range(cols)] for i in range(rows)},
+               **{f"col{j}": [i * cols + j for i in range(rows)] for j in range(cols)}}
+    free, seqs = {r: 1000.0 for r in range(world)}, {g: 0 for g in members}
+    entries: dict[int, list[Entry]] = {r: [] for r in range(world)}
+    for _ in range(steps):
+        for at in range(1 + k):
+            for g in sorted({program[r][at][0] for r in range(world)}):
+                seqs[g] += 1
+                arrive = {r: free[r] + 0.002 + (delay if r == slow and program[r][at][1] else 0.0) for r in members[g]}
+                leave = max(arrive.values())
+                for r in members[g]:
+                    free[r] = leave
+                    entries[r].append(Entry(index=len(entries[r]), group=g, op="all_reduce", seq=seqs[g],
+                                            in_sizes=[[8 + at]], out_sizes=[[8 + at]], in_dtypes=["float32"],
+                                            out_dtypes=["float32"], state="completed", t_created=arrive[r]))
+    ts = TraceSet(world_size=world)
+    for r in range(world):
+        groups = {g: GroupInfo(g, m, desc="mesh_" + g[:3]) for g, m in members.items() if r in m}
+        ts.ranks[r] = RankTrace(rank=r, source="native", world_size=world, groups=groups, entries=entries[r])
+    return ts
+
+
+@CHECKS
+@given(slowed_meshes())
+def test_a_sibling_held_by_the_slow_rank_makes_its_lateness_no_role(job):
+    """Tensor parallel on a 2-D mesh, one rank slowed before its data-parallel calls (`delay:3:0.5` on a real
+    4-rank job): its tensor-parallel peer waits for it there and arrives late at its own data-parallel calls,
+    at the slow rank's place in the sibling group. That looked like lateness by role, and the slow rank was
+    left out (Flight Recorder's dumps, which time the tensor-parallel calls). The slowed rank is named, alone."""
+    found = find_stragglers(build_views(mesh_timelines(*job)))
+    assert [f.ranks for f in found] == [[job[3]]], [(f.ranks, f.evidence["late_ms"], f.group) for f in found]

@@ -22,7 +22,8 @@ late when its median lateness m is
 A late rank held in its previous collective is not late by its own work, and is left out (`_held_before`): at
 most of its late calls another member arrived at its previous collective after it and it came here soon after
 that member (a gather's root waiting for a slow member leaves late, and arrives late at the next call). Arrival
-times are all this asks for: Flight Recorder's dumps over Gloo give no end times.
+times are all this asks for: Flight Recorder's dumps over Gloo give no end times. Nor does a held lateness speak
+for a role: the sibling groups' members judged by `_late_by_role` count with their own lateness only.
 A rank is a straggler if it is late in any class; it is named with its largest median lateness, in ms and as
 a share of the step, and with where it loses the time: walking back from an occurrence of that class over the
 group's collectives while it is still late (at least half its median lateness), the last collective it was on
@@ -203,9 +204,12 @@ def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
             med, noise, is_late = judge_lateness(x, step_s=step)  # the one rule (world/lateness.py)
             for j, r in enumerate(ranks):
                 all_late[r].append(float(med[j]))
-                class_late[r][(op, sizes)] = max(float(med[j]), class_late[r].get((op, sizes), float("-inf")))
                 m = float(med[j])
-                if not is_late[j] or _held_before(timelines[r], last_arrival, a[rows, j], x[:, j]):
+                held = bool(is_late[j]) and _held_before(timelines[r], last_arrival, a[rows, j], x[:, j])
+                # a lateness it was held into is no work of its own, nor of its place: it says nothing of the role
+                own = 0.0 if held else m
+                class_late[r][(op, sizes)] = max(own, class_late[r].get((op, sizes), float("-inf")))
+                if not is_late[j] or held:
                     continue
                 if r not in best or m > best[r]["late_s"]:
                     best[r] = {"late_s": m, "step_s": step, "group": view.name, "op": op, "sizes": sizes,
