@@ -142,6 +142,10 @@ def calls_of(job: Job, rank: int) -> tuple[list[Call], str]:
             if rank in (s.src, s.dst):
                 mine = Call(s.group, "send" if rank == s.src else "recv", s.size, s.dtype,
                             peer=s.dst if rank == s.src else s.src, line=line)
+                if fault in ("message_size", "message_dtype") and i == at:  # another message than the peer expects
+                    mine.size = mine.size * 2 if fault == "message_size" else mine.size
+                    mine.dtype = ("int64" if mine.dtype != "int64" else "float32") if fault == "message_dtype" \
+                        else mine.dtype
                 if fault == "peer" and i == at:  # the peer computed wrong: the next rank over
                     mine.peer = next(p for p in range(mine.peer + 1, mine.peer + job.world + 1)
                                      if p % job.world not in (rank, mine.peer)) % job.world
@@ -563,6 +567,22 @@ def pipeline_deviated(draw) -> tuple[Job, int, int]:
     at = draw(st.sampled_from(mine))
     return Job(world, {"0": list(range(world))}, {"0": "default_pg"}, steps,
                {bad: (draw(st.sampled_from(["skip", "twice", "peer"])), at)}), bad, at // per_round
+
+
+@st.composite
+def pipeline_odd_message(draw) -> tuple[Job, int, int, str]:
+    """(a pipeline job of several rounds, the rank that sends its peer a message of another size or dtype, that
+    peer, the fault): Gloo aborts the peer as it receives it (it stops there and leaves no dump)."""
+    world = draw(st.integers(2, 6))
+    steps = []
+    for _ in range(draw(st.integers(3, 5))):
+        steps += [Step("0", "p2p", 8, src=i, dst=i + 1) for i in range(world - 1)]
+        steps += [Step("0", "p2p", 8, src=i + 1, dst=i) for i in reversed(range(world - 1))]
+    at = draw(st.integers(4 * (world - 1), len(steps) - 1))  # after two rounds: the usual message is known
+    sender, receiver = steps[at].src, steps[at].dst
+    fault = draw(st.sampled_from(["message_size", "message_dtype"]))
+    return Job(world, {"0": list(range(world))}, {"0": "default_pg"}, steps,
+               {sender: (fault, at), receiver: ("stop", at)}), sender, receiver, fault
 
 
 @st.composite

@@ -40,7 +40,7 @@ from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks, group_desc
 from distdoctor.diagnose.callsites import callsite_divergence
 from distdoctor.diagnose.lost import hedge_lost, missing_dump
 from distdoctor.diagnose.one_number import same_number
-from distdoctor.diagnose.parted import parted_before_lost
+from distdoctor.diagnose.parted import odd_message_before_lost, parted_before_lost
 from distdoctor.diagnose.match import ROOTED, Divergence, GroupView, build_views
 from distdoctor.diagnose.siblings import all_divergences
 from distdoctor.diagnose.progress import (describe_rank, is_gloo_fr, last_completed, probably_inside,
@@ -148,6 +148,7 @@ def analyze(ts: TraceSet) -> Report:
         lost_finding = missing_dump(no_dump, waits, views)
         findings.append(lost_finding)
         findings.extend(parted_before_lost(views, no_dump, ts))  # a skip the call sites show cost a peer its dump
+        findings.extend(odd_message_before_lost(ts, no_dump))  # so does an odd message
 
     divs = all_divergences(ts, views)
     parted = {d.group: d.seq for d in divs if d.kind != "state_mismatch"}  # where each group parted ways

@@ -20,11 +20,18 @@ rank blocked in a Python call is in the last call its communicator enqueued, so 
 communicator's #E. A rank whose recorder shows fewer than n calls, yet whose communicator enqueued #E or more,
 made some other call at #E, one its recorder did not see (`_parted_by_frontier`; recorder traces alone, of
 blocking backends: under NCCL a Python call is not the last enqueued while the GPU runs behind).
+
+The p2p form (`odd_message_before_lost`): Gloo aborts the receiver of a message of another size or dtype than it
+posted for. The sender's own calls show it: among its last two with the lost rank, a message none of its other
+calls with that peer carried.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
 from distdoctor.diagnose.callsites import callsite, fmt_site
+from distdoctor.diagnose.waitfor import p2p_entries
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks
 from distdoctor.trace.frontier import enqueued_collectives, frontiers, is_async
 
@@ -43,6 +50,57 @@ def parted_before_lost(views: dict, no_dump: list[int], ts=None) -> list[Finding
         if not found and ts is not None:
             found.extend(_parted_by_frontier(name, view, ts))
     return found
+
+
+def odd_message_before_lost(ts, no_dump: list[int]) -> list[Finding]:
+    """The p2p form: a rank's send or recv with a rank that left no dump, among its last two with that peer,
+    carrying a size or dtype none of its other calls with that peer carried (`_odd_one`): Gloo aborts the receiver
+    of a message it did not expect, and it leaves no dump. One finding per such rank."""
+    found = []
+    for rank, t in sorted(ts.ranks.items()):
+        calls: dict[tuple, list] = {}
+        for e in p2p_entries(t):
+            if e.peer in no_dump:
+                calls.setdefault((e.op, e.group, e.peer), []).append(e)
+        for (op, group, peer), es in sorted(calls.items(), key=lambda kv: str(kv[0])):
+            odd = _odd_one(es)
+            if odd is not None:
+                found.append(_message_finding(rank, peer, odd, es))
+                break
+    return found
+
+
+def _message(e) -> tuple:
+    """What a send passes or a recv expects: sizes and dtypes."""
+    return (repr(e.in_sizes), repr(e.in_dtypes)) if e.op == "send" else (repr(e.out_sizes), repr(e.out_dtypes))
+
+
+def _odd_one(es: list):
+    """The call among the last two of `es` whose message no other call carried, where the rest of the last two,
+    and most of the others (at least two), carry the usual one: the peer died of it, or right after it. (The
+    first calls may differ: a schedule's exchange of shapes.)"""
+    kinds = Counter(_message(e) for e in es)
+    usual, n = kinds.most_common(1)[0]
+    last = es[-2:]
+    odd = [e for e in last if kinds[_message(e)] == 1]
+    if len(es) < 3 or n < 2 or len(odd) != 1 or any(_message(e) != usual for e in last if e is not odd[0]):
+        return None
+    return odd[0]
+
+
+def _message_finding(rank: int, peer: int, e, es: list) -> Finding:
+    usual = Counter(_message(x) for x in es).most_common(1)[0][0]
+    sizes, dtypes = _message(e)
+    kind = "dtype_mismatch" if dtypes != usual[1] else "size_mismatch"
+    to = "to" if e.op == "send" else "from"
+    detail = (f"rank {rank}'s {e.op} #{e.p2p_seq} {to} rank {peer} on group '{e.group}' carries sizes {sizes}, dtypes "
+              f"{dtypes}, which none of its {len(es) - 1} other {e.op}s {to} rank {peer} carried (most carry {usual[0]}, "
+              f"{usual[1]})"
+              f"{f' (from {fmt_site(callsite(e))})' if callsite(e) else ''}. Rank {peer} left no dump: Gloo aborts "
+              f"a process that receives a message it did not expect, and the others then die of the reset "
+              f"connection (diagnose/parted.py).")
+    return Finding(kind, [rank], group=e.group, seq=e.p2p_seq, op=e.op, t=e.t_created, detail=detail,
+                   evidence={"parted": "message", "peer": peer, "usual": list(usual), "lost": [peer]})
 
 
 def _frontier(ts, rank: int, group: str) -> int | None:
