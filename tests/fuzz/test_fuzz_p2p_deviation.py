@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import given
 
 from test_fuzz_invariant import CHECKS
-from trace_sets import analyzed, pipeline_deviated, pipeline_odd_message, run, traces
+from trace_sets import analyzed, pipeline_deviated, pipeline_odd_half, pipeline_odd_message, run, traces
 
 
 @CHECKS
@@ -44,3 +44,16 @@ def test_the_stage_that_sent_an_odd_message_is_named_when_its_receiver_left_no_d
     got = [(f.kind, f.ranks, f.detail[:200]) for f in report.findings]
     assert report.findings and (report.findings[0].kind, report.findings[0].ranks) == (
         fault.replace("message_", "") + "_mismatch", [sender]), got
+
+
+@CHECKS
+@given(pipeline_odd_half())
+def test_the_side_whose_half_of_a_pair_departs_from_its_own_is_named(case):
+    """A send and its recv that disagree on size or dtype (`resize:0` on a real pipeline, campaign run 73-59, the
+    recv's buffer resized): two sides and no majority read "one of ranks 0, 1". Each side's own calls on that
+    pair weigh it: the side whose half is a message none of its other halves carried is wrong."""
+    job, odd, fault = case
+    report = analyzed(job, traces(job, run(job)), {r: "native" for r in range(job.world)})
+    got = [(f.kind, f.ranks, f.detail[:200]) for f in report.findings]
+    assert report.findings and (report.findings[0].kind, report.findings[0].ranks) == (
+        fault.replace("message_", "") + "_mismatch", [odd]), got

@@ -586,6 +586,16 @@ def pipeline_odd_message(draw) -> tuple[Job, int, int, str]:
 
 
 @st.composite
+def pipeline_odd_half(draw) -> tuple[Job, int, str]:
+    """(a pipeline job of several rounds, the rank whose send, or recv, of one pair carries another size or dtype
+    than its peer's half, the fault): both ranks go on and leave their dumps."""
+    job, sender, receiver, fault = draw(pipeline_odd_message())
+    at = job.faults[sender][1]
+    odd = draw(st.sampled_from([sender, receiver]))
+    return replace(job, faults={odd: (fault, at)}), odd, fault
+
+
+@st.composite
 def pipeline_stopped(draw) -> tuple[Job, int, dict[int, str], float, bool]:
     """(a pipeline job, the rank that stopped in Python mid-way (a data loader, a sleep), each rank's form, how long
     its own watchdog had seen it in no call when the ranks dumped: past the hang's threshold, when a watchdog

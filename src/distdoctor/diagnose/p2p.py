@@ -15,6 +15,8 @@ Flight Recorder over Gloo records no p2p at all, so these findings need the reco
 
 from __future__ import annotations
 
+from collections import Counter
+
 from distdoctor.findings.kinds import Finding, fmt_ranks
 from distdoctor.diagnose.waitfor import Cycle, p2p_entries
 from distdoctor.findings.sentences import describe_cycle
@@ -231,6 +233,10 @@ def pair_disagreements(ts: TraceSet) -> list[Finding]:
             if (s.in_sizes and r.out_sizes and s.in_sizes != r.out_sizes) or \
                (s.in_dtypes and r.out_dtypes and s.in_dtypes != r.out_dtypes):
                 group, src, dst = key
+                odd = _odd_side(s, ss, r, rs)
+                if odd is not None:
+                    out.append(_odd_side_finding(key, k, s, r, odd))
+                    break
                 out.append(Finding(
                     "p2p_deadlock", [src, dst], group=group, seq=s.p2p_seq, op="send", t=s.t_created,
                     detail=f"send #{k} from rank {src} to rank {dst} carries {s.in_sizes} {s.in_dtypes} but the "
@@ -240,6 +246,51 @@ def pair_disagreements(ts: TraceSet) -> list[Finding]:
                     evidence={"send": [src, s.index], "recv": [dst, r.index]}))
                 break
     return out
+
+
+def _message(e) -> tuple:
+    """What a send passes or a recv posts for: sizes and dtypes."""
+    return (repr(e.in_sizes), repr(e.in_dtypes)) if e.op == "send" else (repr(e.out_sizes), repr(e.out_dtypes))
+
+
+def _usual(e, calls: list) -> bool | None:
+    """Whether `e` carries the message most of the other `calls` carry (at least two of them): True; False where
+    no other one carries its message; None where neither holds (the first calls may differ: a schedule's
+    exchange of shapes)."""
+    others = Counter(_message(x) for x in calls if x is not e)
+    if not others:
+        return None
+    usual, n = others.most_common(1)[0]
+    if n < 2:
+        return None
+    return True if _message(e) == usual else (False if _message(e) not in others else None)
+
+
+def _odd_side(s, sends: list, r, recvs: list) -> str | None:
+    """Both sides of a pair that disagrees weighed by their own calls on that pair: 'send' where the send alone
+    departs from what its sender passes every other time, 'recv' where the recv alone does; None where both or
+    neither do, or the history cannot say."""
+    send_usual, recv_usual = _usual(s, sends), _usual(r, recvs)
+    if send_usual is False and recv_usual is True:
+        return "send"
+    if recv_usual is False and send_usual is True:
+        return "recv"
+    return None
+
+
+def _odd_side_finding(key: tuple, k: int, s, r, odd: str) -> Finding:
+    group, src, dst = key
+    rank, e, other = (src, s, r) if odd == "send" else (dst, r, s)
+    kind = "dtype_mismatch" if e.in_dtypes != other.out_dtypes and odd == "send" or \
+        odd == "recv" and e.out_dtypes != other.in_dtypes else "size_mismatch"
+    return Finding(
+        kind, [rank], group=group, seq=e.p2p_seq, op=e.op, t=e.t_created,
+        detail=(f"send #{s.p2p_seq} from rank {src} to rank {dst} carries {s.in_sizes} {s.in_dtypes} but the "
+                f"matching recv on rank {dst} expects {r.out_sizes} {r.out_dtypes}: rank {rank}'s {e.op} is the odd "
+                f"one, a message none of its other {e.op}s {'to' if odd == 'send' else 'from'} rank "
+                f"{dst if odd == 'send' else src} carried, where rank {dst if odd == 'send' else src}'s "
+                f"{other.op} is the one it posts every time."),
+        evidence={"send": [src, s.index], "recv": [dst, r.index], "odd": odd})
 
 
 def unposted_peers(ts: TraceSet, waits, pending: dict, on_cycle: set[int]) -> list[Finding]:
