@@ -229,19 +229,19 @@ def pair_disagreements(ts: TraceSet) -> list[Finding]:
     out = []
     for key, ss in sends.items():
         rs = recvs.get(key, [])
-        for k, (s, r) in enumerate(zip(ss, rs)):
+        for s, r in zip(ss, rs):
             if (s.in_sizes and r.out_sizes and s.in_sizes != r.out_sizes) or \
                (s.in_dtypes and r.out_dtypes and s.in_dtypes != r.out_dtypes):
                 group, src, dst = key
                 odd = _odd_side(s, ss, r, rs)
                 if odd is not None:
-                    out.append(_odd_side_finding(key, k, s, r, odd))
+                    out.append(_odd_side_finding(key, s, r, odd))
                     break
                 out.append(Finding(
                     "p2p_deadlock", [src, dst], group=group, seq=s.p2p_seq, op="send", t=s.t_created,
-                    detail=f"send #{k} from rank {src} to rank {dst} carries {s.in_sizes} {s.in_dtypes} but the "
-                           f"matching recv on rank {dst} expects {r.out_sizes} {r.out_dtypes}: the peers disagree, "
-                           f"and one of {fmt_ranks([src, dst])} is wrong (two sides, no majority: the traces "
+                    detail=f"send #{s.p2p_seq} from rank {src} to rank {dst} carries {s.in_sizes} {s.in_dtypes} "
+                           f"but the matching recv on rank {dst} expects {r.out_sizes} {r.out_dtypes}: the peers "
+                           f"disagree, and one of {fmt_ranks([src, dst])} is wrong (two sides, no majority: the traces "
                            f"cannot tell which).",
                     evidence={"send": [src, s.index], "recv": [dst, r.index]}))
                 break
@@ -278,7 +278,7 @@ def _odd_side(s, sends: list, r, recvs: list) -> str | None:
     return None
 
 
-def _odd_side_finding(key: tuple, k: int, s, r, odd: str) -> Finding:
+def _odd_side_finding(key: tuple, s, r, odd: str) -> Finding:
     group, src, dst = key
     rank, e, other = (src, s, r) if odd == "send" else (dst, r, s)
     kind = "dtype_mismatch" if e.in_dtypes != other.out_dtypes and odd == "send" or \

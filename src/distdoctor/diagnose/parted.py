@@ -93,11 +93,11 @@ def _message_finding(rank: int, peer: int, e, es: list) -> Finding:
     sizes, dtypes = _message(e)
     kind = "dtype_mismatch" if dtypes != usual[1] else "size_mismatch"
     to = "to" if e.op == "send" else "from"
-    detail = (f"rank {rank}'s {e.op} #{e.p2p_seq} {to} rank {peer} on group '{e.group}' carries sizes {sizes}, dtypes "
-              f"{dtypes}, which none of its {len(es) - 1} other {e.op}s {to} rank {peer} carried (most carry {usual[0]}, "
-              f"{usual[1]})"
-              f"{f' (from {fmt_site(callsite(e))})' if callsite(e) else ''}. Rank {peer} left no dump: Gloo aborts "
-              f"a process that receives a message it did not expect, and the others then die of the reset "
+    site = callsite(e)
+    detail = (f"rank {rank}'s {e.op} #{e.p2p_seq} {to} rank {peer} on group '{e.group}' carries sizes {sizes}, "
+              f"dtypes {dtypes}, which none of its {len(es) - 1} other {e.op}s {to} rank {peer} carried (most carry "
+              f"{usual[0]}, {usual[1]}){f' (from {fmt_site(site)})' if site else ''}. Rank {peer} left no dump: Gloo "
+              f"aborts a process that receives a message it did not expect, and the others then die of the reset "
               f"connection (diagnose/parted.py).")
     return Finding(kind, [rank], group=e.group, seq=e.p2p_seq, op=e.op, t=e.t_created, detail=detail,
                    evidence={"parted": "message", "peer": peer, "usual": list(usual), "lost": [peer]})
