@@ -23,7 +23,7 @@ blocking backends: under NCCL a Python call is not the last enqueued while the G
 
 The p2p form (`odd_message_before_lost`): Gloo aborts the receiver of a message of another size or dtype than it
 posted for. The sender's own calls show it: among its last two with the lost rank, a message none of its other
-calls with that peer carried.
+calls with that peer carried, after which none with that peer completed.
 """
 
 from __future__ import annotations
@@ -53,9 +53,9 @@ def parted_before_lost(views: dict, no_dump: list[int], ts=None) -> list[Finding
 
 
 def odd_message_before_lost(ts, no_dump: list[int]) -> list[Finding]:
-    """The p2p form: a rank's send or recv with a rank that left no dump, among its last two with that peer,
-    carrying a size or dtype none of its other calls with that peer carried (`_odd_one`): Gloo aborts the receiver
-    of a message it did not expect, and it leaves no dump. One finding per such rank."""
+    """The p2p form: a rank's send or recv with a rank that left no dump, the last that completed with that peer
+    or one posted after it, carrying a size or dtype none of its other calls with that peer carried (`_odd_one`):
+    Gloo aborts the receiver of a message it did not expect, and it leaves no dump. One finding per such rank."""
     found = []
     for rank, t in sorted(ts.ranks.items()):
         calls: dict[tuple, list] = {}
@@ -76,12 +76,13 @@ def _message(e) -> tuple:
 
 
 def _odd_one(es: list):
-    """The call among the last two of `es` whose message no other call carried, where the rest of the last two,
-    and most of the others (at least two), carry the usual one: the peer died of it, or right after it. (The
-    first calls may differ: a schedule's exchange of shapes.)"""
+    """The call of `es` whose message no other call carried, after which no call with that peer completed (the
+    peer died of it: the calls posted after it, as a batch of sends, stay open), where most of the others (at
+    least two) carry the usual message. (The first calls may differ: a schedule's exchange of shapes.)"""
     kinds = Counter(_message(e) for e in es)
     usual, n = kinds.most_common(1)[0]
-    last = es[-2:]
+    done = [i for i, e in enumerate(es) if e.state == "completed"]
+    last = es[done[-1]:] if done else es
     odd = [e for e in last if kinds[_message(e)] == 1]
     if len(es) < 3 or n < 2 or len(odd) != 1 or any(_message(e) != usual for e in last if e is not odd[0]):
         return None
