@@ -165,7 +165,8 @@ def cross_table(rec_ref: dict[int, list[Entry]], fr_ref: dict[int, list[Entry]])
             return {s: s for s in rseqs}, set(fseqs) - set(rseqs)
         return dict.fromkeys(rseqs), set(fseqs)
     left, strict = _leftmost(recs, frs), True
-    open_to = _without_hidden_kinds(frs, left)
+    hidden = _hidden_kinds(frs, left)
+    open_to = [[] if _of_kinds(calls, hidden) else calls for calls in frs]
     for level in ("sizes", False):
         if len(left) == len(recs):
             break
@@ -190,35 +191,34 @@ def cross_table(rec_ref: dict[int, list[Entry]], fr_ref: dict[int, list[Entry]])
                 unknown.update(s for s in fseqs[lo:hi + 1])
             floor = hi if j is None else j
     last_rec, last_fr = _last_pair(table)
-    hidden = _hidden_after(fr_ref, table, last_fr)
+    unknown_after = _hidden_after(fr_ref, hidden, last_fr)
     for s in rseqs[len(left):]:
         # beyond what embeds: the last offset holds, unless calls the recorder never sees came after its last
         # placed one (issued from C++): how many more came before this one, no trace says
-        table[s] = None if hidden else last_fr + s - last_rec
+        table[s] = None if unknown_after else last_fr + s - last_rec
     unseen = set(fseqs) - ({v for v in table.values() if v is not None} - unknown)
     return table, unseen - _seen_kinds_after(fr_ref, table, unseen)
 
 
-def _without_hidden_kinds(frs: list[list[Entry]], left: list[int]) -> list[list[Entry]]:
-    """Flight Recorder's calls by number, less those of a kind that recurs and that the strict placement `left`
-    never placed a recorder call at: kinds the recorder does not see (issued from C++, as each step's gradient
-    buckets). A call of one side's fault (another size or dtype) is a kind of its own, once."""
+def _hidden_kinds(frs: list[list[Entry]], left: list[int]) -> set[tuple]:
+    """The kinds of call that recur in Flight Recorder's calls and that the strict placement `left` never placed a
+    recorder call at: kinds the recorder does not see (issued from C++, as each step's gradient buckets). A call of
+    one side's fault (another size or dtype), or one the recorder's rank has not reached yet, is a kind of its
+    own, once."""
     if not left:
-        return frs
+        return set()
     placed = {_signature(e) for j in left for e in frs[j]}
     kinds = Counter(sig for calls in frs for sig in {_signature(e) for e in calls})
-    hidden = {sig for sig, n in kinds.items() if n >= 2} - placed
-    return [[] if calls and all(_signature(e) in hidden for e in calls) else calls for calls in frs]
+    return {sig for sig, n in kinds.items() if n >= 2} - placed
 
 
-def _hidden_after(fr_ref: dict[int, list[Entry]], table: dict[int, int | None], last_fr: int) -> bool:
-    """Whether Flight Recorder holds, after the recorder's last placed call, a call of a kind the recorder never
-    saw anywhere (issued from C++, as DDP's gradient buckets)."""
-    placed = {v for v in table.values() if v is not None}
-    if not placed:
-        return False
-    seen = {_signature(e) for s in placed if s in fr_ref for e in fr_ref[s]}
-    return any(not ({_signature(e) for e in fr_ref[s]} & seen) for s in fr_ref if s > last_fr)
+def _of_kinds(calls: list[Entry], kinds: set[tuple]) -> bool:
+    return bool(calls) and all(_signature(e) in kinds for e in calls)
+
+
+def _hidden_after(fr_ref: dict[int, list[Entry]], hidden: set[tuple], last_fr: int) -> bool:
+    """Whether Flight Recorder holds, after the recorder's last placed call, a call of a hidden kind."""
+    return any(_of_kinds(fr_ref[s], hidden) for s in fr_ref if s > last_fr)
 
 
 def _seen_kinds_after(fr_ref: dict[int, list[Entry]], table: dict[int, int | None], unseen: set[int]) -> set[int]:
