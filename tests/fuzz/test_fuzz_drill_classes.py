@@ -17,6 +17,7 @@ CASES = [
     ("gloo-dcp-slow", "rank_*.fr.pkl", 4, "straggler"),  # the gathers' root, held waiting, was named
     ("gloo-tp-slow-fr", "rank_*.fr.pkl", 4, "straggler"),  # a held sibling passed for a role: nothing named
     ("gloo-hsdp-skip-mixed", "rank_*", 4, "type_mismatch"),  # a call the recorder's rank had not reached yet
+    ("gloo-pipeline-crash-early", "rank_*.jsonl", 4, "missing_dump"),  # the schedule's shape exchange, no odd one
 ]
 
 

@@ -77,8 +77,9 @@ def _message(e) -> tuple:
 
 def _odd_one(es: list):
     """The call of `es` whose message no other call carried, after which no call with that peer completed (the
-    peer died of it: the calls posted after it, as a batch of sends, stay open), where most of the others (at
-    least two) carry the usual message. (The first calls may differ: a schedule's exchange of shapes.)"""
+    peer died of it: the calls posted after it, as a batch of sends, stay open), where at least two calls before it
+    carry the usual message, the one most of them carry. (The first calls may differ by design: a schedule's
+    exchange of shapes, as a message of bytes.)"""
     kinds = Counter(_message(e) for e in es)
     usual, n = kinds.most_common(1)[0]
     done = [i for i, e in enumerate(es) if e.state == "completed"]
@@ -86,6 +87,9 @@ def _odd_one(es: list):
     odd = [e for e in last if kinds[_message(e)] == 1]
     if len(es) < 3 or n < 2 or len(odd) != 1 or any(_message(e) != usual for e in last if e is not odd[0]):
         return None
+    before = es[:es.index(odd[0])]
+    if sum(1 for e in before if _message(e) == usual) < 2:
+        return None  # the usual message not yet established: a schedule's first exchange differs by design
     return odd[0]
 
 
