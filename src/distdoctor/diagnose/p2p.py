@@ -128,18 +128,17 @@ def _deviating(c: Cycle, ts: TraceSet | None, waits_of: dict) -> Finding | None:
         return None
     a = broke[0]
     e = next(w.entry for x, _, w in c.steps if x == a)
-    period, got, expected = judged[a][1], judged[a][2], judged[a][3]
-    j = next(i for i, (x, y) in enumerate(zip(got, expected)) if x != y)
+    period, issued, earlier = _departure(judged[a])
     others = [r for r in c.ranks if r != a]
     kept = f"rank {others[0]} keeps its own" if len(others) == 1 else f"{fmt_ranks(others)} keep theirs"
     return Finding(
         "p2p_deadlock", [a], group=e.group, groups=c.groups, seq=e.p2p_seq, op=e.op, t=e.t_created,
         detail=(f"rank {a} departs from the round of {period} sends and receives it repeated before: it issued "
-                f"{_token(got[j])} where, a round earlier, it issued {_token(expected[j])} (a send or recv issued "
-                f"twice, skipped, or to the wrong peer), while {kept}: rank {a} deviates, and the cycle of p2p "
-                f"waits follows from it. Cycle: {describe_cycle(c.path)}."),
+                f"{issued} where, a round earlier, it issued {earlier} (a send or recv issued twice, skipped, or "
+                f"to the wrong peer), while {kept}: rank {a} deviates, and the cycle of p2p waits follows from it. "
+                f"Cycle: {describe_cycle(c.path)}."),
         evidence={"cycle": [[x, y] for x, y, _ in c.steps], "deviating": a, "period": period,
-                  "issued": _token(got[j]), "a_round_earlier": _token(expected[j])})
+                  "issued": issued, "a_round_earlier": earlier})
 
 
 def _extra_call(ts: TraceSet, w) -> Finding | None:
@@ -151,17 +150,15 @@ def _extra_call(ts: TraceSet, w) -> Finding | None:
     theirs = breaks_pattern([(x.op, x.group, x.peer) for x in p2p_entries(ts.ranks[b])])
     if mine is None or theirs is None or not mine[0] or theirs[0]:
         return None
-    period, got, expected = mine[1], mine[2], mine[3]
-    j = next(i for i, (x, y) in enumerate(zip(got, expected)) if x != y)
+    period, issued, earlier = _departure(mine)
     return Finding(
         "p2p_deadlock", [a], group=e.group, seq=e.p2p_seq, op=e.op, t=e.t_created,
         detail=(f"rank {a} waits in {e.op} #{e.p2p_seq} {'to' if e.op == 'send' else 'from'} rank {b} on group "
                 f"'{e.group}', which rank {b} never matches: rank {a} departs from the round of {period} sends and "
-                f"receives it repeated before (it issued {_token(got[j])} where, a round earlier, it issued "
-                f"{_token(expected[j])}), while rank {b}'s calls keep their own round: rank {a}'s call is one "
-                f"too many (issued twice, or to the wrong peer), not a call rank {b} owes."),
-        evidence={"deviating": a, "peer": b, "period": period, "issued": _token(got[j]),
-                  "a_round_earlier": _token(expected[j])})
+                f"receives it repeated before (it issued {issued} where, a round earlier, it issued {earlier}), "
+                f"while rank {b}'s calls keep their own round: rank {a}'s call is one too many (issued twice, or "
+                f"to the wrong peer), not a call rank {b} owes."),
+        evidence={"deviating": a, "peer": b, "period": period, "issued": issued, "a_round_earlier": earlier})
 
 
 def _exchanged(trace, peer: int, group: str) -> bool:
@@ -201,6 +198,14 @@ def breaks_pattern(tokens: list[tuple]) -> tuple[bool, int, list, list] | None:
             got, expected = tokens[n - period:], tokens[n - 2 * period: n - period]
             return got != expected, period, got, expected
     return None
+
+
+def _departure(judged: tuple) -> tuple[int, str, str]:
+    """(the period, the first call of the last round that departs from the round before, what that one had), in
+    words, from what `breaks_pattern` found."""
+    _, period, got, expected = judged
+    j = next(i for i, (x, y) in enumerate(zip(got, expected)) if x != y)
+    return period, _token(got[j]), _token(expected[j])
 
 
 def _token(call: tuple) -> str:
@@ -248,8 +253,8 @@ def pair_disagreements(ts: TraceSet) -> list[Finding]:
     return out
 
 
-def _message(e) -> tuple:
-    """What a send passes or a recv posts for: sizes and dtypes."""
+def message_of(e) -> tuple:
+    """What a send passes or a recv posts for: sizes and dtypes (reprs, to count and compare)."""
     return (repr(e.in_sizes), repr(e.in_dtypes)) if e.op == "send" else (repr(e.out_sizes), repr(e.out_dtypes))
 
 
@@ -257,13 +262,13 @@ def _usual(e, calls: list) -> bool | None:
     """Whether `e` carries the message most of the other `calls` carry (at least two of them): True; False where
     no other one carries its message; None where neither holds (the first calls may differ: a schedule's
     exchange of shapes)."""
-    others = Counter(_message(x) for x in calls if x is not e)
+    others = Counter(message_of(x) for x in calls if x is not e)
     if not others:
         return None
     usual, n = others.most_common(1)[0]
     if n < 2:
         return None
-    return True if _message(e) == usual else (False if _message(e) not in others else None)
+    return True if message_of(e) == usual else (False if message_of(e) not in others else None)
 
 
 def _odd_side(s, sends: list, r, recvs: list) -> str | None:

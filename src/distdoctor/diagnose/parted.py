@@ -22,8 +22,8 @@ made some other call at #E, one its recorder did not see (`_parted_by_frontier`;
 blocking backends: under NCCL a Python call is not the last enqueued while the GPU runs behind).
 
 The p2p form (`odd_message_before_lost`): Gloo aborts the receiver of a message of another size or dtype than it
-posted for. The sender's own calls show it: among its last two with the lost rank, a message none of its other
-calls with that peer carried, after which none with that peer completed.
+posted for. The sender's own calls show it: a message none of its other calls with the lost rank carried, after
+which none with that peer completed, the usual one passed twice before it.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections import Counter
 
 from distdoctor.diagnose.callsites import callsite, fmt_site
+from distdoctor.diagnose.p2p import message_of
 from distdoctor.diagnose.waitfor import p2p_entries
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks
 from distdoctor.trace.frontier import enqueued_collectives, frontiers, is_async
@@ -65,37 +66,31 @@ def odd_message_before_lost(ts, no_dump: list[int]) -> list[Finding]:
         for (op, group, peer), es in sorted(calls.items(), key=lambda kv: str(kv[0])):
             odd = _odd_one(es)
             if odd is not None:
-                found.append(_message_finding(rank, peer, odd, es))
+                found.append(_message_finding(rank, peer, *odd, es))
                 break
     return found
 
 
-def _message(e) -> tuple:
-    """What a send passes or a recv expects: sizes and dtypes."""
-    return (repr(e.in_sizes), repr(e.in_dtypes)) if e.op == "send" else (repr(e.out_sizes), repr(e.out_dtypes))
-
-
-def _odd_one(es: list):
-    """The call of `es` whose message no other call carried, after which no call with that peer completed (the
+def _odd_one(es: list) -> tuple | None:
+    """(the call, the usual message): the call of `es` whose message no other call carried, after which no call with that peer completed (the
     peer died of it: the calls posted after it, as a batch of sends, stay open), where at least two calls before it
     carry the usual message, the one most of them carry. (The first calls may differ by design: a schedule's
     exchange of shapes, as a message of bytes.)"""
-    kinds = Counter(_message(e) for e in es)
+    kinds = Counter(message_of(e) for e in es)
     usual, n = kinds.most_common(1)[0]
     done = [i for i, e in enumerate(es) if e.state == "completed"]
     last = es[done[-1]:] if done else es
-    odd = [e for e in last if kinds[_message(e)] == 1]
-    if len(es) < 3 or n < 2 or len(odd) != 1 or any(_message(e) != usual for e in last if e is not odd[0]):
+    odd = [e for e in last if kinds[message_of(e)] == 1]
+    if len(es) < 3 or n < 2 or len(odd) != 1 or any(message_of(e) != usual for e in last if e is not odd[0]):
         return None
     before = es[:es.index(odd[0])]
-    if sum(1 for e in before if _message(e) == usual) < 2:
+    if sum(1 for e in before if message_of(e) == usual) < 2:
         return None  # the usual message not yet established: a schedule's first exchange differs by design
-    return odd[0]
+    return odd[0], usual
 
 
-def _message_finding(rank: int, peer: int, e, es: list) -> Finding:
-    usual = Counter(_message(x) for x in es).most_common(1)[0][0]
-    sizes, dtypes = _message(e)
+def _message_finding(rank: int, peer: int, e, usual: tuple, es: list) -> Finding:
+    sizes, dtypes = message_of(e)
     kind = "dtype_mismatch" if dtypes != usual[1] else "size_mismatch"
     to = "to" if e.op == "send" else "from"
     site = callsite(e)

@@ -149,9 +149,7 @@ def in_no_collective(trace: RankTrace | None) -> bool:
     it holds the calls issued from C++ too) has none open; the recorder's alone is `outside_torch`."""
     if trace is None or summarize(trace).not_done:
         return False
-    if trace.source.startswith("flight_recorder") or "flight_recorder_only" in (trace.merged or {}):
-        return True
-    return outside_torch(trace)
+    return trace.numbered_by_communicator or outside_torch(trace)
 
 
 def header_call(trace) -> dict | None:

@@ -159,6 +159,12 @@ class RankTrace:
     def column(self, name: str) -> list:
         return entry_column(self.entries, name)
 
+    @property
+    def numbered_by_communicator(self) -> bool:
+        """A Flight Recorder dump, or a trace merged with one (merge.py): its calls carry the communicator's numbers
+        and it holds every call, those issued from C++ too."""
+        return self.source.startswith("flight_recorder") or "flight_recorder_only" in (self.merged or {})
+
     def would_show(self, group: str, seq: int) -> bool:
         """Whether this trace would hold the communicator's call `seq` on `group` had its rank issued it: a Flight
         Recorder dump (or a trace merged with one) holds every call; a recorder-only trace, the calls its alignment

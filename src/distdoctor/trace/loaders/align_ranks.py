@@ -248,8 +248,7 @@ def align_across_ranks(ranks: dict[int, RankTrace], skip: set[str]) -> dict[str,
     groups in `skip`: a merged rank's own alignment translated them). Returns per group how it was done."""
     recorder = [t for t in ranks.values() if t.source == "native" and not t.merged]
     # numbered by the communicator: Flight Recorder's dumps, and the ranks merged with theirs (merge.py)
-    flight = [t for t in ranks.values() if t.source.startswith("flight_recorder") or
-              "flight_recorder_only" in (t.merged or {})]
+    flight = [t for t in ranks.values() if t.numbered_by_communicator]
     if not recorder or not flight:
         return {}
     rec_calls, fr_calls = [_collectives(t) for t in recorder], [_collectives(t) for t in flight]

@@ -143,7 +143,7 @@ def _retirements(ts: TraceSet, last: dict) -> dict[int, list[int]]:
             floor[group] = min(floor.get(group, seq), seq)
     out = {}
     for rank, t in ts.ranks.items():
-        if t.source.startswith("flight_recorder") or "flight_recorder_only" in (t.merged or {}):
+        if t.numbered_by_communicator:
             out[rank] = _retired_after(t, floor, last[rank])
     return out
 
