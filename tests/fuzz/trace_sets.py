@@ -533,6 +533,15 @@ def cycle_among_victims(draw) -> tuple[dict[int, RankTrace], int]:
     return out, c
 
 
+def pipeline_rounds(world: int, rounds: int) -> list[Step]:
+    """A pipeline's steps: each round the activations forward, stage to stage, then the gradients back."""
+    steps = []
+    for _ in range(rounds):
+        steps += [Step("0", "p2p", 8, src=i, dst=i + 1) for i in range(world - 1)]
+        steps += [Step("0", "p2p", 8, src=i + 1, dst=i) for i in reversed(range(world - 1))]
+    return steps
+
+
 @st.composite
 def pipeline_left(draw) -> tuple[Job, int, dict[int, str]]:
     """(a pipeline job, the rank that left it, each rank's dump form): stages pass activations forward and
@@ -540,10 +549,7 @@ def pipeline_left(draw) -> tuple[Job, int, dict[int, str]]:
     `exit: normal exit`, no destroy_process_group); each other rank left the recorder's trace or Gloo's Flight
     Recorder dump (pickle or JSON), which records no send/recv."""
     world = draw(st.integers(3, 6))
-    steps = []
-    for _ in range(draw(st.integers(1, 3))):
-        steps += [Step("0", "p2p", 8, src=i, dst=i + 1) for i in range(world - 1)]
-        steps += [Step("0", "p2p", 8, src=i + 1, dst=i) for i in reversed(range(world - 1))]
+    steps = pipeline_rounds(world, draw(st.integers(1, 3)))
     left = draw(st.integers(0, world - 1))
     job = Job(world, {"0": list(range(world))}, {"0": "default_pg"}, steps,
               {left: ("stop", draw(st.integers(1, len(steps) - 1)))})
@@ -556,11 +562,7 @@ def pipeline_deviated(draw) -> tuple[Job, int, int]:
     """(a pipeline job of several rounds, the rank whose send or recv goes wrong, the round it goes wrong in):
     one of its p2p calls skipped, issued twice, or to the wrong peer; every rank leaves the recorder's trace."""
     world = draw(st.integers(3, 6))
-    steps = []
-    rounds = draw(st.integers(3, 6))
-    for _ in range(rounds):
-        steps += [Step("0", "p2p", 8, src=i, dst=i + 1) for i in range(world - 1)]
-        steps += [Step("0", "p2p", 8, src=i + 1, dst=i) for i in reversed(range(world - 1))]
+    steps = pipeline_rounds(world, draw(st.integers(3, 6)))
     per_round = 2 * (world - 1)
     bad = draw(st.integers(0, world - 1))
     mine = [i for i, s in enumerate(steps) if bad in (s.src, s.dst)]
@@ -574,10 +576,7 @@ def pipeline_odd_message(draw) -> tuple[Job, int, int, str]:
     """(a pipeline job of several rounds, the rank that sends its peer a message of another size or dtype, that
     peer, the fault): Gloo aborts the peer as it receives it (it stops there and leaves no dump)."""
     world = draw(st.integers(2, 6))
-    steps = []
-    for _ in range(draw(st.integers(3, 5))):
-        steps += [Step("0", "p2p", 8, src=i, dst=i + 1) for i in range(world - 1)]
-        steps += [Step("0", "p2p", 8, src=i + 1, dst=i) for i in reversed(range(world - 1))]
+    steps = pipeline_rounds(world, draw(st.integers(3, 5)))
     at = draw(st.integers(4 * (world - 1), len(steps) - 1))  # after two rounds: the usual message is known
     sender, receiver = steps[at].src, steps[at].dst
     fault = draw(st.sampled_from(["message_size", "message_dtype"]))
