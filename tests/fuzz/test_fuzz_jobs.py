@@ -39,6 +39,23 @@ def test_the_first_finding_names_the_injected_rank_in_every_mode(case, tmp_path)
     assert not wrong, (wrong, result.get("closing_line"))
 
 
+P2P_CASES = [
+    {"program": "pipeline", "nproc": 4, "fault": "retype", "spec": "retype:0@call=17", "rank": 0},
+    {"program": "pipeline", "nproc": 4, "fault": "slow", "spec": "delay:2:0.5@step=1", "rank": 2},
+]
+
+
+@pytest.mark.parametrize("case", P2P_CASES, ids=lambda c: f"{c['program']}-{c['fault']}")
+def test_a_pipeline_stage_is_named_from_its_own_sends_and_receives(case, tmp_path):
+    """A stage that sent one message of another dtype (Gloo aborts its receiver, which leaves no dump), or one
+    slowed before each of its sends and receives: the closing verdict and the recorder's dumps name it (Flight
+    Recorder's Gloo dumps hold no send/recv and cannot)."""
+    result = run_jobs.run_one(case, tmp_path, timeout=240, thresholds={"suspect_floor": 10.0, "hang_timeout": 30.0})
+    assert "error" not in result and result["fired"] == [str(parse_fault(case["spec"], RUN_KINDS))], result
+    wrong = {m: result["modes"][m] for m in ("closing", "recorder") if not result["modes"][m]["ok"]}
+    assert not wrong, wrong
+
+
 def test_the_scoreboard_counts_each_mode_per_program_and_fault():
     results = [{"program": "ddp", "fault": "hang", "spec": "hang:1@step=2", "rank": 1, "fired": ["hang:1@step=2"],
                 "modes": {"live": {"ok": True, "first": ["missing_ranks", [1]]},
