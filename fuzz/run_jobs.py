@@ -197,18 +197,33 @@ def _names_only(line: str, rank: int) -> bool:
 
 
 FIRST = re.compile(r"^1\. (\w+): ranks \[([\d, ]*)\]")
+ONE_OF = re.compile(r"^\s+one of ranks ([\d, -]+):")
 
 
 def _verdicts(out: str) -> list[tuple[str, str | None]]:
-    """(header line, first finding 'kind:ranks' or None) for each verdict block `run` printed, in order."""
-    blocks, current = [], None
+    """(header line, first finding (kind, ranks) or None) for each verdict block `run` printed, in order. A first
+    finding whose detail opens with "one of ranks ..." claims no more than one of those: they are its ranks."""
+    blocks, current, opened = [], None, False
     for ln in out.splitlines():
         if ln.startswith("verdict: "):
-            current = [ln, None]
+            current, opened = [ln, None], False
             blocks.append(current)
         elif current is not None and current[1] is None and (m := FIRST.match(ln)):
-            current[1] = (m.group(1), [int(x) for x in m.group(2).split(",") if x.strip()])
+            current[1], opened = (m.group(1), [int(x) for x in m.group(2).split(",") if x.strip()]), True
+        elif opened and ln.strip():
+            if m := ONE_OF.match(ln):
+                current[1] = (current[1][0], _rank_list(m.group(1)))
+            opened = False
     return blocks
+
+
+def _rank_list(text: str) -> list[int]:
+    """'0, 2' or '0-3' (findings.kinds.fmt_ranks) as a list."""
+    ranks: set[int] = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        lo, _, hi = part.partition("-")
+        ranks.update(range(int(lo), int(hi or lo) + 1))
+    return sorted(ranks)
 
 
 FORMS = {"recorder": "rank_*.jsonl", "fr_pickle": "rank_*.fr.pkl", "fr_json": ".fr-json/rank_*.fr.json"}
@@ -287,7 +302,10 @@ def _diagnose(files: list[Path], world_size: int, log: str = ""):
     except ValueError:
         return ("error", []), "error"
     first = (report.get("findings") or [None])[0]
-    return ((first["kind"], first["ranks"]) if first else None), report.get("verdict")
+    if first is None:
+        return None, report.get("verdict")
+    hedged = first.get("evidence", {}).get("undecided") and first["evidence"].get("suspects")
+    return (first["kind"], hedged or first["ranks"]), report.get("verdict")  # "one of" the suspects
 
 
 def _judge(case: dict, first, mode: str = "") -> dict:

@@ -37,7 +37,7 @@ OPS = ("all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "sc
 ROOTED = ("broadcast", "scatter")
 DTYPES = ("float32", "bfloat16", "int64")
 FR_DTYPE = {"float32": "Float", "bfloat16": "BFloat16", "int64": "Long"}
-FAULTS = ("none", "stop", "crash", "skip", "swap", "size", "dtype", "root", "op", "lone", "no_dump")
+FAULTS = ("none", "stop", "crash", "skip", "twice", "swap", "size", "dtype", "root", "op", "lone", "no_dump")
 USER = "train.py"
 
 
@@ -162,6 +162,8 @@ def calls_of(job: Job, rank: int) -> tuple[list[Call], str]:
         # all_to_all's output is a buffer of its own: a resized call changes the input the rank passes
         out_size = s.size if op == "all_to_all" and size != s.size else None
         out.append(Call(s.group, op, size, dtype, root, line=line, out_size=out_size))
+        if fault == "twice" and i == at:  # the same call once more: the peers take it for their next one
+            out.append(replace(out[-1]))
     return out, end
 
 

@@ -35,21 +35,34 @@ def missing_dump(no_dump: list[int], waits: list[Wait], views: dict[str, GroupVi
 
 
 def hedge_lost(lost: Finding | None, d: Divergence, idle: list[int], view, no_dump: list[int],
-                pending: dict[int, list[Entry]], ts: TraceSet) -> None:
+               pending: dict[int, list[Entry]], ts: TraceSet) -> None:
     """Ranks with no trace beside ranks that, alive, never issued the call the others wait in: either may have
     stopped the job (Gloo aborts a process, SIGABRT and no dump, whose peer passes a call of another kind or size:
-    a rank that skipped or changed a call costs its peer its dump). The lost ranks' finding says so."""
+    a rank that skipped or changed a call costs its peer its dump). So may the one rank in that call, when it is
+    alone there (`_lone_caller`). The lost ranks' finding says so."""
     lost_here = [r for r in no_dump if r in view.members]
     if lost is None or not lost_here or lost.evidence.get("undecided"):
         return
-    suspects = sorted(set(lost_here) | set(idle))
+    lone = _lone_caller(d, idle)
+    suspects = sorted(set(lost_here) | set(idle) | set(lone))
     lost.evidence.update(undecided=True, suspects=suspects)
-    if not any(pending.get(r) for r in idle) and all(_moved_past(view, r) and _blind_to_cpp(ts, r) for r in idle):
+    if len(d.present) > len(idle) and not any(pending.get(r) for r in idle) and \
+            all(_moved_past(view, r) and _blind_to_cpp(ts, r) for r in idle):
         lost.evidence["suspects_in_no_call"] = sorted(idle)  # their own traces show them past the call, in none
+    alone = (f" {fmt_ranks(lone)} alone issued it: one call more of its own reaches its peers in their next call, "
+             f"and Gloo aborts the peer that receives data of another size." if lone else "")
     lost.detail = (f"one of {fmt_ranks(suspects)}: " + lost.detail + f" {fmt_ranks(idle)}, alive, never issued "
                    f"{d.op} #{d.seq} on group '{d.group}' either: a rank that skipped or changed a call can cost its "
                    f"peer its dump (Gloo aborts a process whose peer passes a call of another kind or size), and a "
-                   f"rank that died leaves the others waiting; these traces do not say which came first.")
+                   f"rank that died leaves the others waiting." + alone + " These traces do not say which came first.")
+
+
+def _lone_caller(d: Divergence, idle: list[int]) -> list[int]:
+    """The rank in the call the others never issued, when it is the only one there: it may have issued one call
+    more (a call issued twice) that a peer, further on, took for its next one and died of, while the members
+    outside it are merely behind. Two ranks that agree on the call outvote that reading (one fault does not make
+    two ranks issue the same extra call); one rank inside against one or more outside does not."""
+    return list(d.present) if len(d.present) == 1 and idle else []
 
 
 def _blind_to_cpp(ts: TraceSet, rank: int) -> bool:
