@@ -65,6 +65,7 @@ class Job:
     flips: set[tuple[int, int]] = field(default_factory=set)  # (rank, call): the dump shows the other state
     crash_text: str = "RuntimeError: boom"  # what a crashed rank died of (a communication failure, or not)
     stale: set[int] = field(default_factory=set)  # ranks whose collectives never show completed (async, not waited)
+    crash_where: tuple = ()  # frames (innermost last) a crashed rank's exception was raised in, below its own code
 
 
 @st.composite
@@ -289,8 +290,8 @@ def traces(job: Job, ran: dict) -> dict[int, RankTrace]:
         reason = "hang"
         if end == "crash" and reached:
             reason = f"exception: {job.crash_text}"
-            stacks = {"exception in MainThread": [Frame("<module>", USER, 1), Frame("forward", "model.py", 3)],
-                      "MainThread (1)": [Frame("<module>", USER, 1), Frame("forward", "model.py", 3)]}
+            raised = [Frame("<module>", USER, 1), Frame("forward", "model.py", 3), *job.crash_where]
+            stacks = {"exception in MainThread": raised, "MainThread (1)": list(raised)}
         out[r] = RankTrace(rank=r, source="native", world_size=job.world, entries=entries, stacks=stacks,
                            groups={g: GroupInfo(g, m, False, job.descs.get(g, "")) for g, m in groups.items()
                                    if r in m},

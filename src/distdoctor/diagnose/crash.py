@@ -18,7 +18,7 @@ from __future__ import annotations
 from distdoctor.findings.kinds import Finding, fmt_ranks
 from distdoctor.diagnose.progress import crash_of, crash_phrase, last_completed
 from distdoctor.trace.model import TraceSet
-from distdoctor.world.failures import COMM_FAILURE  # what a backend raises when a peer is gone or silent
+from distdoctor.world.failures import COMM_FAILURE, raised_unpacking  # a backend's failures; an object's bytes
 
 
 def crashed_ranks(ts: TraceSet) -> dict[int, dict]:
@@ -41,11 +41,16 @@ def stopped(crash: dict) -> bool:
     return str(crash.get("type") or "").rsplit(".", 1)[-1] in STOPS
 
 
+def comm_failed(crash: dict) -> bool:
+    """The rank died of communicating: its exception's text says so (world/failures.py), or it was raised
+    unpickling what an object collective delivered (`unpacking`: a peer sent other bytes)."""
+    return bool(COMM_FAILURE.search(crash["text"]) or crash.get("unpacking"))
+
+
 def on_its_own(rank: int, crash: dict, waiting: set[int]) -> bool:
     """A crash that is no echo of other ranks' trouble: not raised inside a call that waited for other ranks,
     not a communication failure, not a stop from outside."""
-    return not ((rank in waiting and crash.get("in_call") is not None) or COMM_FAILURE.search(crash["text"])
-                or stopped(crash))
+    return not ((rank in waiting and crash.get("in_call") is not None) or comm_failed(crash) or stopped(crash))
 
 
 def crash_findings(ts: TraceSet, crashes: dict[int, dict], waiting: set[int], echoes: bool = False) -> list[Finding]:
@@ -72,6 +77,34 @@ def crash_findings(ts: TraceSet, crashes: dict[int, dict], waiting: set[int], ec
                                      **({"raised_at": {"group": group, "seq": seq, "op": op,
                                                        "inside": crash.get("in_call") is not None}}
                                         if group is not None else {})}))
+    return out
+
+
+def unpacked_findings(ts: TraceSet, crashes: dict[int, dict]) -> list[Finding]:
+    """The ranks that died turning what an object collective delivered into objects (`unpacking`): the bytes were
+    no object's sizes or pickle, so a member that sent them took another root or size than they did (Gloo checks neither, and
+    Gloo's Flight Recorder records no roots). One hedged finding per call: the dead ranks are its `ranks`, the
+    members that may have sent those bytes its `evidence.suspects` ("one of ..."), none of them decided here - a
+    mismatch the dumps show names the culprit before it."""
+    at: dict[tuple, list[int]] = {}
+    for rank, crash in sorted(crashes.items()):
+        e = crash.get("in_call") or last_completed(ts.ranks[rank])
+        if e is not None and not e.is_p2p:
+            at.setdefault((e.group, e.seq, e.op), []).append(rank)
+    out = []
+    for (group, seq, op), ranks in at.items():
+        info = ts.ranks[ranks[0]].groups.get(group)
+        suspects = sorted(set(info.ranks if info is not None else ts.ranks) - set(ranks))
+        text = crashes[ranks[0]]["text"]
+        detail = (f"one of {fmt_ranks(suspects)}: {fmt_ranks(ranks)} died turning what {op} #{seq} on group "
+                  f"'{group}' delivered into objects ({text if len(text) <= 120 else text[:117] + '...'}, raised "
+                  f"in torch.distributed's object collective): those were no object's sizes or pickle, so a member "
+                  f"that sent them took another root or size for that call (Gloo checks neither, and its Flight "
+                  f"Recorder records no root). These dumps do not say which member.")
+        out.append(Finding("crashed", ranks, group=group, seq=seq, op=op, t=ts.ranks[ranks[0]].dump_time,
+                           detail=detail, evidence={"undecided": True, "suspects": suspects, "unpacking": True,
+                                                    "exception": {str(r): {k: v for k, v in crashes[r].items()
+                                                                           if k != "in_call"} for r in ranks}}))
     return out
 
 
@@ -157,6 +190,7 @@ def _went_of_its_own(ended) -> bool:
     if how == "signal":
         return ended.signal not in ABORTS
     return how in ("exit", "unshown") or (how == "exception" and not COMM_FAILURE.search(text)
+                                          and not (ended.frames and raised_unpacking(str(ended.frames[-1]), text))
                                           and text.split(":", 1)[0].rsplit(".", 1)[-1] not in STOPS)
 
 

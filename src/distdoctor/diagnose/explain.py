@@ -25,7 +25,7 @@ from collections import deque
 from distdoctor.collectives.names import backend_of
 from distdoctor.diagnose.ended import p2p_ends
 from distdoctor.diagnose.crash import (COMM_FAILURE, crash_findings, ended_by_signal, ended_on_their_own, killed_first,
-                                      signal_of_its_own, signalled, stopped)
+                                      signal_of_its_own, signalled, stopped, unpacked_findings)
 from distdoctor.diagnose.lead import sort_findings
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks, numbered
 from distdoctor.diagnose.match import GroupView
@@ -177,7 +177,10 @@ class Explainer:
         if killed is not None:  # they lost the peer a signal ended first: that finding explains them next round
             out.append(killed)
             crashed = [r for r in crashed if r not in comm]
-        out.extend(crash_findings(self.ts, {r: self.crashes[r] for r in crashed}, set(), echoes=True))
+        unpacked = {r: self.crashes[r] for r in crashed if self.crashes[r].get("unpacking")}
+        out.extend(unpacked_findings(self.ts, unpacked))  # a peer's other root or size, which no dump shows
+        out.extend(crash_findings(self.ts, {r: self.crashes[r] for r in crashed if r not in unpacked}, set(),
+                                  echoes=True))
         idle_at: dict[tuple, dict] = {}  # (group, seq, op) -> waiters, idle ranks, entry
         lost: set[int] = set()
         ended_wait = False  # a rank waits for ranks ended on their way: whatever ended the job explains it

@@ -3,9 +3,8 @@ and where one finding's evidence decides another's "one of", the deciding one fi
 
 from __future__ import annotations
 
-from distdoctor.diagnose.crash import stopped
+from distdoctor.diagnose.crash import comm_failed, stopped
 from distdoctor.findings.kinds import PRIORITY, PRODUCER_ORDERED, Finding
-from distdoctor.world.failures import COMM_FAILURE
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
@@ -72,7 +71,7 @@ def _raised_at(g: Finding, f: Finding) -> bool:
 def _own_text(g: Finding) -> bool:
     """A crash finding's exception is the rank's own: no communication failure, no stop from outside."""
     crash = (g.evidence.get("exception") or {}).get(str(g.ranks[0])) or {}
-    return bool(crash.get("text")) and not COMM_FAILURE.search(crash["text"]) and not stopped(crash)
+    return bool(crash.get("text")) and not comm_failed(crash) and not stopped(crash)
 
 
 MISMATCH_KINDS = ("type_mismatch", "size_mismatch", "dtype_mismatch", "root_mismatch")

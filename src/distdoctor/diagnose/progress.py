@@ -14,6 +14,7 @@ from distdoctor.findings.kinds import numbered
 from distdoctor.trace.code_origin import is_torch, is_user_code
 from distdoctor.trace.model import Entry, Frame, RankTrace
 from distdoctor.trace.summary import summarize
+from distdoctor.world.failures import raised_unpacking
 
 def user_frame(frames: list[Frame]) -> Frame | None:
     """Innermost frame that is neither torch's own nor the standard library's (frames are innermost last)."""
@@ -85,11 +86,15 @@ def crash_of(trace: RankTrace | None) -> dict | None:
         out = {"type": kind, "message": message, "text": text}
     else:
         return None
+    innermost = out.get("where")
     for name, frames in (trace.stacks or {}).items():
         if name.startswith("exception in ") and frames:
             out["at"] = _innermost_user(frames)
             out.setdefault("thread", name[len("exception in "):])
+            innermost = innermost or str(frames[-1])
             break
+    if raised_unpacking(innermost, out["type"]):
+        out["unpacking"] = True  # of the bytes a peer sent: a communication failure, whatever its text
     # The call that raised it: the rank's last entry that recorded an error (only the recorder records them).
     for i in reversed(summarize(trace).not_done[-64:]):
         e = trace.entries[i]

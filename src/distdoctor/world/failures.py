@@ -11,7 +11,8 @@ Every stage that judges an exception by its text asks here, so the three answers
 The texts are those of gloo ("Connection closed by peer", "Read error ... Connection reset by peer", "Timed out
 waiting 10000ms for recv", "[enforce fail at ...pair.cc]"), NCCL (DistBackendError, ncclRemoteError,
 "communicator was aborted"), the OS (broken pipe, no route to host) and distdoctor's own launcher side
-("terminated by the launcher"). Matching is case-insensitive.
+("terminated by the launcher"). Matching is case-insensitive. An exception raised where torch.distributed
+unpickles what an object collective delivered (`raised_unpacking`) is judged by where it was raised, not its text.
 """
 
 from __future__ import annotations
@@ -31,6 +32,24 @@ COMM_FAILURE = re.compile("|".join((TIMEOUT, PEER_LOST, BACKEND_ABORT, STOPPED))
 PEER_CLOSED = re.compile(r"closed by peer|reset by peer|connection (?:closed|reset)|broken pipe", re.IGNORECASE)
 _TIMEOUT = re.compile(TIMEOUT, re.IGNORECASE)
 _UNSUPPORTED = re.compile(UNSUPPORTED, re.IGNORECASE)
+
+
+# torch.distributed's object collectives (broadcast_object_list, all_gather_object, ...) turn what their inner
+# collectives delivered into objects in their own bodies: they size a buffer from the sizes the peers sent, then
+# unpickle the bytes (`_tensor_to_object`). What is raised there, innermost (UnpicklingError, EOFError, a buffer of
+# 140 TB that cannot be allocated), comes of the bytes another rank sent - a peer that took another root or size -
+# and not of the rank's own code; their own checks of the caller's arguments raise ValueError or AssertionError.
+OBJECT_BODIES = ("_tensor_to_object", "broadcast_object_list", "all_gather_object", "gather_object",
+                 "scatter_object_list", "recv_object_list")
+ARGUMENT_CHECKS = ("ValueError", "AssertionError")
+
+
+def raised_unpacking(where: str | None, exc_type: str = "") -> bool:
+    """The innermost frame of an exception (`name (file:line)`) is an object collective's body in
+    torch.distributed, turning delivered bytes into objects, and the exception is no check of its arguments."""
+    name, _, rest = str(where or "").partition(" (")
+    return (name.strip() in OBJECT_BODIES and "torch/distributed" in rest.replace("\\", "/")
+            and exc_type.rsplit(".", 1)[-1] not in ARGUMENT_CHECKS)
 
 
 def is_comm_failure(text: str) -> bool:
