@@ -10,6 +10,7 @@ Earlier than that nothing shows the round it departs from, and the peer it waits
 from __future__ import annotations
 
 from hypothesis import given
+from hypothesis import strategies as st
 
 from test_fuzz_invariant import CHECKS
 from trace_sets import analyzed, pipeline_deviated, pipeline_odd_half, pipeline_odd_message, run, traces
@@ -44,6 +45,23 @@ def test_the_stage_that_sent_an_odd_message_is_named_when_its_receiver_left_no_d
     got = [(f.kind, f.ranks, f.detail[:200]) for f in report.findings]
     assert report.findings and (report.findings[0].kind, report.findings[0].ranks) == (
         fault.replace("message_", "") + "_mismatch", [sender]), got
+
+
+@CHECKS
+@given(pipeline_odd_message(), st.data())
+def test_a_lost_stage_beside_dumps_that_show_nothing_is_one_of_every_rank(case, data):
+    """The same runs in Gloo's Flight Recorder dumps (campaign runs 72-88, 73-31): they record no send or recv, so
+    a pipeline's survivors' dumps hold nothing, and `missing_dump [1]` named the receiver alone, a false claim.
+    Nothing there tells a stage that died of its own from one its peer's message killed: "one of" every rank
+    (lost.py, `_blind_survivors`)."""
+    job, sender, receiver, _ = case
+    ts_in = traces(job, run(job))
+    del ts_in[receiver]  # aborted: no dump
+    forms = {r: data.draw(st.sampled_from(["pickle", "json"])) for r in ts_in}
+    report = analyzed(job, ts_in, forms, p2p=False)
+    first = report.findings[0]
+    assert first.kind == "missing_dump" and first.evidence.get("undecided"), [(f.kind, f.ranks) for f in report.findings]
+    assert sender in first.evidence["suspects"] and first.detail.startswith("one of "), first.detail
 
 
 @CHECKS

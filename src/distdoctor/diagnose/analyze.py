@@ -145,7 +145,7 @@ def analyze(ts: TraceSet) -> Report:
     no_dump = [r for r in world if r not in ts.ranks]
     lost_finding = None
     if no_dump:
-        lost_finding = missing_dump(no_dump, waits, views)
+        lost_finding = missing_dump(no_dump, waits, views, ts)
         findings.append(lost_finding)
         findings.extend(parted_before_lost(views, no_dump, ts))  # a skip the call sites show cost a peer its dump
         findings.extend(odd_message_before_lost(ts, no_dump))  # so does an odd message

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from distdoctor.diagnose.crash import ended_on_their_own
+from distdoctor.diagnose.progress import shows_no_p2p
 from distdoctor.findings.kinds import Finding, fmt_ranks
 from distdoctor.trace.model import Entry, TraceSet
 
@@ -14,9 +16,10 @@ if TYPE_CHECKING:
     from distdoctor.diagnose.waitfor import Wait
 
 
-def missing_dump(no_dump: list[int], waits: list[Wait], views: dict[str, GroupView]) -> Finding:
+def missing_dump(no_dump: list[int], waits: list[Wait], views: dict[str, GroupView], ts: TraceSet) -> Finding:
     """Where the survivors stand: the collective they wait in for the lost ranks, else the last collective the
-    survivors issued on the default group (the lost ranks cannot have completed it)."""
+    survivors issued on the default group (the lost ranks cannot have completed it); "one of" every rank where
+    the survivors' dumps show nothing at all (`_blind_survivors`)."""
     blocked = sorted({w.rank for w in waits if set(w.waits_for) & set(no_dump)})
     detail = f"{fmt_ranks(no_dump)} left no trace (crashed, killed, or never dumped)."
     group = seq = op = t = None
@@ -30,8 +33,26 @@ def missing_dump(no_dump: list[int], waits: list[Wait], views: dict[str, GroupVi
             detail += f" The survivors got as far as {op} #{seq} on the default group '0'."
     if blocked:
         detail += f" {fmt_ranks(blocked)} {'is' if len(blocked) == 1 else 'are'} blocked waiting for them."
-    return Finding("missing_dump", no_dump, group=group, seq=seq, op=op, t=t, detail=detail,
+    lost = Finding("missing_dump", no_dump, group=group, seq=seq, op=op, t=t, detail=detail,
                    evidence={"blocked": blocked})
+    if _blind_survivors(no_dump, ts):
+        lost.evidence.update(undecided=True, suspects=sorted(set(range(ts.world_size or 0)) | set(no_dump)))
+        lost.detail = (f"one of {fmt_ranks(lost.evidence['suspects'])}: " + detail + " The other dumps hold no call "
+                       "at all, and none can show a send or recv (Gloo's Flight Recorder records none): nothing says "
+                       "what the job did when it went. It may have died of its own, or of a peer's message of "
+                       "another size or dtype (Gloo aborts the process that receives one).")
+    return lost
+
+
+def _blind_survivors(no_dump: list[int], ts: TraceSet) -> bool:
+    """Every survivor's dump holds no call and cannot show p2p (Gloo's Flight Recorder: a pipeline's dumps are
+    empty), and the launcher's log does not say the lost ranks ended of their own (a signal it did not send but
+    an abort, an exit code, their own exception): their missing dump is then all there is, which cannot tell a
+    rank that died of its own from one a peer's message killed."""
+    survivors = list(ts.ranks.values())
+    if not survivors or any(t.entries for t in survivors) or not all(shows_no_p2p(t) for t in survivors):
+        return False
+    return not set(no_dump) <= set(ended_on_their_own(ts))
 
 
 def hedge_lost(lost: Finding | None, d: Divergence, idle: list[int], view, no_dump: list[int],
