@@ -19,9 +19,9 @@ late when its median lateness m is
     group, timed on the earliest arrivals), and
   - at least Z robust standard errors above zero, the noise being 1.4826 x the median absolute deviation of
     every member's lateness from its own median in that class (a slow rank's own scatter counts too).
-A late rank held in its previous collective is not late by its own work, and is left out (`_held_before`): at
-most of its late calls another member arrived at its previous collective after it and it came here soon after
-that member (a gather's root waiting for a slow member leaves late, and arrives late at the next call). Arrival
+A late rank held in a collective before is not late by its own work, and is left out (`_held_before`): at most
+of its late calls another member arrived at one of its last few collectives after it and it came here soon after
+that member (a gather's root waiting for a slow member leaves late, and arrives late at the next calls). Arrival
 times are all this asks for: Flight Recorder's dumps over Gloo give no end times. Nor does a held lateness speak
 for a role: the sibling groups' members judged by `_late_by_role` count with their own lateness only.
 A rank is a straggler if it is late in any class; it is named with its largest median lateness, in ms and as
@@ -46,6 +46,8 @@ from distdoctor.diagnose.match import GroupView, SeqEntries
 from distdoctor.world.lateness import MIN_LATE_S, judge_lateness, median_of_others
 
 MIN_SAMPLES = 4
+MIN_HELD = 2  # calls a late rank was seen held at before its lateness is called held (_held_before)
+HELD_BACK = 3  # how many of a rank's collectives back a hold that made it late may lie (_held_before)
 MIN_STEPS = 3  # a rank late in two steps may be a slow start (or a descheduled process on a busy host)
 MAX_PERIOD = 64
 
@@ -131,21 +133,27 @@ def _timelines(views: dict[str, GroupView]) -> tuple[dict[int, tuple[list[float]
 
 
 def _held_before(timeline, last: dict[tuple, float], arrivals: np.ndarray, late: np.ndarray) -> bool:
-    """Whether a late rank's lateness is time it spent held in its previous collective: at most of the class's
-    calls (where the previous one's members all left their arrival), another member arrived at its previous
-    collective after it, and it arrived here less than half its lateness after that member. A member that waits
-    there for a late one (a gather's root, a broadcast's tree) leaves late and so arrives late at the next
-    call, by no work of its own; a rank slow by its own work is the last to arrive, and nobody holds it."""
+    """Whether a late rank's lateness is time it spent held in a collective before: at most of the class's calls
+    it was late at, another member arrived at one of its last HELD_BACK collectives after it, and it arrived
+    here less than half its lateness after that member. A member that waits there for a late one (a gather's
+    root, a broadcast's tree) leaves late and so arrives late at the next call, by no work of its own - and at
+    the calls after it, through calls that hold it no more (a gather's other members wait for nobody). A rank
+    slow by its own work is the last to arrive, and nobody holds it. The calls of the class it was on time at
+    say nothing either way (one class can hold two calls of a step, DDP's buckets of one size: one after a call
+    that held it, one after a call that did not)."""
     times, keys = timeline
     held = known = 0
     for t, x in zip(arrivals, late):
+        if x < MIN_LATE_S:
+            continue  # on time here: no lateness to explain
         i = bisect_left(times, t) - 1
-        before = last.get(keys[i]) if i >= 0 else None
-        if before is None:
+        befores = [(times[j], last.get(keys[j])) for j in range(i, max(i - HELD_BACK, -1), -1)]
+        if i < 0 or befores[0][1] is None:
             continue
         known += 1
-        held += before - times[i] >= MIN_LATE_S and t - before < max(MIN_LATE_S, x / 2)
-    return known >= MIN_SAMPLES and held * 2 > known
+        held += any(before is not None and before - mine >= MIN_LATE_S and t - before < max(MIN_LATE_S, x / 2)
+                    for mine, before in befores)
+    return held >= MIN_HELD and held * 2 > known
 
 
 def _late_by_role(best: dict[int, dict], views: dict[str, GroupView],
