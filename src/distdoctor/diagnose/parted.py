@@ -49,7 +49,7 @@ def parted_before_lost(views: dict, no_dump: list[int], ts=None) -> list[Finding
             if part is not None:
                 found.append(_finding(name, view, rank, *part))
         if not found and ts is not None:
-            found.extend(_parted_by_frontier(name, view, ts))
+            found.extend(_parted_by_frontier(name, view, ts) or _parted_by_completed(name, view, ts))
     return found
 
 
@@ -162,6 +162,50 @@ def _parted_by_frontier(group: str, view, ts) -> list[Finding]:
     if not odd or len(who) < 2 or len(odd) >= len(who):
         return []
     return [_frontier_finding(group, view, sorted(odd), sorted(who), seq, at)]
+
+
+def _completed(ts, rank: int, group: str) -> int | None:
+    """The last call the rank's communicator completed on the group (`pg_status`, a blocking backend's, of a
+    trace numbered by its own recorder's calls); None where the trace has none."""
+    t = ts.ranks.get(rank)
+    if t is None or t.source != "native" or is_async(t) or not t.pg_status or not _own_numbers(ts, rank):
+        return None
+    f = frontiers(t).get(group)
+    return f.completed if f is not None and enqueued_collectives(f) is not None else None
+
+
+def _parted_by_completed(group: str, view, ts) -> list[Finding]:
+    """The ranks whose communicator completed the number by which most members had completed their call #n,
+    while their recorder holds no #n: the call they completed there was another, issued from C++ (a skipped
+    Python call met the next step's gradient buckets). Where the others went on past #n into calls their own
+    recorders cannot see, nobody is blocked where `_parted_by_frontier` looks. #n's number in the communicator is
+    at most the least any of its holders completed; a completed collective is one and the same call for every
+    member."""
+    done = {r: _completed(ts, r, group) for r in view.by_rank}
+    last = {r: max((s for s, e in calls.items() if e.state == "completed"), default=0)
+            for r, calls in view.by_rank.items() if done[r] is not None}
+    if len(last) < 3:
+        return []
+    n = Counter(last.values()).most_common(1)[0][0]
+    holders = sorted(r for r, k in last.items() if k >= n)
+    bound = min(done[r] for r in holders)
+    odd = sorted(r for r, k in last.items() if k < n and n not in view.by_rank[r] and done[r] >= bound
+                 and not view.unseen.get(r))
+    if n < 1 or not odd or len(holders) < 2 or len(odd) >= len(holders):
+        return []
+    e = view.by_rank[holders[0]][n]
+    lost = [r for r in view.members if r not in view.by_rank]
+    site = callsite(e)
+    its = "its" if len(odd) == 1 else "their"
+    detail = (f"{fmt_ranks(holders)} completed {e.op} #{n} on {fmt_group(group, view.desc)}"
+              f"{f' from {fmt_site(site)}' if site else ''}, by call #{bound} of their communicators at the latest; "
+              f"{fmt_ranks(odd)}, whose communicator completed #{min(done[r] for r in odd)} or later, never issued "
+              f"it, which {its} recorder would have shown: the call {fmt_ranks(odd)} completed there was another, "
+              f"issued from C++ ({'it' if len(odd) == 1 else 'they'} skipped that call, or issued one more before "
+              f"it). {fmt_ranks(lost)} left no dump: Gloo aborts a process whose peer passes a call of another kind "
+              f"or size, and the others then die of the reset connection (diagnose/parted.py).")
+    return [Finding("type_mismatch", odd, group=group, seq=n, op=e.op, t=e.t_created, detail=detail,
+                    evidence={"parted": "completed", "communicator_seq": bound, "others": holders, "lost": lost})]
 
 
 def _frontier_finding(group: str, view, odd: list[int], who: list[int], seq: int, at: int) -> Finding:
