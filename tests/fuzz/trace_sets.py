@@ -368,9 +368,7 @@ def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False
             name = f"gloo:send {me}->{peer}" if e.op == "send" else f"gloo:recv {me}<-{peer}"
         else:
             name = f"gloo:{e.op}"
-        desc = "default_pg" if e.group == "0" else "undefined"
-        if not listed and e.group in trace.groups:
-            desc = trace.groups[e.group].desc or desc
+        desc = _fr_desc(trace, e.group)
         entries.append({
             "record_id": i, "process_group": [e.group, desc],
             "collective_seq_id": 0 if e.is_p2p else e.seq, "p2p_seq_id": p2p_seq.get(e.group, 0) if e.is_p2p else 0,
@@ -383,12 +381,19 @@ def fr_dump(trace: RankTrace, groups: dict[str, list[int]], frames: bool = False
             # the Python stack of the call, innermost first (the JSON form has none)
             **({"frames": [{"name": f.name, "filename": f.filename, "line": f.line} for f in reversed(e.frames)]}
                if frames else {})})
-    pg_config = {g: {"name": g, "desc": "default_pg" if g == "0" else "undefined", "ranks": json.dumps(m)}
+    pg_config = {g: {"name": g, "desc": _fr_desc(trace, g), "ranks": json.dumps(m)}
                  for g, m in groups.items() if trace.rank in m}
     if not listed:
         pg_config = {"": {"name": "", "desc": "", "ranks": "[]"}}
     return {"version": "2.10", "rank": trace.rank, "pg_config": pg_config, "pg_status": {}, "entries": entries,
             "comm_lib_version": ""}  # as Gloo's dumps say it
+
+
+def _fr_desc(trace: RankTrace, group: str) -> str:
+    """The group's description as Flight Recorder records it: torch's group_desc (a DeviceMesh dimension's name,
+    `default_pg`), `undefined` where the job gave none."""
+    info = trace.groups.get(group)
+    return (info.desc if info is not None and info.desc else "") or ("default_pg" if group == "0" else "undefined")
 
 
 def write(directory: str, job: Job, ts: dict[int, RankTrace], forms: dict[int, str], p2p: bool = True,

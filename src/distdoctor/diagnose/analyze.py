@@ -39,6 +39,7 @@ from distdoctor.diagnose.explain import Explainer, consequences_of, sort_finding
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks, group_desc
 from distdoctor.diagnose.callsites import callsite_divergence
 from distdoctor.diagnose.lost import hedge_lost, missing_dump
+from distdoctor.diagnose.next_call import lone_next_call
 from distdoctor.diagnose.one_number import same_number
 from distdoctor.diagnose.parted import odd_message_before_lost, parted_before_lost
 from distdoctor.diagnose.match import ROOTED, Divergence, GroupView, build_views
@@ -162,6 +163,8 @@ def analyze(ts: TraceSet) -> Report:
         if d.kind in MISMATCHES:
             findings.append(_from_divergence(d, views))
         elif d.kind == "missing_ranks":
+            if len(d.present) == 1 and (lone := lone_next_call(ts, views, d.group, d.seq, d.present[0])):
+                findings.append(lone)  # its group's and the sibling groups' other members all went elsewhere
             # Absent ranks waiting for others are where the wave of waiting reached, not where it began; a rank
             # in a call that waits for nobody (alone on its group, or shown in a call its peers completed) is not.
             idle = [r for r in d.ranks if r not in waiting and r not in on_cycle and not after_parting(r)

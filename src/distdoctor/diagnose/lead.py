@@ -80,8 +80,12 @@ MISMATCH_KINDS = ("type_mismatch", "size_mismatch", "dtype_mismatch", "root_mism
 def _rank_of(f: Finding) -> float:
     """PRIORITY, except that a lost rank hedged with ranks whose own traces show them absent from the call the
     others wait in and in no call at all (lost.py, `hedge_lost`: "one of ..."; they moved on past it, and fewer
-    of them than the ranks in the call) comes after those ranks' missing_ranks: the evidence first, a missing dump (which says nothing of what the rank
-    did) after it. A rank blocked elsewhere may be waiting, unseen, for the lost one: then the lost rank leads."""
+    of them than the ranks in the call) comes after those ranks' missing_ranks: the evidence first, a missing
+    dump (which says nothing of what the rank did) after it. A rank blocked elsewhere may be waiting, unseen, for
+    the lost one: then the lost rank leads. And a call no other member made next (next_call.py) comes before the
+    cycle of waits it makes: the others' next calls wait for its rank while it waits in its call for them."""
     if f.kind == "missing_dump" and f.evidence.get("undecided") and f.evidence.get("suspects_in_no_call"):
         return PRIORITY["missing_ranks"] + 0.5
+    if f.evidence.get("parted") == "next_call":
+        return PRIORITY["order_deadlock"] - 0.5
     return PRIORITY[f.kind]
