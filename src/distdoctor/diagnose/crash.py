@@ -83,9 +83,10 @@ def crash_findings(ts: TraceSet, crashes: dict[int, dict], waiting: set[int], ec
 def unpacked_findings(ts: TraceSet, crashes: dict[int, dict]) -> list[Finding]:
     """The ranks that died turning what an object collective delivered into objects (`unpacking`): the bytes were
     no object's sizes or pickle, so a member that sent them took another root or size than they did (Gloo checks neither, and
-    Gloo's Flight Recorder records no roots). One hedged finding per call: the dead ranks are its `ranks`, the
-    members that may have sent those bytes its `evidence.suspects` ("one of ..."), none of them decided here - a
-    mismatch the dumps show names the culprit before it."""
+    Gloo's Flight Recorder records no roots) - or the rank itself skipped a part of the object collective and took
+    the next part's bytes for it. One hedged finding per call: the dead ranks are its `ranks`, every member of the
+    call its `evidence.suspects` ("one of ..."), none of them decided here: a mismatch the dumps show names the
+    culprit before it."""
     at: dict[tuple, list[int]] = {}
     for rank, crash in sorted(crashes.items()):
         e = crash.get("in_call") or last_completed(ts.ranks[rank])
@@ -94,13 +95,14 @@ def unpacked_findings(ts: TraceSet, crashes: dict[int, dict]) -> list[Finding]:
     out = []
     for (group, seq, op), ranks in at.items():
         info = ts.ranks[ranks[0]].groups.get(group)
-        suspects = sorted(set(info.ranks if info is not None else ts.ranks) - set(ranks))
+        suspects = sorted(set(info.ranks if info is not None else ts.ranks) | set(ranks))  # a skipper dies so too
         text = crashes[ranks[0]]["text"]
         detail = (f"one of {fmt_ranks(suspects)}: {fmt_ranks(ranks)} died turning what {op} #{seq} on group "
                   f"'{group}' delivered into objects ({text if len(text) <= 120 else text[:117] + '...'}, raised "
                   f"in torch.distributed's object collective): those were no object's sizes or pickle, so a member "
                   f"that sent them took another root or size for that call (Gloo checks neither, and its Flight "
-                  f"Recorder records no root). These dumps do not say which member.")
+                  f"Recorder records no root), or a rank that skipped a part of the object collective took the next "
+                  f"part's bytes for it. These dumps do not say which member.")
         out.append(Finding("crashed", ranks, group=group, seq=seq, op=op, t=ts.ranks[ranks[0]].dump_time,
                            detail=detail, evidence={"undecided": True, "suspects": suspects, "unpacking": True,
                                                     "exception": {str(r): {k: v for k, v in crashes[r].items()
