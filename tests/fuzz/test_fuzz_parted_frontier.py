@@ -33,8 +33,9 @@ from trace_sets import PEER_CLOSED, TORCH_FRAME, USER, Job, Step, analyzed, bloc
 
 
 @st.composite
-def skipped_before_cpp(draw):
-    world = draw(st.integers(4, 8))
+def _skipped_program(draw) -> tuple[list[Step], int]:
+    """(one group's calls, Python's and C++'s in any order; the Python call the skipper skips: a C++ one follows
+    it)."""
     kinds = draw(st.lists(st.booleans(), min_size=4, max_size=10))  # True: issued from C++
     kinds[0] = False
     gaps = [i for i in range(1, len(kinds) - 1) if not kinds[i] and kinds[i + 1]]
@@ -42,7 +43,13 @@ def skipped_before_cpp(draw):
         kinds[1:3] = [False, True]
         gaps = [1]
     steps = [Step("0", "all_reduce", 8 if cpp else draw(st.sampled_from([1, 16])), cpp=cpp) for cpp in kinds]
-    k = draw(st.sampled_from(gaps))  # the Python call the skipper skips: a C++ one follows it
+    return steps, draw(st.sampled_from(gaps))
+
+
+@st.composite
+def skipped_before_cpp(draw):
+    world = draw(st.integers(4, 8))
+    steps, k = draw(_skipped_program())
     mixed = draw(st.booleans())
     if mixed:  # placed among Flight Recorder's calls, the skipped call is of a kind its recorder saw before
         steps[k] = replace(steps[k], size=steps[0].size)  # (one it never missed: else no proof it differs)
@@ -81,11 +88,7 @@ def skipped_before_cpp(draw):
 @CHECKS
 @given(skipped_before_cpp())
 def test_a_skipper_whose_next_call_came_from_cpp_is_named_by_its_frontier(case):
-    job, traces, forms, skipper = case
-    report = analyzed(job, traces, forms, p2p=False, listed=False)
-    first = report.findings[0]
-    assert first.ranks == [skipper] and first.kind in ("type_mismatch", "missing_ranks"), \
-        [(f.kind, f.ranks, f.detail) for f in report.findings]
+    _named_alone(*case)
 
 
 @st.composite
@@ -96,14 +99,7 @@ def skipped_and_passed(draw):
     and then some more in flight. A real DDP run of 8 ranks showed it (fuzz run 74-84: rank 1 skipped its loss
     all_reduce; the recorder's traces read `missing_dump [0]`)."""
     world = draw(st.integers(4, 8))
-    kinds = draw(st.lists(st.booleans(), min_size=4, max_size=10))  # True: issued from C++
-    kinds[0] = False
-    gaps = [i for i in range(1, len(kinds) - 1) if not kinds[i] and kinds[i + 1]]
-    if not gaps:
-        kinds[1:3] = [False, True]
-        gaps = [1]
-    steps = [Step("0", "all_reduce", 8 if cpp else draw(st.sampled_from([1, 16])), cpp=cpp) for cpp in kinds]
-    k = draw(st.sampled_from(gaps))
+    steps, k = draw(_skipped_program())
     skipper, lost = draw(st.permutations(range(world)))[:2]
     after = [i for i in range(k + 1, len(steps)) if steps[i].cpp]
     done = draw(st.integers(0, len(after) - 1))  # calls after the skipped one that every survivor completed
@@ -130,7 +126,12 @@ def skipped_and_passed(draw):
 @CHECKS
 @given(skipped_and_passed())
 def test_a_skipper_the_others_went_past_is_named_by_what_its_communicator_completed(case):
-    job, traces, forms, skipper = case
+    _named_alone(*case)
+
+
+def _named_alone(job, traces, forms, skipper) -> None:
+    """The first finding names the skipper alone: `type_mismatch`, or `missing_ranks` where the survivors' own
+    traces show it absent from the call."""
     report = analyzed(job, traces, forms, p2p=False, listed=False)
     first = report.findings[0]
     assert first.ranks == [skipper] and first.kind in ("type_mismatch", "missing_ranks"), \
