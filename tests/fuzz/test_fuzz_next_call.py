@@ -11,6 +11,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from distdoctor.report.diagnose_text import render_text
 from test_fuzz_invariant import CHECKS, _diagnose
 from trace_sets import Job, Step
 
@@ -47,3 +48,5 @@ def test_a_rank_alone_in_a_call_its_group_and_siblings_went_past_is_named(case):
     assert report.findings and report.findings[0].ranks == [w], got
     assert not [f for f in report.findings if f.kind == "missing_ranks" and w not in f.ranks
                 and f is report.findings[0]], got
+    # the loss's all_reduce waits for the lone caller, which never issued it: never "every other member issued it"
+    assert "issued it too" not in render_text(report), render_text(report)

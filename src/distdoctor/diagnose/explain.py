@@ -388,6 +388,14 @@ class Explainer:
         if view is not None and completed_by_peers(rank, e, view, self.ts):
             return (f"{fmt_ranks(others)} completed it (the rank's own dump had not marked it completed yet: "
                     f"Gloo marks completion late)")
+        absent = [m for m in others if m in self.ts.ranks and e.seq is not None
+                  and e.seq not in (view.by_rank.get(m) or {})]
+        if absent:  # waits for them read as those of a call only some ranks make (waitfor.conditional_waits)
+            later = [m for m in absent if m not in never]
+            said = ([f"{fmt_ranks(never)} never issued a collective on {fmt_group(e.group, view.desc)}"] if never
+                    else []) + ([f"{fmt_ranks(later)} never issued this one"] if later else [])
+            return (", and ".join(said) + ": a call only some ranks make, unless the others would make it later "
+                    "(then the ranks call collectives in different orders)")
         return (f"every other member ({fmt_ranks(others)}) issued it too: nothing in the traces holds it up - the "
                 f"transport or a device hangs inside it, or the dump was taken while it ran")
 
