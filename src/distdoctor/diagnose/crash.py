@@ -72,12 +72,16 @@ def crash_findings(ts: TraceSet, crashes: dict[int, dict], waiting: set[int], ec
             whose = "Its" if len(ranks) == 1 else f"Rank {first}'s"
             detail += f" {whose} last completed call was {op} #{seq} on group '{group}'."
         out.append(Finding("crashed", ranks, group=group, seq=seq, op=op, t=trace.dump_time, detail=detail,
-                           evidence={"exception": {str(r): {k: v for k, v in crashes[r].items() if k != "in_call"}
-                                                   for r in ranks},
+                           evidence={"exception": _exceptions(crashes, ranks),
                                      **({"raised_at": {"group": group, "seq": seq, "op": op,
                                                        "inside": crash.get("in_call") is not None}}
                                         if group is not None else {})}))
     return out
+
+
+def _exceptions(crashes: dict[int, dict], ranks: list[int]) -> dict:
+    """The ranks' exceptions as a finding's evidence (the call entry they were raised in left out)."""
+    return {str(r): {k: v for k, v in crashes[r].items() if k != "in_call"} for r in ranks}
 
 
 def unpacked_findings(ts: TraceSet, crashes: dict[int, dict]) -> list[Finding]:
@@ -105,8 +109,7 @@ def unpacked_findings(ts: TraceSet, crashes: dict[int, dict]) -> list[Finding]:
                   f"part's bytes for it. These dumps do not say which member.")
         out.append(Finding("crashed", ranks, group=group, seq=seq, op=op, t=ts.ranks[ranks[0]].dump_time,
                            detail=detail, evidence={"undecided": True, "suspects": suspects, "unpacking": True,
-                                                    "exception": {str(r): {k: v for k, v in crashes[r].items()
-                                                                           if k != "in_call"} for r in ranks}}))
+                                                    "exception": _exceptions(crashes, ranks)}))
     return out
 
 

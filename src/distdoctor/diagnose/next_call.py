@@ -16,6 +16,7 @@ gives a call that parts from the others').
 
 from __future__ import annotations
 
+from distdoctor.diagnose.ties import sibling_groups
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks
 from distdoctor.trace.model import Entry, TraceSet
 
@@ -29,8 +30,7 @@ def lone_next_call(ts: TraceSet, views: dict, group: str, seq: int, caller: int)
     view = views.get(group)
     if view is None or seq < 2 or not view.desc:
         return None
-    family = [view] + [o for o in views.values() if o is not view and o.desc == view.desc
-                       and len(o.members) == len(view.members) and not set(o.members) & set(view.members)]
+    family = [view] + sibling_groups(view, views)
     votes: dict[str, list[int]] = {"elsewhere": [], "here": [], "unknown": []}
     dims = {o.desc for o in views.values() if caller in o.members and o.desc}  # where it has calls to make too
     for g in family:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from distdoctor.collectives.names import same_collective
 from distdoctor.diagnose.match import Divergence, GroupView, divergences
-from distdoctor.diagnose.ties import value_of
+from distdoctor.diagnose.ties import sibling_groups, value_of
 from distdoctor.trace.model import TraceSet
 
 
@@ -44,9 +44,7 @@ def unmet_by_siblings(view: GroupView, views: dict[str, GroupView], traced: set[
     left = [m for m in view.members if view.by_rank.get(m)]
     if not left or not (lost or size > len(view.members)):
         return None
-    mine = set(view.members)
-    siblings = [o for o in views.values() if o is not view and o.desc == view.desc and len(o.members) == size
-                and not mine & set(o.members) and all(m in traced for m in o.members)]
+    siblings = [o for o in sibling_groups(view, views, size) if all(m in traced for m in o.members)]
     if not siblings:
         return None
     found: dict[str, list] = {}

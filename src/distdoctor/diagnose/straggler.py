@@ -43,6 +43,7 @@ import numpy as np
 
 from distdoctor.findings.kinds import Finding, fmt_group, fmt_ranks
 from distdoctor.diagnose.match import GroupView, SeqEntries
+from distdoctor.diagnose.ties import sibling_groups
 from distdoctor.world.lateness import MIN_LATE_S, judge_lateness, median_of_others
 
 MIN_SAMPLES = 4
@@ -170,9 +171,8 @@ def _late_by_role(best: dict[int, dict], views: dict[str, GroupView],
         view = views[b["group"]]
         if r not in view.members:
             continue
-        at, mine = view.members.index(r), set(view.members)
-        siblings = [o for o in views.values() if o is not view and o.desc == view.desc and o.desc
-                    and len(o.members) == len(view.members) and not mine & set(o.members)]
+        at = view.members.index(r)
+        siblings = sibling_groups(view, views) if view.desc else []
         key = (b["op"], b["sizes"])  # the same collective of the sibling group, where these dumps time it
         timed = [class_late[o.members[at]][key] for o in siblings if key in class_late.get(o.members[at], {})]
         if timed and all(late >= b["late_s"] / 2 for late in timed):

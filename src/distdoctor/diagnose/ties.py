@@ -53,14 +53,20 @@ def value_of(key: str, e, members: list[int]) -> str | None:
     return None
 
 
+def sibling_groups(view, views: dict, size: int | None = None) -> list:
+    """The groups that run this group's program beside it: the same description and size (`size`: the size it
+    should have, where the traces name only some of its members), and no member in common - a DeviceMesh
+    dimension's groups for the other replicas."""
+    size = len(view.members) if size is None else size
+    mine = set(view.members)
+    return [o for o in views.values() if o is not view and o.desc == view.desc and len(o.members) == size
+            and not mine & set(o.members)]
+
+
 def sibling_votes(view, views: dict, seq: int, key: str) -> Counter:
     """What the members of this group's siblings issued at `seq`, counted by value."""
     votes: Counter = Counter()
-    mine = set(view.members)
-    for other in views.values():
-        if other is view or len(other.members) != len(view.members) or other.desc != view.desc \
-                or mine & set(other.members):
-            continue
+    for other in sibling_groups(view, views):
         for m in other.members:
             e = other.by_rank.get(m, {}).get(seq)
             if e is not None:
