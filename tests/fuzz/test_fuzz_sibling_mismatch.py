@@ -5,7 +5,8 @@ the sibling groups' members all passed at that position).
 Over generated 2-D mesh jobs (dp x tp groups running one program; trace_sets.py writes the dumps) where one rank
 changes the dtype or size of one call and the other members of that call's group leave no trace, in the
 recorder's and Gloo Flight Recorder's forms; the same jobs with no change and a peer killed (nothing to blame
-but the lost rank), and with sibling groups that legitimately differ (pipeline stages) and a peer killed; and over
+but the lost rank), and with sibling groups that legitimately differ (pipeline stages) and a peer killed; where
+the changed call is the group's first ("one of" both sides: nothing vouches for the groups running alike); and over
 a real run's dumps kept as a fixture (fuzz/jobs.py's `tp` under `distdoctor run --inject retype:1@call=12`, 4
 ranks over gloo: rank 1's data-parallel all_reduce went float64, rank 3 was aborted and left no dump).
 """
@@ -18,6 +19,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from distdoctor.diagnose import analyze
+from distdoctor.findings.kinds import fmt_ranks
 from distdoctor.trace.loaders import load_traces
 
 from real_dumps import diagnose_form, truth
@@ -119,10 +121,42 @@ def test_the_rank_that_changed_its_call_is_named_not_the_peer_gloo_aborted(case,
 @given(mesh_jobs(change=("none",), stages=True), st.sampled_from(["native", "pickle"]))
 def test_sibling_groups_that_differ_vouch_for_nothing(case, form):
     """Pipeline stages: the dp groups of each stage pass their own sizes; a peer killed there is the lost rank,
-    and the survivor whose sizes differ from the other stages' is no culprit."""
+    and the survivor whose sizes differ from the other stages' is no culprit. In the group's first call nothing
+    yet says the stages differ by design: then "one of" both, never the survivor alone."""
+    dp, tp, groups, descs, of, program, r, k, change, stages = case
     job, ran, lost = _execute(*case)
     first = _first(job, ran, form)
-    assert first is not None and first.kind == "missing_dump" and first.ranks == lost, (first.kind, first.ranks)
+    assert first is not None
+    if first.kind != "missing_dump":  # the lost rank among the suspects, beside a member's first call there
+        assert first.evidence.get("undecided") and set(lost) <= set(first.ranks), (first.ranks, first.detail)
+        assert first.detail.startswith(f"one of {fmt_ranks(first.ranks)}:") and "first call" in first.detail
+    else:
+        assert first.ranks == lost, (first.kind, first.ranks)
+
+
+@CHECKS
+@given(mesh_jobs(change=("size", "dtype")), st.sampled_from(["native", "pickle", "json"]))
+def test_a_first_call_unlike_the_siblings_beside_a_lost_peer_is_one_of_both(case, form):
+    """The changed call is the rank's first on its group: no earlier call vouches for the groups running alike
+    (a tensor-parallel job's data-parallel groups may pass uneven shards), so a size unlike the siblings' and a
+    peer with no trace are "one of" the two sides - the rank may have changed its call and cost its peer its
+    process, or the peer died of its own. A dtype beside the same collective needs no history: it is claimed."""
+    dp, tp, groups, descs, of, program, r, k, change, stages = case
+    assume(not any(program[j][0] == program[k][0] for j in range(k)))
+    job, ran, lost = _execute(*case)
+    first = _first(job, ran, form)
+    assert first is not None
+    if change == "dtype":
+        assert (first.kind, first.ranks) == ("dtype_mismatch", [r]), (first.kind, first.ranks, first.detail)
+    else:
+        assert first.kind == "size_mismatch", (first.kind, first.ranks, first.detail)
+        _assert_one_of_both(first, lost, r)
+
+
+def _assert_one_of_both(first, lost, r):
+    assert first.evidence.get("undecided") and first.ranks == sorted(lost + [r]), (first.ranks, first.detail)
+    assert first.detail.startswith(f"one of {fmt_ranks(first.ranks)}:"), first.detail
+    assert "left no trace" in first.detail and "first call on the group" in first.detail
 
 
 def test_a_real_tensor_parallel_retype_names_the_rank_that_changed_its_dtype():

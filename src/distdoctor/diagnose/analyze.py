@@ -453,7 +453,7 @@ def _from_divergence(d: Divergence, views: dict[str, GroupView]) -> Finding:
         than = "its sibling groups' members" if d.evidence.get("lost_peers") else "the other members"
         detail = f"at {d.op} #{d.seq} on {group} {fmt_ranks(d.ranks)} {verb} than {than}: {d.detail}."
         if d.evidence.get("tie", {}).get("undecided"):
-            detail = (f"one of {fmt_ranks(d.ranks)}: at {d.op} #{d.seq} on {group} the members disagree: "
-                      f"{d.detail}.")
+            detail = (f"one of {fmt_ranks(d.ranks)}: at {d.op} #{d.seq} on {group} "
+                      f"{'' if d.evidence.get('lost_peers') else 'the members disagree: '}{d.detail}.")
     return Finding(d.kind, d.ranks, group=d.group, seq=d.seq, op=d.op, t=d.t, detail=detail, evidence=d.evidence)
 

@@ -5,9 +5,10 @@ be compared with but the members of the groups that run the same program beside 
 from __future__ import annotations
 
 from distdoctor.collectives.names import same_collective
+from distdoctor.diagnose.crash import ended_on_their_own
 from distdoctor.diagnose.match import Divergence, GroupView, divergences
 from distdoctor.diagnose.ties import sibling_groups, value_of
-from distdoctor.trace.model import TraceSet
+from distdoctor.trace.model import TraceSet, entry_column
 
 
 def all_divergences(ts: TraceSet, views: dict[str, GroupView]) -> list[Divergence]:
@@ -16,9 +17,11 @@ def all_divergences(ts: TraceSet, views: dict[str, GroupView]) -> list[Divergenc
     diverged = {d.group for d in out}
     traced = set(ts.ranks)
     untraced = [r for r in range(ts.world_size or 0) if r not in traced]
+    own = set(ended_on_their_own(ts)) if untraced else set()
+    last = {r: _last_issued(t.entries) for r, t in ts.ranks.items()} if untraced else {}
     for name in sorted(views):
         if name not in diverged:
-            d = unmet_by_siblings(views[name], views, traced, untraced)
+            d = unmet_by_siblings(views[name], views, traced, untraced, own, last)
             if d is not None:
                 out.append(d)
     return out
@@ -27,8 +30,14 @@ def all_divergences(ts: TraceSet, views: dict[str, GroupView]) -> list[Divergenc
 HISTORY = 64  # earlier calls of a group its siblings' calls must match before they vouch for the next one
 
 
-def unmet_by_siblings(view: GroupView, views: dict[str, GroupView], traced: set[int],
-                      untraced: list[int]) -> Divergence | None:
+def _last_issued(entries) -> float | None:
+    """When the rank issued its last recorded call (None when its trace holds no time)."""
+    times = [t for t in entry_column(entries, "t_created") if t is not None]
+    return max(times) if times else None
+
+
+def unmet_by_siblings(view: GroupView, views: dict[str, GroupView], traced: set[int], untraced: list[int],
+                      own: set[int] = frozenset(), last: dict[int, float | None] | None = None) -> Divergence | None:
     """A group whose other members left no trace (Gloo aborts a process, SIGABRT and no dump, when its peer passes
     another dtype or size): the members that are left cannot be compared with them, but with the sibling groups
     (ties.py: same size and description, disjoint, the same program). Where a left member's last call on the
@@ -36,7 +45,13 @@ def unmet_by_siblings(view: GroupView, views: dict[str, GroupView], traced: set[
     size than the siblings' members all passed at that position, while its earlier calls there matched theirs,
     it changed its call: the mismatch is the cause, the members without a trace its victims (no finding where
     the earlier calls differ: pipeline stages' groups legitimately do). A group known only from the traces
-    (Flight Recorder's, without pg_config) has the size of its described siblings: fewer members is lost ones."""
+    (Flight Recorder's, without pg_config) has the size of its described siblings: fewer members is lost ones.
+    Where the departing call is the member's first on the group, nothing vouches for the groups running alike:
+    "one of" both sides (`_unvouched`) when it is the last call the member issued (`last`: the one it stands in;
+    Gloo's Flight Recorder marks a failed call completed, so its state cannot say) and the member departs alone
+    (two that agree against the siblings say the groups differ by design), unless the launcher's log
+    says the lost members ended of their own (`own`: a kill from outside, an exit code; not Gloo's abort), which
+    leaves their missing dump the cause."""
     size = len(view.members)
     if view.inferred and view.desc not in ("", "undefined"):
         size = max(len(o.members) for o in views.values() if o.desc == view.desc)
@@ -56,6 +71,11 @@ def unmet_by_siblings(view: GroupView, views: dict[str, GroupView], traced: set[
     if not found:
         return None
     kind, (seq, e, key, want, matched, ranks) = next(iter(found.items()))
+    if matched is None:
+        standing = [r for r in ranks if (last or {}).get(r) is not None and view.by_rank[r][seq].t_created == last[r]]
+        if not lost or set(lost) <= own or len(standing) != 1 or len(ranks) != 1:
+            return None  # two members that agree against the siblings: their groups differ by design
+        return _unvouched(view, kind, seq, e, key, want, standing, lost)
     who = (_names(lost) if lost and len(lost) <= size - len(left) else f"one of {_names(lost)}" if lost
            else f"{size - len(left)} member(s)")
     what = {"op": "issued", "dtypes": "passed dtypes", "in_sizes": "passed input sizes"}[key]
@@ -70,6 +90,30 @@ def unmet_by_siblings(view: GroupView, views: dict[str, GroupView], traced: set[
                       e.t_created)
 
 
+def _unvouched(view: GroupView, kind: str, seq: int, e, key: str, want: str, ranks: list[int],
+               lost: list[int]) -> Divergence:
+    """A left member's first call on the group differs from what the sibling groups' members all did there, and
+    its peers left no trace: it may have changed its call and cost them their process (Gloo aborts the one that
+    receives another size), or they may have died of their own while it waited; groups of one description may
+    also differ by design (uneven shards, a pipeline's stages), and no earlier call says whether these do. The
+    mismatch is "one of" the two sides, never a claim for either."""
+    what = {"op": "issued", "dtypes": "passed dtypes", "in_sizes": "passed input sizes"}[key]
+    suspects = sorted(set(lost) | set(ranks))
+    got = value_of(key, e, view.members)
+    detail = (f"{_names(ranks)} {what} {got} in {'its' if len(ranks) == 1 else 'their'} first call on the group "
+              f"where every member of the sibling groups {what.split()[0]} {want}, and {_names(lost)} of this group "
+              f"left no trace: either the call changed and cost {'its' if len(lost) == 1 else 'their'} peer "
+              f"{'its process' if len(lost) == 1 else 'their processes'} (Gloo aborts a process whose peer passes "
+              f"another collective, dtype or size: SIGABRT, no dump), or {_names(lost)} died of "
+              f"{'its' if len(lost) == 1 else 'their'} own while {_names(ranks)} waited; no earlier call on the "
+              f"group says whether these groups run alike (uneven shards and a pipeline's stages differ by design)")
+    return Divergence(view.name, seq, e.op, kind, suspects, sorted(ranks), detail,
+                      {"decided_by": "sibling groups", "lost_peers": lost, "expected": want,
+                       "got": {str(r): got for r in ranks}, "undecided": True, "suspects": suspects,
+                       "tie": {"key": key, "classes": {}, "undecided": True, "why": "no earlier call"}},
+                      e.t_created)
+
+
 _KINDS = (("op", "type_mismatch"), ("dtypes", "dtype_mismatch"), ("in_sizes", "size_mismatch"))
 
 
@@ -77,8 +121,10 @@ def _departure(view: GroupView, siblings: list[GroupView], rank: int) -> tuple |
     """The first of the rank's calls on the group (the last HISTORY + 1) where it issued another collective, or
     passed another dtype or size, than every sibling member did at that position, after at least one call that
     matched theirs (the siblings run this group's program; for a dtype, the same collective at that place is
-    enough): (kind, seq, key, what they passed, how many earlier calls matched)."""
+    enough): (kind, seq, key, what they passed, how many earlier calls matched), with None for that count where
+    the departing call is the rank's first on the group: no earlier call says whether the groups run alike."""
     matched = 0  # earlier calls that matched the siblings' in everything they agree on
+    first = min(view.by_rank[rank])
     for seq in sorted(view.by_rank[rank])[-(HISTORY + 1):]:
         e = view.by_rank[rank][seq]
         agreed = False
@@ -88,8 +134,10 @@ def _departure(view: GroupView, siblings: list[GroupView], rank: int) -> tuple |
                 continue
             if value_of(key, e, view.members) != want and not (key == "op" and _renamed(siblings, seq, e)):
                 # a dtype beside the same collective needs no history: stages of a pipeline pass their own
-                # sizes, not their own dtypes
-                return (kind, seq, key, want, matched) if matched or (key == "dtypes" and agreed) else None
+                # sizes, not their own dtypes; the rank's first call on the group has none to ask (`_unvouched`)
+                if matched or (key == "dtypes" and agreed):
+                    return kind, seq, key, want, matched
+                return (kind, seq, key, want, None) if seq == first else None
             agreed = True
         matched += agreed
     return None
