@@ -51,16 +51,22 @@ def lone_next_call(ts: TraceSet, views: dict, group: str, seq: int, caller: int)
 
 def _vote(ts: TraceSet, views: dict, view, rank: int, seq: int, dims: set[str]) -> str:
     """'elsewhere' where the rank's call right after its #seq - 1 on the group is on another group, of a dimension
-    the lone caller has a group of too (`dims`: a call of a subgroup it is no member of is none it owed), and the
-    rank holds no #seq there; 'here' where it made #seq; 'unknown' where its trace shows neither (no trace,
-    #seq - 1 not reached, nothing after it yet, or a call elsewhere that says nothing of the caller)."""
+    the lone caller has a group of too (`dims`: a call of a subgroup it is no member of is none it owed), the
+    rank holds no #seq there and it stands in a call (it went on and waits); 'here' where it made #seq;
+    'unknown' where its trace shows neither (no trace, #seq - 1 not reached, nothing after it yet, a call
+    elsewhere that says nothing of the caller, or no call it stands in: a rank behind the caller, or stopped on
+    its way, may yet make #seq - fuzz run 71-205, tensor parallel, where two such read as voters against a rank
+    merely further along; Gloo's Flight Recorder retires a failed call as completed, which reads so too)."""
     calls = view.by_rank.get(rank) or {}
     if seq in calls:
         return "here"
     before = calls.get(seq - 1)
     if before is None or max(calls, default=0) != seq - 1:
         return "unknown"
-    after = _next_entry(ts.ranks[rank].entries, before)
+    entries = ts.ranks[rank].entries
+    if not len(entries) or entries[-1].state == "completed":
+        return "unknown"  # in no call: behind (or stopped on the way), it may yet make #seq
+    after = _next_entry(entries, before)
     there = views.get(after.group) if after is not None and not after.is_p2p else None
     return "elsewhere" if there is not None and there is not view and there.desc in dims else "unknown"
 
