@@ -80,6 +80,10 @@ def test_the_rank_that_chaos_hit_is_first_and_alone(tmp_path, cli_env, program, 
     closing = next(ln for ln in out.splitlines() if ln.startswith("distdoctor run: the job failed"))
     named = {int(n) for grp in re.findall(r"ranks? ([\d, -]+)", closing) for n in re.findall(r"\d+", grp)}
     assert named == {rank} and closing.startswith(f"distdoctor run: the job failed: rank {rank}"), closing
+    if "SIGKILL" in spec or "SIGSEGV" in spec:  # torchrun's account passed through, and kept beside the dumps
+        log = tmp_path / "dumps" / "launcher.log"
+        assert "Root Cause (first observed failure)" in err and log.exists(), err[-3000:]
+        assert spec.split(":")[2].split("@")[0] in log.read_text() and f"launcher's log ({log})" in out, out[-3000:]
     if "SIGSTOP" in spec:  # torchrun waits 30 s for the stopped rank; run kills it all after --kill-grace
         assert f"the command did not stop within {KILL_GRACE_S} s of SIGTERM: killing it and its ranks" in err, err
 

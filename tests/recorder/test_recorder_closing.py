@@ -28,3 +28,25 @@ def test_a_crash_before_the_hang_keeps_the_closing_verdict():
     w = watch_with({2: {"dump_time": 90.0}}, (120.0, [Finding("missing_ranks", [2], group="0", seq=3)]), [crashed])
     assert w._closing_first() is crashed
     assert watch_with({}, None, [crashed])._closing_first() is crashed  # no hang printed: the closing verdict
+
+
+def _closing_line_of(fixture: str) -> str:
+    """`run`'s closing line for a real run's dumps kept as a fixture (tests/fixtures), the launcher's log with them
+    where the run kept one (run writes it beside the dumps when the job failed: recorder/console.py)."""
+    from pathlib import Path
+
+    from distdoctor.diagnose.analyze import analyze
+    from distdoctor.trace.loaders import load_traces
+
+    ts = load_traces([str(Path(__file__).resolve().parents[1] / "fixtures" / fixture)], world_size=4)
+    return _culprit(analyze(ts).findings[0], {}, ts.launch)
+
+
+def test_a_verdict_that_cannot_decide_is_no_claim_in_the_closing_line():
+    # a tensor-parallel rank resized its group's first all_reduce; its one peer was aborted and left no dump
+    assert _closing_line_of("gloo-tp-resize-first-lost").startswith("one of ranks 0, 2: size mismatch")
+
+
+def test_the_closing_line_says_how_the_launcher_saw_the_culprit_end():
+    assert _closing_line_of("gloo-pipeline-exit-log") == "rank 2: crashed (exit code 3, says the launcher's log)"
+    assert _closing_line_of("gloo-pipeline-sigterm-log").endswith("(ended by SIGTERM, says the launcher's log)")

@@ -47,6 +47,8 @@ def test_run_python_script_without_code_change(tmp_path, cli_env):
     assert "rank 0: exception: RuntimeError: loader died" in err
     assert f"next: distdoctor diagnose {dumps}" in err
     assert "command exited with code 3" in err
+    assert "Traceback (most recent call last)" in err  # the command's stderr passes through run as it was
+    assert not (dumps / "launcher.log").exists()  # a console that is no launcher's log is not kept
 
 
 @pytest.mark.slow

@@ -7,7 +7,9 @@ is set too, so Flight Recorder records from the first collective. The child stay
 terminal's Ctrl-C reaches it directly, so SIGINT is not forwarded twice, but a SIGINT from anywhere else, as
 `kill -INT` to run alone, is); SIGTERM, SIGHUP and SIGQUIT are forwarded; SIGUSR1 goes to every rank that
 registered its pid in the dump directory, which then dumps (never to the launcher, whose default SIGUSR1 action
-would kill it). The exit code is the command's (128+N when a signal N ended it).
+would kill it). The exit code is the command's (128+N when a signal N ended it). The command's stderr passes
+through run (console.py), which keeps the launcher's account of how each rank ended: when the job failed, it is
+written beside the dumps, where the closing verdict reads it.
 
 While it runs, run_watch.JobWatch turns a rank's hang dump into a dump of every rank and a verdict. Verdicts
 (suspected / confirmed / resumed, and the report at the end) go to stdout; what `run` itself does (dumps
@@ -30,6 +32,7 @@ import click
 from distdoctor.errors import InputError
 from distdoctor.options import Number, count, seconds
 from distdoctor.recorder import layout
+from distdoctor.recorder.console import ConsoleTee, save_launcher_log
 from distdoctor.recorder.config import (DEFAULT_BUFFER, DEFAULT_HANG_TIMEOUT, DEFAULT_START_TIMEOUT,
                                        DEFAULT_SUSPECT_FACTOR, DEFAULT_SUSPECT_FLOOR, INJECT_ENV)
 from distdoctor.recorder.dumpfile import ensure_private_dir, write_atomic
@@ -195,11 +198,13 @@ def run_command(dump_dir, hang_timeout, start_timeout, suspect_floor, suspect_fa
     if faults:
         env[INJECT_ENV] = json.dumps([str(f) for f in faults])
     try:
-        child = subprocess.Popen(list(command), env=env)
+        child = subprocess.Popen(list(command), env=env, stderr=subprocess.PIPE)
     except OSError as exc:
         if created:
             os.rmdir(dump_dir)
         raise InputError(command[0], f"cannot start it ({exc.strerror or exc})") from None
+    console = ConsoleTee(os.dup(child.stderr.fileno()))  # every byte on to our stderr; the launcher's account kept
+    child.stderr.close()
     threading.Thread(target=_preload_analyzer, daemon=True).start()
     watch = JobWatch(dump_dir, child, kill_on_hang, _say, _shout, kill_grace)
 
@@ -229,6 +234,8 @@ def run_command(dump_dir, hang_timeout, start_timeout, suspect_floor, suspect_fa
     if rc < 0:
         rc = 128 - rc
     watch.stop_orphans()
+    kept = console.finish()
+    log = save_launcher_log(kept, dump_dir) if rc != 0 else None  # the closing verdict reads it beside the dumps
 
     dumps = summarize_dumps(dump_dir)
     if dumps:
@@ -236,6 +243,8 @@ def run_command(dump_dir, hang_timeout, start_timeout, suspect_floor, suspect_fa
         for rank, reason in dumps:
             _say(f"  rank {rank}: {reason}")
     watch.closing_report(rc)
+    if log:
+        _say(f"the launcher's log (how each rank ended): {log}")
     if dumps:
         _say(f"next: distdoctor diagnose {dump_dir}")
     else:

@@ -125,6 +125,7 @@ class JobWatch:
         self._kill_at: float | None = None
         self.live = RunLive(dump_dir, say)  # every rank's state through the job's store (recorder/run_live.py)
         self.last_findings: list | None = None  # the findings of the last verdict printed
+        self.launch = None  # the launcher's account read with them (trace/loaders/launcher_log.py), if any
         self.hung_verdict: tuple | None = None  # (detected_at, findings) printed while the job hung
 
     # ---- while the job runs --------------------------------------------------------------------------------
@@ -304,6 +305,7 @@ class JobWatch:
                     return ""
                 report = analyze(traces)
             self.last_findings = report.findings
+            self.launch = getattr(getattr(report, "traces", None), "launch", None)
             text = render_text(report) + "".join(ln + "\n" if ln.endswith(":") else f"  {ln}\n" for ln in extra)
         except Exception as exc:  # the job's exit code and the dumps matter more than this summary
             self.say(f"warning: could not analyze the dumps ({type(exc).__name__}: {exc})")
@@ -334,7 +336,7 @@ class JobWatch:
             self.shout("")
             self.shout(self.report_text(problem), nl=False)
         if problem and self.last_findings:  # the verdict's culprit, not every rank that raised after it
-            problem = "; ".join([_culprit(self._closing_first(), crashed)]
+            problem = "; ".join([_culprit(self._closing_first(), crashed, self.launch)]
                                 + ([f"the command exited with code {rc}"] if rc != 0 else []))
         if problem:
             self.shout(f"distdoctor run: the job failed: {problem}.")
@@ -390,10 +392,13 @@ def _crash_lines(crashed: dict) -> list[str]:
     return lines
 
 
-def _culprit(finding, crashed: dict) -> str:
+def _culprit(finding, crashed: dict, launch=None) -> str:
     """The verdict's first finding, in the closing line: its ranks and kind (and the exception, if one of them
-    crashed); the ranks that died after it are counted, not named."""
-    who = _ranks(finding.ranks)
+    crashed; how the launcher says a rank that left no dump ended); the ranks that died after it are counted, not
+    named. A finding that cannot decide between ranks says so: "one of ranks ...", never a claim."""
+    suspects = finding.evidence.get("suspects") or finding.ranks
+    who = f"one of {_ranks(suspects)}" if finding.evidence.get("undecided") and len(suspects) > 1 \
+        else _ranks(finding.ranks)
     own = [r for r in finding.ranks if r in crashed]
     if finding.kind == "crashed" and own:
         text = f"{who} crashed: {_crash(crashed[own[0]])}"
@@ -404,10 +409,25 @@ def _culprit(finding, crashed: dict) -> str:
                 + (f" on group '{finding.group}'" if finding.group is not None else "")
         if own:
             text += f" ({_crash(crashed[own[0]])})"
+        elif (how := _launcher_says(finding.ranks, launch)) is not None:
+            text += f" ({how})"
     others = [r for r in crashed if r not in finding.ranks]
     if others:
         text += f"; {len(others)} other rank(s) died after it"
     return text
+
+
+def _launcher_says(ranks: list[int], launch) -> str | None:
+    """How the launcher's log says the finding's one rank ended, when a signal or an exit code of its own did
+    (the rank's dump, if any, could not say)."""
+    ended = launch.ranks.get(ranks[0]) if launch is not None and len(ranks) == 1 else None
+    if ended is None or ended.stopped:
+        return None
+    if ended.signal:
+        return f"ended by {ended.signal}, says the launcher's log"
+    if ended.ended == "exit":
+        return f"exit code {ended.exitcode}, says the launcher's log"
+    return None
 
 
 def _hang_timeout(headers: dict) -> str:
