@@ -76,12 +76,17 @@ class ConsoleTee:
 
 
 def save_launcher_log(kept: bytes, dump_dir: str) -> str | None:
-    """Write the console beside the dumps when it is a launcher's log (torchrun's); its path, else None."""
-    from distdoctor.trace.loaders.launcher_log import looks_like_launcher_log
+    """Write the console beside the dumps when it is a launcher's log (torchrun's) that says how some rank ended
+    (a launcher killed before its summary says nothing: a reader would refuse the file); its path, else None."""
+    from distdoctor.trace.loaders.launcher_log import load_launcher_log, looks_like_launcher_log
 
     if not kept or not looks_like_launcher_log(kept[:1 << 16], kept[-(1 << 16):]) or not os.path.isdir(dump_dir):
         return None
     path = os.path.join(dump_dir, LOG_NAME)
+    try:
+        load_launcher_log(kept, path)
+    except ValueError:
+        return None
     try:
         write_atomic(path, kept)
     except OSError:
