@@ -3,9 +3,11 @@
 and every rank on the cycle read as its culprit (`p2p_deadlock [0, 1]` for `twice:0`, `[0, 1, 2]` for
 `repeer:0`, real runs). The evidence singles the rank out: the peer it waits on never posted a matching call
 while others wait for it with that very call, or its calls depart from the round it repeated before while the
-others keep theirs. Over generated jobs (trace_sets.py), once the rank has repeated its round twice before the
-one that goes wrong: never another rank alone, and the deviating rank alone where the stages wait on each other.
-Earlier than that nothing shows the round it departs from, and the peer it waits on may still be named."""
+others keep theirs, or, before two whole rounds show, its calls part from those of the other stages of its role
+(campaign run 75-12: GPipe on 8 ranks, a send skipped in the second step; p2p_roles.py). Over generated jobs
+(trace_sets.py): never another rank alone; the deviating rank alone where the stages wait on each other, once it
+has repeated its round twice, or earlier where it is a middle stage beside two or more others. A first or last
+stage that goes wrong early has no role to be read against, and the peer it waits on may still be named."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from test_fuzz_invariant import CHECKS
-from trace_sets import analyzed, pipeline_deviated, pipeline_odd_half, pipeline_odd_message, run, traces
+from trace_sets import (analyzed, pipeline_1f1b_deviated, pipeline_deviated, pipeline_odd_half, pipeline_odd_message,
+                        run, traces)
 
 
 @CHECKS
@@ -23,12 +26,35 @@ def test_the_stage_that_deviates_from_its_own_round_is_named_alone(case):
     ts_in = traces(job, run(job))
     report = analyzed(job, ts_in, {r: "native" for r in ts_in})
     got = [(f.kind, f.ranks, f.detail[:220]) for f in report.findings]
-    if at_round < 3:
-        return  # fewer than two whole rounds before it: nothing shows the round it departs from (still weak)
     assert not [f for f in report.findings if len(f.ranks) == 1 and f.ranks != [bad]], got  # a false claim
     cycles = [f for f in report.findings if f.kind == "p2p_deadlock"]
-    if cycles:
+    if cycles and at_round >= 3:  # two whole rounds before it: its own round shows
         assert cycles[0].ranks == [bad], got
+    elif cycles and _role_shows(job, bad):  # earlier, the other middle stages show it (p2p_roles.py)
+        assert cycles[0].ranks == [bad], got
+
+
+@CHECKS
+@given(pipeline_1f1b_deviated())
+def test_stages_whose_programs_differ_by_design_are_never_read_against_each_other(case):
+    """1F1B: each stage's warm-up is shorter than the one before's, so the stages' calls part from each other like
+    a staircase. Whatever goes wrong on one stage (a send or recv skipped, twice, to the wrong peer, or a stage
+    that stops), no other rank is named alone for departing from a role it never had."""
+    job, bad = case
+    report = analyzed(job, traces(job, run(job)), {r: "native" for r in range(job.world)})
+    got = [(f.kind, f.ranks, f.detail[:220]) for f in report.findings]
+    assert not [f for f in report.findings if len(f.ranks) == 1 and f.ranks != [bad]
+                and f.evidence.get("role") is not None], got
+
+
+def _role_shows(job, bad: int) -> bool:
+    """A middle stage beside two or more others, whose fault lies past its first MIN_SHARED sends and receives:
+    the calls of the stages that play its role show where it departs."""
+    from distdoctor.diagnose.p2p_roles import MIN_SHARED
+
+    at = job.faults[bad][1]
+    before = sum(1 for s in job.steps[:at] if bad in (s.src, s.dst))
+    return 0 < bad < job.world - 1 and job.world - 2 >= 3 and before >= MIN_SHARED
 
 
 @CHECKS

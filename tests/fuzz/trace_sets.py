@@ -51,6 +51,7 @@ class Step:
     src: int | None = None  # p2p
     dst: int | None = None
     cpp: bool = False  # issued from C++ (DDP's gradient buckets): in Flight Recorder's dump, not the recorder's
+    half: str | None = None  # p2p: only the "send" (src's) or the "recv" (dst's) half, placed on its own
 
 
 @dataclass
@@ -140,7 +141,7 @@ def calls_of(job: Job, rank: int) -> tuple[list[Call], str]:
             out.append(Call("lone", "all_reduce", 1, "float32", line=900))
         line = 100 + k
         if s.op == "p2p":
-            if rank in (s.src, s.dst):
+            if rank in (s.src, s.dst) and s.half in (None, "send" if rank == s.src else "recv"):
                 mine = Call(s.group, "send" if rank == s.src else "recv", s.size, s.dtype,
                             peer=s.dst if rank == s.src else s.src, line=line)
                 if fault in ("message_size", "message_dtype") and i == at:  # another message than the peer expects
@@ -550,6 +551,33 @@ def pipeline_rounds(world: int, rounds: int) -> list[Step]:
     return steps
 
 
+def pipeline_1f1b(world: int, microbatches: int, rounds: int) -> list[Step]:
+    """A 1F1B pipeline's steps, each stage's sends and receives as halves of their own (a job with eager sends:
+    no blocking order exists in which each send meets its recv, which is why schedules batch them): stage s
+    warms up with min(n, world - s - 1) forwards, then alternates one forward and one backward, then cools down;
+    its program differs stage by stage (a staircase of warm-ups)."""
+    def program(s: int) -> list[tuple[str, int]]:
+        warm = min(microbatches, world - s - 1)
+        phases = ["F"] * warm + [x for _ in range(microbatches - warm) for x in ("F", "B")] + ["B"] * warm
+        ops = []
+        for phase in phases:
+            if phase == "F":
+                ops += ([("recv", s - 1)] if s > 0 else []) + ([("send", s + 1)] if s < world - 1 else [])
+            else:
+                ops += ([("recv", s + 1)] if s < world - 1 else []) + ([("send", s - 1)] if s > 0 else [])
+        return ops * rounds
+
+    progs = {s: program(s) for s in range(world)}
+    steps = []
+    for i in range(max(map(len, progs.values()))):
+        for s, ops in progs.items():
+            if i < len(ops):
+                op, peer = ops[i]
+                src, dst = (s, peer) if op == "send" else (peer, s)
+                steps.append(Step("0", "p2p", 8, src=src, dst=dst, half=op))
+    return steps
+
+
 @st.composite
 def pipeline_left(draw) -> tuple[Job, int, dict[int, str]]:
     """(a pipeline job, the rank that left it, each rank's dump form): stages pass activations forward and
@@ -577,6 +605,19 @@ def pipeline_deviated(draw) -> tuple[Job, int, int]:
     at = draw(st.sampled_from(mine))
     return Job(world, {"0": list(range(world))}, {"0": "default_pg"}, steps,
                {bad: (draw(st.sampled_from(["skip", "twice", "peer"])), at)}), bad, at // per_round
+
+
+@st.composite
+def pipeline_1f1b_deviated(draw) -> tuple[Job, int]:
+    """(a 1F1B pipeline job, the rank whose send or recv goes wrong): the stages' programs differ by design, so
+    no stage's calls are read against another's (p2p_roles.py) but where the role holds."""
+    world = draw(st.integers(4, 8))
+    steps = pipeline_1f1b(world, draw(st.integers(2, 5)), draw(st.integers(1, 3)))
+    bad = draw(st.integers(0, world - 1))
+    mine = [i for i, s in enumerate(steps) if bad == (s.src if s.half == "send" else s.dst)]
+    return Job(world, {"0": list(range(world))}, {"0": "default_pg"}, steps,
+               {bad: (draw(st.sampled_from(["skip", "twice", "peer", "stop"])), draw(st.sampled_from(mine)))},
+               eager_sends=True), bad
 
 
 @st.composite

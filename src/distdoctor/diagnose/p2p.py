@@ -9,7 +9,8 @@ from s. Two ways they never can:
 Both sides' claims are weighed: a rank waiting on a peer that never posted a single matching call, while other
 ranks wait for that rank with exactly that call, chose the wrong peer: it alone is named. On a cycle, so is the
 one rank whose sends and receives depart from the round it repeated before while every other rank on the cycle
-keeps its own (a call issued twice, skipped, or to the wrong peer; `breaks_pattern`).
+keeps its own (a call issued twice, skipped, or to the wrong peer; `breaks_pattern`), or, before two whole
+rounds show, whose calls part from those of the ranks that play its role (p2p_roles.py).
 Flight Recorder over Gloo records no p2p at all, so these findings need the recorder's or simulator's traces.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 from collections import Counter
 
 from distdoctor.findings.kinds import Finding, fmt_ranks
+from distdoctor.diagnose.p2p_roles import departure_text, lone_departure
 from distdoctor.diagnose.waitfor import Cycle, p2p_entries
 from distdoctor.findings.sentences import describe_cycle
 from distdoctor.trace.model import TraceSet
@@ -125,7 +127,7 @@ def _deviating(c: Cycle, ts: TraceSet | None, waits_of: dict) -> Finding | None:
     judged = {a: breaks_pattern(tokens) for a, tokens in calls.items()}
     broke = [a for a, j in judged.items() if j is not None and j[0]]
     if len(broke) != 1 or len(judged) != len(c.ranks) or any(j is None for j in judged.values()):
-        return None
+        return _departs_from_role(c, ts)
     a = broke[0]
     e = next(w.entry for x, _, w in c.steps if x == a)
     period, issued, earlier = _departure(judged[a])
@@ -141,6 +143,22 @@ def _deviating(c: Cycle, ts: TraceSet | None, waits_of: dict) -> Finding | None:
                   "issued": issued, "a_round_earlier": earlier})
 
 
+def _departs_from_role(c: Cycle, ts: TraceSet) -> Finding | None:
+    """The one rank of the cycle whose sends and receives part from those of the ranks of its role, where its
+    own history is too short to show a round (p2p_roles.py)."""
+    cache: dict = {}
+    found = [d for a in c.ranks if a in ts.ranks for d in [lone_departure(ts, a, cache)] if d is not None]
+    if len(found) != 1:
+        return None
+    d = found[0]
+    e = next(w.entry for x, _, w in c.steps if x == d.rank)
+    return Finding(
+        "p2p_deadlock", [d.rank], group=e.group, groups=c.groups, seq=e.p2p_seq, op=e.op, t=e.t_created,
+        detail=f"{departure_text(d)}. Cycle: {describe_cycle(c.path)}.",
+        evidence={"cycle": [[x, y] for x, y, _ in c.steps], "deviating": d.rank, "role": d.role,
+                  "departed_at": d.at + 1})
+
+
 def _extra_call(ts: TraceSet, w) -> Finding | None:
     """A rank waiting in a send/recv its idle peer never posted is the one that deviates where its own calls
     depart from the round it repeated before while the peer's calls keep theirs (a call issued twice, or to
@@ -149,7 +167,14 @@ def _extra_call(ts: TraceSet, w) -> Finding | None:
     mine = breaks_pattern(_calls_up_to(ts.ranks[a], e))
     theirs = breaks_pattern([(x.op, x.group, x.peer) for x in p2p_entries(ts.ranks[b])])
     if mine is None or theirs is None or not mine[0] or theirs[0]:
-        return None
+        cache: dict = {}
+        d = lone_departure(ts, a, cache)
+        if d is None or lone_departure(ts, b, cache) is not None:
+            return None
+        return Finding("p2p_deadlock", [a], group=e.group, seq=e.p2p_seq, op=e.op, t=e.t_created,
+                       detail=(f"rank {a} waits in {e.op} #{e.p2p_seq} {'to' if e.op == 'send' else 'from'} rank "
+                               f"{b} on group '{e.group}', which rank {b} never matches: {departure_text(d)}."),
+                       evidence={"deviating": a, "peer": b, "role": d.role, "departed_at": d.at + 1})
     period, issued, earlier = _departure(mine)
     return Finding(
         "p2p_deadlock", [a], group=e.group, seq=e.p2p_seq, op=e.op, t=e.t_created,
