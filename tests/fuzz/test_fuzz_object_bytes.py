@@ -5,7 +5,9 @@ show the roots (the recorder's) the root_mismatch names the culprit; where they 
 the dead ranks' finding is "one of" the call's members, the dead among them (crash.py, `unpacked_findings`): a
 rank that skipped a part of an object collective dies of the next part's bytes too (fuzz run 71-283).
 Real runs showed it: fuzz runs 72-130 and 73-30 (`reroot` on an objects job) read `crashed` of the receivers in
-the Flight Recorder forms with the launcher's log, and in mixed forms."""
+the Flight Recorder forms with the launcher's log, and in mixed forms. And the other side of it: a rank that
+skipped a part and died reading the buffer it never filled, after parts every member completed alike, is named
+alone (object_parts.py; fuzz runs 75-67, 75-72)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from hypothesis import strategies as st
 
 from distdoctor.trace.model import Frame
 from test_fuzz_invariant import CHECKS, _diagnose
-from trace_sets import Job, Step
+from trace_sets import USER, Job, Step
 
 UNPICKLE = Frame("_tensor_to_object", "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py", 3435)
 
@@ -35,8 +37,52 @@ def garbled_broadcast(draw) -> tuple[Job, int, list[int], dict[int, str]]:
     forms = {r: draw(st.sampled_from(["native", "pickle", "json"])) for r in range(world)}
     forms[dead[0]] = "native"
     job = Job(world, {"0": list(range(world))}, {"0": "default_pg"}, steps, faults,
-              crash_text="UnpicklingError: invalid load key, '\\x00'.", crash_where=(UNPICKLE,))
+              crash_text="UnpicklingError: invalid load key, '\\x00'.",
+              crash_where=(Frame("step", USER, 101 + at), UNPICKLE))  # in the statement's next part
     return job, culprit, sorted(dead), forms
+
+
+@st.composite
+def skipped_object_part(draw) -> tuple[Job, int, dict[int, str]]:
+    """(a job, the rank that skipped a part of an object collective, each rank's form): the collective's two parts
+    (sizes, then bytes: a broadcast or an all_gather each) among other calls; the rank completes every call
+    before the part it skips and dies right there, reading the buffer that part never filled. Its trace is the
+    recorder's (which holds its exception); the others' any form."""
+    world = draw(st.integers(2, 8))
+    n = draw(st.integers(0, 3))
+    op = draw(st.sampled_from(["broadcast", "all_gather"]))
+    part = Step("0", op, 1, root=0 if op == "broadcast" else None)
+    data = Step("0", op, 8, root=0 if op == "broadcast" else None)
+    steps = [Step("0", draw(st.sampled_from(["all_reduce", "all_gather"])), 8) for _ in range(n)] + [part, data]
+    steps += [Step("0", "all_reduce", 8) for _ in range(draw(st.integers(0, 2)))]
+    skipped = draw(st.sampled_from([n, n + 1]))  # the sizes part, or the bytes part
+    w = draw(st.integers(0, world - 1))
+    forms = {r: draw(st.sampled_from(["native", "pickle", "json"])) for r in range(world)}
+    forms[w] = "native"
+    job = Job(world, {"0": list(range(world))}, {"0": "default_pg"}, steps, {w: ("crash", skipped)},
+              crash_text="UnpicklingError: could not find MARK", crash_where=(Frame("step", USER, 100 + skipped),
+                                                                              UNPICKLE))
+    return job, w, forms
+
+
+@CHECKS
+@given(skipped_object_part())
+def test_a_rank_that_died_of_a_part_it_never_issued_is_named_alone(case):
+    """Fuzz runs 75-67 and 75-72 (`objects`, skip): the rank skipped the sizes or the bytes part and died reading
+    the buffer it never filled; every member completed the parts before it alike, so no peer's root or size went
+    wrong: the skipper is named alone, not "one of" every member (object_parts.py). Where a peer's root is not
+    recorded (Flight Recorder's dump of a broadcast), nothing excludes a wrong root: still "one of"."""
+    job, w, forms = case
+    _, _, report = _diagnose(job, forms)
+    first = report.findings[0]
+    got = [(f.kind, f.ranks, f.detail[:160]) for f in report.findings]
+    rooted_unseen = any(s.op == "broadcast" for s in job.steps) and any(forms[r] != "native" for r in forms)
+    if first.evidence.get("undecided"):
+        assert rooted_unseen and w in first.evidence["suspects"], got
+    elif first.kind == "missing_ranks":  # it died before its first call on the group: absent, alone
+        assert first.ranks == [w] and not [e for e in report.traces.ranks[w].entries if e.group == "0"], got
+    else:
+        assert (first.kind, first.ranks) == ("crashed", [w]) and "skipped that part" in first.detail, got
 
 
 @CHECKS

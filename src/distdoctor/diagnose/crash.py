@@ -16,6 +16,7 @@ for it (explain.py), and it is reported as crashed only when nothing else is fou
 from __future__ import annotations
 
 from distdoctor.findings.kinds import Finding, fmt_ranks
+from distdoctor.diagnose.object_parts import skipped_part
 from distdoctor.diagnose.progress import crash_of, crash_phrase, last_completed
 from distdoctor.trace.model import TraceSet
 from distdoctor.world.failures import COMM_FAILURE, raised_unpacking  # a backend's failures; an object's bytes
@@ -90,13 +91,21 @@ def unpacked_findings(ts: TraceSet, crashes: dict[int, dict]) -> list[Finding]:
     Gloo's Flight Recorder records no roots) - or the rank itself skipped a part of the object collective and took
     the next part's bytes for it. One hedged finding per call: the dead ranks are its `ranks`, every member of the
     call its `evidence.suspects` ("one of ..."), none of them decided here: a mismatch the dumps show names the
-    culprit before it."""
+    culprit before it. A rank that died of a part it never issued, after parts every member completed alike,
+    skipped it: named alone (object_parts.py)."""
     at: dict[tuple, list[int]] = {}
+    out = []
     for rank, crash in sorted(crashes.items()):
         e = crash.get("in_call") or last_completed(ts.ranks[rank])
-        if e is not None and not e.is_p2p:
+        if e is not None and e.is_p2p:
+            continue
+        groups = [e.group] if e is not None else sorted(ts.ranks[rank].groups)  # none issued: any of its groups
+        part = next((p for g in groups if crash.get("in_call") is None
+                     for p in [skipped_part(ts, rank, crash.get("at"), g)] if p is not None), None)
+        if part is not None:
+            out.append(_skipper(ts, rank, crash, part, crashes))
+        elif e is not None:
             at.setdefault((e.group, e.seq, e.op), []).append(rank)
-    out = []
     for (group, seq, op), ranks in at.items():
         info = ts.ranks[ranks[0]].groups.get(group)
         suspects = sorted(set(info.ranks if info is not None else ts.ranks) | set(ranks))  # a skipper dies so too
@@ -111,6 +120,19 @@ def unpacked_findings(ts: TraceSet, crashes: dict[int, dict]) -> list[Finding]:
                            detail=detail, evidence={"undecided": True, "suspects": suspects, "unpacking": True,
                                                     "exception": _exceptions(crashes, ranks)}))
     return out
+
+
+def _skipper(ts: TraceSet, rank: int, crash: dict, part, crashes: dict[int, dict]) -> Finding:
+    """The rank that skipped a part of an object collective and died reading the buffer it never filled
+    (object_parts.py)."""
+    text = crash["text"]
+    detail = (f"rank {rank} never issued {part.op} #{part.seq} on group '{part.group}', the part of the object "
+              f"collective every other member issued next from the line it died at ({crash.get('at')}), and died "
+              f"turning a buffer that part never filled into objects ({text if len(text) <= 120 else text[:117] + '...'}"
+              f"); every member completed the parts before it alike: rank {rank} skipped that part.")
+    return Finding("crashed", [rank], group=part.group, seq=part.seq, op=part.op, t=ts.ranks[rank].dump_time,
+                   detail=detail, evidence={"unpacking": True, "skipped_part": True,
+                                            "exception": _exceptions(crashes, [rank])})
 
 
 SIGNAL_PREFIX = "signal: "  # the recorder's dump_reason when a signal (SIGTERM, SIGINT) ended the rank
