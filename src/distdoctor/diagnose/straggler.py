@@ -213,8 +213,9 @@ def find_stragglers(views: dict[str, GroupView]) -> list[Finding]:
             for j, r in enumerate(ranks):
                 all_late[r].append(float(med[j]))
                 m = float(med[j])
-                held = bool(is_late[j]) and _held_before(timelines[r], last_arrival, a[rows, j], x[:, j])
-                # a lateness it was held into is no work of its own, nor of its place: it says nothing of the role
+                held = m >= MIN_LATE_S and _held_before(timelines[r], last_arrival, a[rows, j], x[:, j])
+                # a lateness it was held into is no work of its own, nor of its place: it says nothing of the role,
+                # judged late or not (a sibling held by the straggler's own group is as late, and noisier)
                 own = 0.0 if held else m
                 class_late[r][(op, sizes)] = max(own, class_late[r].get((op, sizes), float("-inf")))
                 if not is_late[j] or held:
