@@ -28,7 +28,7 @@ CASES = [
     ("gloo-hsdp8-twice", "rank_*.jsonl", 8, "type_mismatch"),  # an extra call on a mesh dimension
     ("gloo-hsdp-twice", "rank_*.fr.pkl", 4, "type_mismatch"),  # the same, 4 ranks, Flight Recorder's dumps
     # seed 75: a part of an object collective skipped, the skipper dead of the buffer it never filled
-    ("gloo-objects-skip-sizes", "rank_*.jsonl", 4, "crashed"),  # broadcast_object_list's sizes
+    ("gloo-objects-skip-sizes-died", "rank_*.jsonl", 4, "crashed"),  # broadcast_object_list's sizes
     ("gloo-objects-skip-bytes", "rank_*.jsonl", 4, "crashed"),  # all_gather_object's pickles
     ("gloo-hsdp-slow", "rank_*.fr.pkl", 4, "straggler"),  # its shard peer, held, passed for its role: unnamed
 ]
