@@ -66,7 +66,8 @@ def pending_entries(ts: TraceSet, views: dict[str, GroupView],
             stream = gpu_stream(trace, e)
             if stream in seen_streams:
                 continue
-            if _incomplete(rank, e, views, ts) and not (e.is_p2p and _partner_done(rank, e, p2p)):
+            if _incomplete(rank, e, views, ts) and not (e.is_p2p and _partner_done(
+                    rank, e, p2p, numbered_pairs(ts, rank, e.peer))):
                 seen_streams.add(stream)
                 pend.append(e)
         out[rank] = pend
@@ -93,15 +94,31 @@ def completed_by_peers(rank: int, e: Entry, view: GroupView, ts: TraceSet) -> bo
     return least is not None and least >= e.seq
 
 
-def _partner_done(rank: int, e: Entry, p2p: dict) -> bool:
+def _partner_done(rank: int, e: Entry, p2p: dict, by_number: bool = False) -> bool:
     """The peer completed the other half of this send or recv (pairs match FIFO per group, sender, receiver)."""
     if e.peer is None:
         return False
     mine, theirs = _halves(rank, e)
     ours = p2p.get(mine, [])
     ordinal = next((i for i, x in enumerate(ours) if x is e), None)
-    other = p2p.get(theirs, [])
-    return ordinal is not None and ordinal < len(other) and other[ordinal].state == "completed"
+    match = _partner(e, ordinal, p2p.get(theirs, []), by_number)
+    return ordinal is not None and match is not None and match.state == "completed"
+
+
+def _partner(e: Entry, ordinal: int | None, theirs: list[Entry], by_number: bool) -> Entry | None:
+    """The other half of a send or recv: with `by_number` (both sides' traces are the recorder's, which numbers
+    p2p calls per peer and direction from 1: `p2p_seq`) the one of the same number - a trace that keeps only its
+    last calls, a live state's or a wrapped ring's, still pairs right -, else the one at the same place in the
+    peer's list (FIFO; Flight Recorder numbers every p2p call of a group, so its numbers do not pair)."""
+    if by_number and e.p2p_seq is not None and all(x.p2p_seq is not None for x in theirs):
+        return next((x for x in theirs if x.p2p_seq == e.p2p_seq), None)
+    return theirs[ordinal] if ordinal is not None and ordinal < len(theirs) else None
+
+
+def numbered_pairs(ts: TraceSet, rank: int, peer: int | None) -> bool:
+    """Whether both ranks' p2p numbers are the recorder's own (traces of the recorder alone)."""
+    return peer is not None and all(ts.ranks.get(r) is not None and ts.ranks[r].source == "native"
+                                    for r in (rank, peer))
 
 
 def _halves(rank: int, e: Entry) -> tuple[tuple, tuple]:
@@ -145,9 +162,11 @@ def build_waits(ts: TraceSet, views: dict[str, GroupView],
                 mine = p2p.get(key, [])
                 ordinal = next((i for i, x in enumerate(mine) if x is e), 0)
                 theirs = p2p.get(other, []) if e.peer in ts.ranks else []
-                match = theirs[ordinal] if ordinal < len(theirs) else None
+                by_number = numbered_pairs(ts, rank, e.peer)
+                match = _partner(e, ordinal, theirs, by_number)
                 if match is None or not _reached(e.peer, match, first_pending, ts):
-                    waits.append(Wait(rank, e, [e.peer], (ordinal, len(theirs))))
+                    posted = max((x.p2p_seq or 0 for x in theirs), default=0) if by_number else len(theirs)
+                    waits.append(Wait(rank, e, [e.peer], ((e.p2p_seq or 1) - 1 if by_number else ordinal, posted)))
                 continue
             view = views.get(e.group)
             if view is None:
