@@ -11,12 +11,17 @@ alone (object_parts.py; fuzz runs 75-67, 75-72)."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from distdoctor.trace.model import Frame
 from test_fuzz_invariant import CHECKS, _diagnose
-from trace_sets import USER, Job, Step
+from distdoctor.diagnose import analyze
+from distdoctor.trace.loaders import load_traces
+from trace_sets import PEER_CLOSED, USER, Job, Step, _render, pipeline_rounds, run, traces, write
 
 UNPICKLE = Frame("_tensor_to_object", "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py", 3435)
 
@@ -95,3 +100,87 @@ def test_ranks_that_died_of_a_peers_bytes_never_lead_as_the_cause(case):
     assert culprit in claimed, [(f.kind, f.ranks, f.evidence, forms) for f in report.findings]
     if first.kind == "crashed":  # never decided: a rank that skipped a part of the call dies so too
         assert first.detail.startswith("one of ") and set(dead) <= set(claimed), first.detail
+
+
+@st.composite
+def unpacked_in_a_pipeline(draw) -> tuple[Job, int, dict[int, str]]:
+    """(a pipeline job, the stage that died turning what a recv delivered into objects - recv_object_list, a
+    schedule's shape exchange -, each rank's form): the stage leaves the recorder's trace, which holds its
+    exception; the others any form, Gloo's Flight Recorder ones showing no send or recv at all."""
+    world = draw(st.integers(2, 6))
+    steps = pipeline_rounds(world, draw(st.integers(1, 3)))
+    w = draw(st.integers(0, world - 1))
+    mine = [i for i, s in enumerate(steps) if w in (s.src, s.dst)]
+    at = draw(st.sampled_from(mine[1:] or mine))
+    forms = {r: draw(st.sampled_from(["native", "pickle", "json"])) for r in range(world)}
+    forms[w] = "native"
+    faults = {w: ("crash", at)}
+    for peer in (w - 1, w + 1):  # its neighbours die of the connection its death closed, at their next call
+        later = [i for i, s in enumerate(steps) if i > at and peer in (s.src, s.dst)]
+        if 0 <= peer < world and later and draw(st.booleans()):
+            faults[peer] = ("crash", later[0])
+    closed = "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:11177"
+    job = Job(world, {"0": list(range(world))}, {"0": "default_pg"}, steps, faults,
+              crash_text="UnpicklingError: invalid load key, '\\x00'.", crash_where=(UNPICKLE,),
+              crash_texts={r: closed for r in faults if r != w})
+    return job, w, forms
+
+
+@CHECKS
+@given(unpacked_in_a_pipeline())
+def test_a_stage_that_died_of_a_messages_bytes_is_one_of_it_and_its_peer(case):
+    """Fuzz run 75-220 (GPipe on 8 ranks, `skip:1`): the stage died unpickling what a recv delivered; its peers
+    died of the connection it closed, and the launcher's log gives every exception while Gloo's Flight Recorder
+    dumps hold no call. The unpacking death made no finding (a p2p call's, or none at all), and the peers' closed
+    connections were named `crashed`, a false claim. The bytes came from the recv's peer, or the stage skipped a
+    part itself: "one of" the two; with no call in its dump, "one of" every rank; the first finding never leaves
+    the stage out (its neighbours' closed connections echo it: crash.py, `unpacked_findings`, explain.py)."""
+    job, w, forms = case
+    _, _, report = _diagnose(job, forms)
+    first = report.findings[0]
+    got = [(f.kind, f.ranks, f.detail[:160]) for f in report.findings]
+    assert w in (first.evidence.get("suspects") or first.ranks), got  # never a finding that leaves it out
+
+
+def _unpacking_log(world: int, w: int, echoes: set[int]) -> str:
+    """torchrun's log of a job whose rank `w` died unpickling a recv's bytes inside torch.distributed's object
+    collective (exit code 1, the agent's first failure), its `echoes` of the connection it closed (their
+    tracebacks shown; the launcher's SIGTERM ends them), the rest stopped by the launcher."""
+    pid = {r: 4000 + r for r in range(world)}
+    stamp = "W1129 17:31:10.207000 10218 site-packages/torch/distributed/elastic/multiprocessing/api.py"
+    frames = ['  File "/job/train.py", line 147, in pipeline', '    schedule.step()',
+              f'  File "{UNPICKLE.filename}", line {UNPICKLE.line}, in {UNPICKLE.name}',
+              '    return _unpickler(io.BytesIO(buf)).load()']
+    lines = [f"[rank{w}]: {ln}" for ln in ["Traceback (most recent call last):", *frames,
+                                           "_pickle.UnpicklingError: invalid load key, '\\x00'."]]
+    for r in sorted(echoes):
+        lines += [f"[rank{r}]: {ln}" for ln in ["Traceback (most recent call last):", *frames[:2], PEER_CLOSED]]
+    lines += [f"{stamp}:1028] Sending process {pid[r]} closing signal SIGTERM" for r in range(world) if r != w]
+    lines.append(f"E1129 17:31:10.745000 10218 site-packages/torch/distributed/elastic/multiprocessing/api.py:1002] "
+                 f"failed (exitcode: 1) local_rank: {w} (pid: {pid[w]}) of binary: python")
+    return _render(lines, {r: (1, None) if r == w else (-15, "SIGTERM") for r in range(world)}, pid, w)
+
+
+@CHECKS
+@given(st.data())
+def test_a_stage_that_died_of_a_messages_bytes_beside_blind_dumps_is_no_claim_for_its_echoes(data):
+    """Fuzz run 75-220 itself: every rank left Gloo's Flight Recorder dump (no call of a pipeline), the launcher's
+    log gives the exceptions - the stage's UnpicklingError, raised in the object collective, the first failure;
+    its neighbours' closed connections. They read `crashed [0, 2]`, a false claim: the unpacking death made no
+    finding without a call to hang it on. It is now "one of" every rank, the neighbours its echoes."""
+    world = data.draw(st.integers(3, 8))
+    w = data.draw(st.integers(0, world - 1))
+    echoes = {r for r in (w - 1, w + 1) if 0 <= r < world and data.draw(st.booleans())} or \
+        {w + 1 if w + 1 < world else w - 1}
+    job = Job(world, {"0": list(range(world))}, {"0": "default_pg"}, pipeline_rounds(world, 2), {})
+    forms = {r: data.draw(st.sampled_from(["pickle", "json"])) for r in range(world)}
+    ts_in = traces(job, run(job))
+    with tempfile.TemporaryDirectory() as d:
+        write(d, job, ts_in, forms, p2p=False)
+        with open(os.path.join(d, "torchrun.log"), "w") as f:
+            f.write(_unpacking_log(world, w, echoes))
+        report = analyze(load_traces([d], world_size=world))
+    first = report.findings[0]
+    got = [(f.kind, f.ranks, f.detail[:160]) for f in report.findings]
+    assert first.kind == "crashed" and first.ranks == [w] and first.evidence.get("undecided"), got
+    assert set(first.evidence["suspects"]) == set(range(world)) and first.detail.startswith("one of"), got

@@ -67,6 +67,7 @@ class Job:
     crash_text: str = "RuntimeError: boom"  # what a crashed rank died of (a communication failure, or not)
     stale: set[int] = field(default_factory=set)  # ranks whose collectives never show completed (async, not waited)
     crash_where: tuple = ()  # frames (innermost last) a crashed rank's exception was raised in, below its own code
+    crash_texts: dict = field(default_factory=dict)  # rank -> what it died of, where not `crash_text`
 
 
 @st.composite
@@ -290,7 +291,7 @@ def traces(job: Job, ran: dict) -> dict[int, RankTrace]:
         stacks = {"MainThread (1)": now}
         reason = "hang"
         if end == "crash" and reached:
-            reason = f"exception: {job.crash_text}"
+            reason = f"exception: {job.crash_texts.get(r, job.crash_text)}"
             raised = [Frame("<module>", USER, 1), Frame("forward", "model.py", 3), *job.crash_where]
             stacks = {"exception in MainThread": raised, "MainThread (1)": list(raised)}
         out[r] = RankTrace(rank=r, source="native", world_size=job.world, entries=entries, stacks=stacks,

@@ -92,34 +92,48 @@ def unpacked_findings(ts: TraceSet, crashes: dict[int, dict]) -> list[Finding]:
     the next part's bytes for it. One hedged finding per call: the dead ranks are its `ranks`, every member of the
     call its `evidence.suspects` ("one of ..."), none of them decided here: a mismatch the dumps show names the
     culprit before it. A rank that died of a part it never issued, after parts every member completed alike,
-    skipped it: named alone (object_parts.py)."""
+    skipped it: named alone (object_parts.py). A p2p call's bytes (recv_object_list: a pipeline's shapes) came
+    from its peer: the two; a rank whose dumps hold no call at all (Gloo's Flight Recorder of a pipeline, the
+    launcher's log giving the exception) may have taken them from any rank: every rank."""
     at: dict[tuple, list[int]] = {}
     out = []
     for rank, crash in sorted(crashes.items()):
         e = crash.get("in_call") or last_completed(ts.ranks[rank])
-        if e is not None and e.is_p2p:
-            continue
         groups = [e.group] if e is not None else sorted(ts.ranks[rank].groups)  # none issued: any of its groups
-        part = next((p for g in groups if crash.get("in_call") is None
+        part = next((p for g in groups if crash.get("in_call") is None and (e is None or not e.is_p2p)
                      for p in [skipped_part(ts, rank, crash.get("at"), g)] if p is not None), None)
         if part is not None:
             out.append(_skipper(ts, rank, crash, part, crashes))
-        elif e is not None:
-            at.setdefault((e.group, e.seq, e.op), []).append(rank)
-    for (group, seq, op), ranks in at.items():
-        info = ts.ranks[ranks[0]].groups.get(group)
-        suspects = sorted(set(info.ranks if info is not None else ts.ranks) | set(ranks))  # a skipper dies so too
+        else:  # a p2p call's bytes come from its peer; with no call to show, from any rank
+            at.setdefault((e.group, e.seq if not e.is_p2p else e.p2p_seq, e.op, e.peer if e.is_p2p else None)
+                          if e is not None else (None, None, None, None), []).append(rank)
+    for (group, seq, op, peer), ranks in at.items():
+        suspects = sorted(set(_senders(ts, ranks[0], group, peer)) | set(ranks))  # a skipper dies so too
         text = crashes[ranks[0]]["text"]
-        detail = (f"one of {fmt_ranks(suspects)}: {fmt_ranks(ranks)} died turning what {op} #{seq} on group "
-                  f"'{group}' delivered into objects ({text if len(text) <= 120 else text[:117] + '...'}, raised "
+        what = f"{op} #{seq} on group '{group}'" if group is not None else "an object collective (no call of it in " \
+            "these dumps)"
+        detail = (f"one of {fmt_ranks(suspects)}: {fmt_ranks(ranks)} died turning what {what} "
+                  f"delivered into objects ({text if len(text) <= 120 else text[:117] + '...'}, raised "
                   f"in torch.distributed's object collective): those were no object's sizes or pickle, so a member "
                   f"that sent them took another root or size for that call (Gloo checks neither, and its Flight "
                   f"Recorder records no root), or a rank that skipped a part of the object collective took the next "
                   f"part's bytes for it. These dumps do not say which member.")
         out.append(Finding("crashed", ranks, group=group, seq=seq, op=op, t=ts.ranks[ranks[0]].dump_time,
                            detail=detail, evidence={"undecided": True, "suspects": suspects, "unpacking": True,
+                                                    **({"peer": peer} if peer is not None else {}),
                                                     "exception": _exceptions(crashes, ranks)}))
     return out
+
+
+def _senders(ts: TraceSet, rank: int, group: str | None, peer: int | None):
+    """The ranks whose bytes the dead rank may have unpacked: a p2p call's peer; a collective's members; with no
+    call to show, every rank."""
+    if peer is not None:
+        return [peer]
+    info = ts.ranks[rank].groups.get(group) if group is not None else None
+    if info is not None:
+        return info.ranks
+    return range(ts.world_size) if group is None and ts.world_size else ts.ranks
 
 
 def _skipper(ts: TraceSet, rank: int, crash: dict, part, crashes: dict[int, dict]) -> Finding:

@@ -178,9 +178,11 @@ class Explainer:
             out.append(killed)
             crashed = [r for r in crashed if r not in comm]
         unpacked = {r: self.crashes[r] for r in crashed if self.crashes[r].get("unpacking")}
-        out.extend(unpacked_findings(self.ts, unpacked))  # a peer's other root or size, which no dump shows
-        out.extend(crash_findings(self.ts, {r: self.crashes[r] for r in crashed if r not in unpacked}, set(),
-                                  echoes=True))
+        died_unpacking = unpacked_findings(self.ts, unpacked)  # a peer's other root or size, which no dump shows
+        out.extend(died_unpacking)
+        # the connections those ranks' deaths closed: their peers' failures echo them (next round, `_gone_peer`)
+        out.extend(crash_findings(self.ts, {r: self.crashes[r] for r in crashed if r not in unpacked
+                                            and not (died_unpacking and r in comm)}, set(), echoes=True))
         idle_at: dict[tuple, dict] = {}  # (group, seq, op) -> waiters, idle ranks, entry
         lost: set[int] = set()
         ended_wait = False  # a rank waits for ranks ended on their way: whatever ended the job explains it
