@@ -91,6 +91,27 @@ def test_a_lost_stage_beside_dumps_that_show_nothing_is_one_of_every_rank(case, 
 
 
 @CHECKS
+@given(pipeline_odd_message(), st.data())
+def test_a_lost_stage_beside_a_blind_sender_is_one_of_them(case, data):
+    """The same runs with the sender's dump Gloo's Flight Recorder's (it shows no send) beside others' recorder
+    traces that show the pipeline's sends and receives (campaign run 75-210, mixed forms): `missing_dump [2]`
+    named the receiver alone. The blind sender may have sent it the message that killed it: "one of" them
+    (lost.py, `_blind_senders`), never the receiver alone."""
+    job, sender, receiver, _ = case
+    ts_in = traces(job, run(job))
+    del ts_in[receiver]  # aborted: no dump
+    forms = {r: data.draw(st.sampled_from(["native", "pickle", "json"])) for r in ts_in}
+    forms[sender] = data.draw(st.sampled_from(["pickle", "json"]))
+    others = [r for r in ts_in if r != sender]
+    if others:
+        forms[data.draw(st.sampled_from(others))] = "native"
+    report = analyzed(job, ts_in, forms, p2p=False)
+    first = report.findings[0]
+    got = [(f.kind, f.ranks, f.detail[:160]) for f in report.findings]
+    assert sender in (first.evidence.get("suspects") or first.ranks), got
+
+
+@CHECKS
 @given(pipeline_odd_half())
 def test_the_side_whose_half_of_a_pair_departs_from_its_own_is_named(case):
     """A send and its recv that disagree on size or dtype (`resize:0` on a real pipeline, campaign run 73-59, the

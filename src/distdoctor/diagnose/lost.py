@@ -41,6 +41,14 @@ def missing_dump(no_dump: list[int], waits: list[Wait], views: dict[str, GroupVi
                        "at all, and none can show a send or recv (Gloo's Flight Recorder records none): nothing says "
                        "what the job did when it went. It may have died of its own, or of a peer's message of "
                        "another size or dtype (Gloo aborts the process that receives one).")
+    elif blind := _blind_senders(no_dump, ts):
+        lost.evidence.update(undecided=True, suspects=sorted(set(no_dump) | set(blind)))
+        lost.detail = (f"one of {fmt_ranks(lost.evidence['suspects'])}: " + detail + f" {fmt_ranks(blind)} left "
+                       f"{'a dump that holds' if len(blind) == 1 else 'dumps that hold'} no call and cannot show a send or recv "
+                       f"(Gloo's Flight Recorder records none), in a job that sends and receives: "
+                       f"{'it' if len(blind) == 1 else 'any of them'} may have sent {fmt_ranks(no_dump)} a message "
+                       f"of another size or dtype (Gloo aborts the process that receives one), or "
+                       f"{fmt_ranks(no_dump)} died of {'its' if len(no_dump) == 1 else 'their'} own.")
     return lost
 
 
@@ -53,6 +61,18 @@ def _blind_survivors(no_dump: list[int], ts: TraceSet) -> bool:
     if not survivors or any(t.entries for t in survivors) or not all(shows_no_p2p(t) for t in survivors):
         return False
     return not set(no_dump) <= set(ended_on_their_own(ts))
+
+
+def _blind_senders(no_dump: list[int], ts: TraceSet) -> list[int]:
+    """Survivors whose dumps hold no call and cannot show p2p, beside others' traces that show sends and receives
+    (a pipeline's mixed dumps: fuzz run 75-210, where the stage that resized its send left Gloo's Flight Recorder
+    dump and the receiver Gloo aborted was named alone): any of them may have sent the lost ranks the message
+    that killed them. None where the launcher's log says the lost ranks ended of their own."""
+    survivors = ts.ranks
+    blind = [r for r, t in survivors.items() if not len(t.entries) and shows_no_p2p(t)]
+    if not blind or not any(e.is_p2p for t in survivors.values() for e in t.entries[-256:]):
+        return []
+    return [] if set(no_dump) <= set(ended_on_their_own(ts)) else sorted(blind)
 
 
 def hedge_lost(lost: Finding | None, d: Divergence, idle: list[int], view, no_dump: list[int],
