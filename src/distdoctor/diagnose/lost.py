@@ -66,11 +66,14 @@ def _blind_survivors(no_dump: list[int], ts: TraceSet) -> bool:
 def _blind_senders(no_dump: list[int], ts: TraceSet) -> list[int]:
     """Survivors whose dumps hold no call and cannot show p2p, beside others' traces that show sends and receives
     (a pipeline's mixed dumps: fuzz run 75-210, where the stage that resized its send left Gloo's Flight Recorder
-    dump and the receiver Gloo aborted was named alone): any of them may have sent the lost ranks the message
-    that killed them. None where the launcher's log says the lost ranks ended of their own."""
+    dump and the receiver Gloo aborted was named alone): any of them that may be a peer of theirs (as far from
+    them as the peers the other traces show are from their ranks: a pipeline's neighbours) may have sent the lost
+    ranks the message that killed them. None where the launcher's log says the lost ranks ended of their own."""
     survivors = ts.ranks
-    blind = [r for r, t in survivors.items() if not len(t.entries) and shows_no_p2p(t)]
-    if not blind or not any(e.is_p2p for t in survivors.values() for e in t.entries[-256:]):
+    offsets = {abs(e.peer - r) for r, t in survivors.items() for e in t.entries[-256:] if e.is_p2p and e.peer is not None}
+    blind = [r for r, t in survivors.items() if not len(t.entries) and shows_no_p2p(t)
+             and any(abs(r - lost) in offsets for lost in no_dump)]  # a peer of theirs, as the others' peers are
+    if not blind:
         return []
     return [] if set(no_dump) <= set(ended_on_their_own(ts)) else sorted(blind)
 
