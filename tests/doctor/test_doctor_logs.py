@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scenarios.nccl_logs import write_nccl_logs
 from scenarios.pipeline_logs import RECV_GRAD, SRC, stage_ops, write_pipeline_logs
@@ -336,6 +336,9 @@ def _damaged_log(draw):
 
 @settings(max_examples=40, deadline=None)
 @given(data=_damaged_log())
+@example(data=b"I20240501 10:00:00.003000 11 \xc2\x80\x1ckernel.cpp:51] after: A\n"
+              b"I20240501 10:00:00.004000 11 kernel.cpp:51] before: B\n").via(
+    "a control byte (\\x1c) the bytes pattern read as part of a name, the text one as a space: a crash")
 def test_damaged_logs_are_read_as_far_as_they_go(data):
     """Whatever a log's lines hold, loading and diagnosing never fail: bad lines are skipped, the other rank loads."""
     with tempfile.TemporaryDirectory() as d:

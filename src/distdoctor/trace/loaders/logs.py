@@ -56,7 +56,7 @@ SKIPPED_EXAMPLES = 5  # file:line of the first few skipped lines, per rank
 # to build, count and hash than a tuple), split per distinct value; the second branch catches the marker lines the
 # first cannot read (a broken prefix) as an empty value, so bad lines are counted in the same pass.
 _GLOG_MARKER = rb"^(?:[IWEF]\S* \S+ +(\w+ \S*\] (?:before|after): .*)|.*\] (?:before|after): )"
-_GLOG_PARTS = re.compile(r"(\w+) \S*\] (before|after): (.*)")  # thread, kind, op
+_GLOG_PARTS = re.compile(r"(\w+) \S*\] (before|after): (.*)", re.ASCII)  # thread, kind, op: \S as the bytes
 _GLOG_LINE = re.compile(rb"(?m)^[IWEF]\d{4}(?:\d{4})? \d\d:\d\d:\d\d\.\d+ +\w+ [^\]\n]*\] ")
 _GLOG_TIME = re.compile(r"[IWEF](\d{4})?(\d\d)(\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?) ")
 _NCCL_LINE = re.compile(rb"\S+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN) ")
@@ -145,7 +145,8 @@ class _Markers:
     def parts(self, value) -> tuple[str, str, str] | None:
         if not self.custom:
             try:
-                return _GLOG_PARTS.match(value.decode("utf-8")).groups() if value else None
+                m = _GLOG_PARTS.match(value.decode("utf-8")) if value else None
+                return m.groups() if m else None
             except UnicodeDecodeError:
                 return None
         b, op, end_op, th, end_th = self._at
