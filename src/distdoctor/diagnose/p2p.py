@@ -159,7 +159,7 @@ def _departs_from_role(c: Cycle, ts: TraceSet) -> Finding | None:
                   "departed_at": d.at + 1})
 
 
-def _extra_call(ts: TraceSet, w) -> Finding | None:
+def _extra_call(ts: TraceSet, w, cache: dict) -> Finding | None:
     """A rank waiting in a send/recv its idle peer never posted is the one that deviates where its own calls
     depart from the round it repeated before while the peer's calls keep theirs (a call issued twice, or to
     the wrong peer): the peer did all its round asks of it, and this call is one too many."""
@@ -167,7 +167,6 @@ def _extra_call(ts: TraceSet, w) -> Finding | None:
     mine = breaks_pattern(_calls_up_to(ts.ranks[a], e))
     theirs = breaks_pattern([(x.op, x.group, x.peer) for x in p2p_entries(ts.ranks[b])])
     if mine is None or theirs is None or not mine[0] or theirs[0]:
-        cache: dict = {}
         d = lone_departure(ts, a, cache)
         if d is None or lone_departure(ts, b, cache) is not None:
             return None
@@ -346,7 +345,8 @@ def unposted_peers(ts: TraceSet, waits, pending: dict, on_cycle: set[int]) -> li
     out = []
     for group, ws in sorted(by_group.items()):
         ws.sort(key=lambda w: w.rank)
-        extra = [f for f in (_extra_call(ts, w) for w in ws) if f is not None]
+        cache: dict = {}  # each rank's calls read relative to it, once for every waiter (p2p_roles.py)
+        extra = [f for f in (_extra_call(ts, w, cache) for w in ws) if f is not None]
         out += extra
         ws = [w for w in ws if w.rank not in {f.ranks[0] for f in extra}]
         if not ws:

@@ -44,29 +44,43 @@ def relative_calls(ts: TraceSet, rank: int, cache: dict) -> list[tuple]:
 
 
 def lone_departure(ts: TraceSet, rank: int, cache: dict | None = None) -> Departure | None:
-    """The call at which `rank` departs from the ranks of its role (see above), else None."""
+    """The call at which `rank` departs from the ranks of its role (see above), else None. Ranks whose calls read
+    alike are compared once (a pipeline of a thousand stages has a few programs)."""
     cache = {} if cache is None else cache
     mine = relative_calls(ts, rank, cache)
-    others = {b: relative_calls(ts, b, cache) for b in ts.ranks if b != rank}
-    shared = {b: _common(mine, seq) for b, seq in others.items() if seq}
+    seqs = {s: rs for s, rs in ((s, [b for b in rs if b != rank]) for s, rs in _by_sequence(ts, cache).items()) if rs}
+    shared = {s: _common(mine, s) for s in seqs}
     j = max(shared.values(), default=0)
     if j >= len(mine) or j < MIN_SHARED or len(mine) - j - 1 > MAX_AFTER \
             or not {op for op, _, _ in mine[:j]} >= {"send", "recv"}:
         return None
-    role = [b for b, n in shared.items() if n == j and len(others[b]) > j]
-    wanted = {others[b][j] for b in role}
+    roles = [s for s, n in shared.items() if n == j and len(s) > j]
+    role = sorted(b for s in roles for b in seqs[s])
+    wanted = {s[j] for s in roles}
     if len(role) < MIN_ROLE or len(wanted) != 1:
         return None
-    longest = max((others[b] for b in role), key=len)
-    if any(_common(others[b], longest) < min(len(others[b]), len(longest)) for b in role):
+    longest = max(roles, key=len)
+    if any(_common(s, longest) < min(len(s), len(longest)) for s in roles):
         return None  # the ranks of the role disagree among themselves: no role
-    kin = [b for b, n in shared.items() if n >= MIN_SHARED and b not in role]
-    if any(_common(others[b], longest) < min(len(others[b]), len(longest)) for b in kin):
+    kin = [s for s, n in shared.items() if n >= MIN_SHARED and s not in roles]
+    if any(_common(s, longest) < min(len(s), len(longest)) for s in kin):
         return None  # another rank parts from the role too: roles that differ by design (a staircase)
     want = wanted.pop()
     if not _awaited(ts, rank, want):
         return None
-    return Departure(rank, j, mine[j], want, sorted(role))
+    return Departure(rank, j, mine[j], want, role)
+
+
+def _by_sequence(ts: TraceSet, cache: dict) -> dict[tuple, list[int]]:
+    """Every rank's relative calls, the ranks that made each sequence."""
+    if "by_sequence" not in cache:
+        found: dict[tuple, list[int]] = {}
+        for b in ts.ranks:
+            seq = tuple(relative_calls(ts, b, cache))
+            if seq:
+                found.setdefault(seq, []).append(b)
+        cache["by_sequence"] = found
+    return cache["by_sequence"]
 
 
 def _awaited(ts: TraceSet, rank: int, want: tuple) -> bool:
