@@ -104,16 +104,15 @@ def unpacked_findings(ts: TraceSet, crashes: dict[int, dict]) -> list[Finding]:
                      for p in [skipped_part(ts, rank, crash.get("at"), g)] if p is not None), None)
         if part is not None:
             out.append(_skipper(ts, rank, crash, part, crashes))
-        else:  # a p2p call's bytes come from its peer; with no call to show, from any rank
-            at.setdefault((e.group, e.seq if not e.is_p2p else e.p2p_seq, e.op, e.peer if e.is_p2p else None)
-                          if e is not None else (None, None, None, None), []).append(rank)
+        else:
+            at.setdefault(_unpacked_from(e), []).append(rank)
     for (group, seq, op, peer), ranks in at.items():
         suspects = sorted(set(_senders(ts, ranks[0], group, peer)) | set(ranks))  # a skipper dies so too
         text = crashes[ranks[0]]["text"]
         what = f"{op} #{seq} on group '{group}'" if group is not None else "an object collective (no call of it in " \
             "these dumps)"
         detail = (f"one of {fmt_ranks(suspects)}: {fmt_ranks(ranks)} died turning what {what} "
-                  f"delivered into objects ({text if len(text) <= 120 else text[:117] + '...'}, raised "
+                  f"delivered into objects ({_clipped(text)}, raised "
                   f"in torch.distributed's object collective): those were no object's sizes or pickle, so a member "
                   f"that sent them took another root or size for that call (Gloo checks neither, and its Flight "
                   f"Recorder records no root), or a rank that skipped a part of the object collective took the next "
@@ -123,6 +122,18 @@ def unpacked_findings(ts: TraceSet, crashes: dict[int, dict]) -> list[Finding]:
                                                     **({"peer": peer} if peer is not None else {}),
                                                     "exception": _exceptions(crashes, ranks)}))
     return out
+
+
+def _unpacked_from(e) -> tuple:
+    """(group, number, op, peer) of the call whose bytes a rank unpacked: a p2p call's bytes come from its peer;
+    all None where no call shows (then from any rank)."""
+    if e is None:
+        return None, None, None, None
+    return (e.group, e.p2p_seq, e.op, e.peer) if e.is_p2p else (e.group, e.seq, e.op, None)
+
+
+def _clipped(text: str, width: int = 120) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def _senders(ts: TraceSet, rank: int, group: str | None, peer: int | None):
@@ -142,7 +153,7 @@ def _skipper(ts: TraceSet, rank: int, crash: dict, part, crashes: dict[int, dict
     text = crash["text"]
     detail = (f"rank {rank} never issued {part.op} #{part.seq} on group '{part.group}', the part of the object "
               f"collective every other member issued next from the line it died at ({crash.get('at')}), and died "
-              f"turning a buffer that part never filled into objects ({text if len(text) <= 120 else text[:117] + '...'}"
+              f"turning a buffer that part never filled into objects ({_clipped(text)}"
               f"); every member completed the parts before it alike: rank {rank} skipped that part.")
     return Finding("crashed", [rank], group=part.group, seq=part.seq, op=part.op, t=ts.ranks[rank].dump_time,
                    detail=detail, evidence={"unpacking": True, "skipped_part": True,

@@ -13,7 +13,7 @@ part the rank never issued, and it is the one that skipped it (fuzz runs 75-67, 
 from __future__ import annotations
 
 from distdoctor.collectives import SPECS
-from distdoctor.trace.code_origin import is_user_code
+from distdoctor.diagnose.sites import user_chain
 from distdoctor.trace.model import Entry, TraceSet
 
 PARTS = 4  # the rank's last calls on the group before the part it skipped that every member must agree on
@@ -21,8 +21,8 @@ PARTS = 4  # the rank's last calls on the group before the part it skipped that 
 
 def skipped_part(ts: TraceSet, rank: int, died_at: str | None, group: str) -> Entry | None:
     """The call of `group` every other member issued next from the line `rank` died at (`died_at`, its innermost
-    user frame; a trace that records no line does not object), which `rank` never issued, when every member completed each of its last PARTS calls there
-    alike (see above); else None."""
+    user frame; a trace that records no line does not object), which `rank` never issued, when every member
+    completed each of its last PARTS calls there alike (see above); else None."""
     info = ts.ranks[rank].groups.get(group)
     if died_at is None or info is None or any(m not in ts.ranks for m in info.ranks) or len(info.ranks) < 2:
         return None
@@ -54,5 +54,5 @@ def _alike(calls: list[Entry | None]) -> bool:
 
 def _user_line(e: Entry) -> str | None:
     """The innermost frame of the user's code a call was issued from."""
-    frames = e.frames or []
-    return next((str(f) for f in reversed(frames) if is_user_code(f.filename)), None)
+    chain = user_chain(e.frames or [])
+    return str(chain[0]) if chain else None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from distdoctor.findings.kinds import Finding, fmt_ranks
+from distdoctor.findings.kinds import Finding, fmt_ranks, nth
 from distdoctor.diagnose.p2p_roles import departure_text, lone_departure
 from distdoctor.diagnose.waitfor import Cycle, p2p_entries
 from distdoctor.findings.sentences import describe_cycle
@@ -44,7 +44,7 @@ def cycle_findings(cycles: list[Cycle], ts: TraceSet | None = None, waits_of: di
             a, b, w = short[0]
             sent = "sent" if w.entry.op == "recv" else "received"
             why += (f"; rank {b} {sent} only {w.p2p[1]} message{'s' if w.p2p[1] != 1 else ''} "
-                    f"{'to' if w.entry.op == 'recv' else 'from'} rank {a}, which waits for its {_nth(w.p2p[0] + 1)} "
+                    f"{'to' if w.entry.op == 'recv' else 'from'} rank {a}, which waits for its {nth(w.p2p[0] + 1)} "
                     f"(pipeline stages configured with different numbers of micro-batches?)")
         out.append(Finding("p2p_deadlock", c.ranks, group=first.group, groups=c.groups, seq=first.p2p_seq,
                            op=first.op, t=first.t_created,
@@ -67,7 +67,7 @@ def count_disagreements(cycles: list[Cycle], waits_of: dict) -> list[Finding]:
             theirs = [v for v in waits_of.get(b, []) if not v.entry.is_p2p]
             if not e.is_p2p or w.p2p is None or w.p2p[1] > w.p2p[0] or not theirs:
                 continue
-            nth, posted = w.p2p[0] + 1, w.p2p[1]
+            wanted, posted = w.p2p[0] + 1, w.p2p[1]
             other = "recv" if e.op == "send" else "send"
             moved = theirs[0].entry
             wrong = _wrong_peer(a, b, e, other, posted, waits_of, c.groups)
@@ -77,12 +77,12 @@ def count_disagreements(cycles: list[Cycle], waits_of: dict) -> list[Finding]:
             out.append(Finding(
                 "p2p_deadlock", c.ranks, group=e.group, groups=c.groups, seq=e.p2p_seq, op=e.op, t=e.t_created,
                 detail=(f"rank {a} waits in {e.op} #{e.p2p_seq} {'to' if e.op == 'send' else 'from'} rank {b} on "
-                        f"group '{e.group}', its {_nth(nth)} {e.op} {'to' if e.op == 'send' else 'from'} rank {b}, "
+                        f"group '{e.group}', its {nth(wanted)} {e.op} {'to' if e.op == 'send' else 'from'} rank {b}, "
                         f"but rank {b} posted only {posted} matching {other}{'s' if posted != 1 else ''} and went on "
                         f"to {moved.op} #{moved.seq} on group '{moved.group}': the two sides disagree on how many "
                         f"messages pass between them (pipeline stages configured with different numbers of "
                         f"micro-batches, a send or recv only some ranks make). Cycle: {describe_cycle(c.path)}."),
-                evidence={"cycle": [[x, y] for x, y, _ in c.steps], "messages": {"expected": nth, "posted": posted},
+                evidence={"cycle": [[x, y] for x, y, _ in c.steps], "messages": {"expected": wanted, "posted": posted},
                           "deviating": b}))
             out[-1].ranks = _first(b, out[-1].ranks)  # b deviates (it stopped short and went on): it leads
             break
@@ -240,10 +240,6 @@ def _token(call: tuple) -> str:
 
 def _first(rank: int, ranks: list[int]) -> list[int]:
     return [rank] + [r for r in ranks if r != rank]
-
-
-def _nth(n: int) -> str:
-    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def pair_disagreements(ts: TraceSet) -> list[Finding]:

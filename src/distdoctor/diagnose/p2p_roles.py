@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distdoctor.diagnose.waitfor import p2p_entries
+from distdoctor.findings.kinds import fmt_ranks, nth
 from distdoctor.trace.model import TraceSet
 
 MIN_SHARED = 4  # calls a rank shares with the ranks of its role before the one it departs at
@@ -60,11 +61,10 @@ def lone_departure(ts: TraceSet, rank: int, cache: dict | None = None) -> Depart
     if len(role) < MIN_ROLE or len(wanted) != 1:
         return None
     longest = max(roles, key=len)
-    if any(_common(s, longest) < min(len(s), len(longest)) for s in roles):
-        return None  # the ranks of the role disagree among themselves: no role
     kin = [s for s, n in shared.items() if n >= MIN_SHARED and s not in roles]
-    if any(_common(s, longest) < min(len(s), len(longest)) for s in kin):
-        return None  # another rank parts from the role too: roles that differ by design (a staircase)
+    if not all(_keeps_to(s, longest) for s in roles + kin):
+        return None  # the role's ranks disagree among themselves, or another rank parts from the role too:
+        # roles that differ by design (a staircase), no role to read the rank against
     want = wanted.pop()
     if not _awaited(ts, rank, want):
         return None
@@ -100,14 +100,17 @@ def _awaited(ts: TraceSet, rank: int, want: tuple) -> bool:
 
 def departure_text(d: Departure) -> str:
     """What the departure was, in words."""
-    from distdoctor.findings.kinds import fmt_ranks
-
     n = d.at + 1
     return (f"rank {d.rank}'s sends and receives, each peer taken relative to the rank, matched those of "
-            f"{fmt_ranks(d.role)} call for call for {d.at} calls; its {_nth(n)} send or receive was "
+            f"{fmt_ranks(d.role)} call for call for {d.at} calls; its {nth(n)} send or receive was "
             f"{_said(d.got, d.rank)} where "
             f"each of theirs was {_said(d.want, None)} (a send or recv skipped, issued twice, or to the wrong "
             f"peer): rank {d.rank} departs, and the waits that follow come from it")
+
+
+def _keeps_to(s: tuple, role: tuple) -> bool:
+    """Whether a rank's calls are the role's as far as it went (or the role's as far as they go)."""
+    return _common(s, role) == min(len(s), len(role))
 
 
 def _common(a: list, b: list) -> int:
@@ -127,7 +130,3 @@ def _said(token: tuple, rank: int | None) -> str:
         who = {1: "the next rank", -1: "the rank before"}.get(
             offset, f"the rank {abs(offset)} {'after' if offset > 0 else 'before'} it")
     return f"a {op} {way} {who} on group '{group}'"
-
-
-def _nth(n: int) -> str:
-    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"

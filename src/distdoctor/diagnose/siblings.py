@@ -71,14 +71,13 @@ def unmet_by_siblings(view: GroupView, views: dict[str, GroupView], traced: set[
     if not found:
         return None
     kind, (seq, e, key, want, matched, ranks) = next(iter(found.items()))
-    if matched is None:
-        standing = [r for r in ranks if (last or {}).get(r) is not None and view.by_rank[r][seq].t_created == last[r]]
-        if not lost or set(lost) <= own or len(standing) != 1 or len(ranks) != 1:
-            return None  # two members that agree against the siblings: their groups differ by design
-        return _unvouched(view, kind, seq, e, key, want, standing, lost)
+    if matched is None:  # its first call on the group: nothing vouches for the groups running alike
+        if len(ranks) != 1 or not lost or set(lost) <= own or not _stands_in(view, ranks[0], seq, last or {}):
+            return None  # (two members that agree against the siblings: their groups differ by design)
+        return _unvouched(view, kind, seq, e, key, want, ranks, lost)
     who = (_names(lost) if lost and len(lost) <= size - len(left) else f"one of {_names(lost)}" if lost
            else f"{size - len(left)} member(s)")
-    what = {"op": "issued", "dtypes": "passed dtypes", "in_sizes": "passed input sizes"}[key]
+    what = _WHAT[key]
     detail = (f"{what} {value_of(key, e, view.members)} where every member of the sibling groups {what.split()[0]} "
               f"{want} ({'its earlier calls on the group matched theirs' if matched else 'the same collective'}"
               f"{'; a call skipped or added shifts every later one' if key == 'op' else ''}); {who} of this group "
@@ -90,6 +89,12 @@ def unmet_by_siblings(view: GroupView, views: dict[str, GroupView], traced: set[
                       e.t_created)
 
 
+def _stands_in(view: GroupView, rank: int, seq: int, last: dict[int, float | None]) -> bool:
+    """Whether call `seq` is the last the rank issued: the one it stands in."""
+    t = last.get(rank)
+    return t is not None and view.by_rank[rank][seq].t_created == t
+
+
 def _unvouched(view: GroupView, kind: str, seq: int, e, key: str, want: str, ranks: list[int],
                lost: list[int]) -> Divergence:
     """A left member's first call on the group differs from what the sibling groups' members all did there, and
@@ -97,7 +102,7 @@ def _unvouched(view: GroupView, kind: str, seq: int, e, key: str, want: str, ran
     receives another size), or they may have died of their own while it waited; groups of one description may
     also differ by design (uneven shards, a pipeline's stages), and no earlier call says whether these do. The
     mismatch is "one of" the two sides, never a claim for either."""
-    what = {"op": "issued", "dtypes": "passed dtypes", "in_sizes": "passed input sizes"}[key]
+    what = _WHAT[key]
     suspects = sorted(set(lost) | set(ranks))
     got = value_of(key, e, view.members)
     detail = (f"{_names(ranks)} {what} {got} in {'its' if len(ranks) == 1 else 'their'} first call on the group "
@@ -114,6 +119,7 @@ def _unvouched(view: GroupView, kind: str, seq: int, e, key: str, want: str, ran
                       e.t_created)
 
 
+_WHAT = {"op": "issued", "dtypes": "passed dtypes", "in_sizes": "passed input sizes"}  # a departure, in words
 _KINDS = (("op", "type_mismatch"), ("dtypes", "dtype_mismatch"), ("in_sizes", "size_mismatch"))
 
 

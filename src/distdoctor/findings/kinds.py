@@ -88,6 +88,11 @@ def numbered(op: str, seq) -> str:
     return f"{op} #{seq}" if seq is not None else f"{op} (its number unknown)"
 
 
+def nth(n: int) -> str:
+    """An ordinal in words: '1st', '2nd', '11th'."""
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 def fmt_ranks(ranks) -> str:
     ranks = sorted(ranks)
     if len(ranks) == 1:
