@@ -50,7 +50,8 @@ def _bytes(ctx, param, value):
 @click.option("--link-bytes", default="4M", show_default=True, callback=_bytes,
               help="Message size of the --links transfers (K/M/G suffixes; whole float32 elements, up to 4G).")
 @click.option("--link-iters", default=10, show_default=True, type=count("transfers", 0, MAX_ITERS),
-              help="Timed transfers per direction of each --links pair (fewer where they would take over 2 s).")
+              help="Timed transfers per direction of each --links pair, spread over 3 passes (fewer where they "
+                   "would take over 2 s).")
 @click.option("-I", "--per-iter", type=click.IntRange(0, 1), is_flag=False, flag_value=1, default=0,
               help="1 (or -I alone): time every iteration and add i_min/i_max/i_p99/i_cv% per size, as nccl-tests -I.")
 @click.option("-J", "--json-file", "json_file", default=None, type=click.Path(dir_okay=False),

@@ -6,17 +6,22 @@ is measured alone, in the rounds of a round-robin tournament (circle method: H-1
 an even number of hosts H, H rounds with one host idle per round for an odd H), so all pairs are covered in
 O(H) rounds and no two measurements share a host's link. A world barrier separates rounds. Then, where hosts
 have two or more ranks, one more round measures every host's two lowest ranks against each other (intra-host,
-at the same time on every host: they share no link).
+at the same time on every host: they share no link). The whole schedule runs PASSES (3) times, the `iters`
+transfers of a direction spread over the passes, and a row pools its direction's transfers of every pass: a
+burst of load on a shared machine lasts a round, not the probe, so a pair timed only while it lasted would
+look slow where the same pair a pass later does not.
 
 One direction src -> dst: one warmup transfer, then `iters` transfers of `nbytes`, each followed by a
 one-element acknowledgement back so that src's clock sees the data arrive, each timed on src with perf_counter
-(after a CUDA synchronize on GPU). time_us is the median transfer (one scheduling hiccup on a busy host must
-not make a healthy link look slow); gbps = nbytes / time_us. latency_us: half the median round trip of a
-one-element ping-pong. Then the same from dst to src. Tensors live on the rank's device and only isend/irecv
-are used, so it runs on gloo and NCCL alike; every wait is bounded by the world's timeout.
+(after a CUDA synchronize on GPU). A row's time_us is the median transfer of every pass (one scheduling
+hiccup on a busy host must not make a healthy link look slow); gbps = nbytes / time_us; best_gbps from the
+fastest. latency_us: half the median round trip of a one-element ping-pong. Then the same from dst to src.
+Tensors live on the rank's device and only isend/irecv are used, so it runs on gloo and NCCL alike; every wait
+is bounded by the world's timeout.
 A slow link must neither make the probe crawl nor push a round past the timeout of the ranks idling in the
 barrier: src times the warmup transfer and tells dst how many of the `iters` transfers fit in
-DIRECTION_BUDGET_S (2 s) or a quarter of the timeout, whichever is less (at least one; rows carry the count).
+DIRECTION_BUDGET_S (2 s, over all passes) or a quarter of the timeout, whichever is less (at least one per
+pass; rows carry the count).
 
 Verdict (reporter), over the inter-host rows, on each direction's fastest transfer (best_gbps): load on a
 host only ever slows a transfer down, a slow link is slow on every one, so the best transfer separates them
@@ -42,6 +47,7 @@ import time
 # port, a link negotiated down) is an order of magnitude slower.
 SLOW_RATIO = 0.25
 DIRECTION_BUDGET_S = 2.0  # timed transfers per direction stop at --link-iters or about this long
+PASSES = 3  # the schedule runs this many times (fewer when --link-iters is smaller); a row pools every pass
 NAME_BYTES = 256  # room for a host name (HOST_NAME_MAX is 64) plus the node rank
 
 
@@ -142,8 +148,8 @@ def _one_way(link: _Peer, sending: bool, buf, ack, iters: int, budget_s: float) 
     return times
 
 
-def _ping_pong(link: _Peer, leading: bool, tiny, iters: int) -> float:
-    """Half the median round trip of a one-element message, as the leading side sees it."""
+def _ping_pong(link: _Peer, leading: bool, tiny, iters: int) -> list[float]:
+    """The seconds of each round trip of a one-element message, as the leading side sees them."""
     def trip():
         _exchange(link, leading, tiny, tiny)
 
@@ -153,61 +159,85 @@ def _ping_pong(link: _Peer, leading: bool, tiny, iters: int) -> float:
         t0 = time.perf_counter()
         trip()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times) / 2
+    return times
 
 
-def _measure_pair(ctx, me: int, peer: int, hosts: list[str], nbytes: int, iters: int, tag: str) -> None:
-    """Both directions between `me` and `peer` (lower rank sends first); the sender emits each row."""
+def _measure_pair(ctx, me: int, peer: int, hosts: list[str], nbytes: int, iters: int, budget_s: float,
+                  tag: str) -> None:
+    """Both directions between `me` and `peer` (lower rank sends first); the sender emits each direction's
+    transfer and round-trip seconds of this pass (summarize_links pools the passes into one row)."""
     import torch
 
     link = _Peer(ctx, peer)
     buf = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=ctx.device)
     ack = torch.zeros(1, dtype=torch.float32, device=ctx.device)
-    budget_s = min(DIRECTION_BUDGET_S, ctx.timeout.total_seconds() / 4)
     for src, dst in ((min(me, peer), max(me, peer)), (max(me, peer), min(me, peer))):
         sending = me == src
         with ctx.phase(f"bench links {tag}: rank {src} -> rank {dst}, {buf.numel() * 4} B"):
             times = _one_way(link, sending, buf, ack, iters, budget_s)
-            latency = _ping_pong(link, sending, ack, iters)
+            trips = _ping_pong(link, sending, ack, iters)
         if sending:
-            nb, median, fastest = buf.numel() * 4, statistics.median(times), min(times)
             ctx.emit({"kind": "link", "src_rank": src, "dst_rank": dst, "src_host": hosts[src],
-                      "dst_host": hosts[dst], "bytes": nb, "iters": len(times), "time_us": median * 1e6,
-                      "gbps": nb / median / 1e9 if median > 0 else 0.0,
-                      "best_gbps": nb / fastest / 1e9 if fastest > 0 else 0.0, "latency_us": latency * 1e6})
+                      "dst_host": hosts[dst], "bytes": buf.numel() * 4, "times_s": times, "trips_s": trips})
 
 
-def links_worker(ctx, nbytes: int, iters: int) -> dict:
-    """Runs on every rank after the sweep: the inter-host rounds, then the intra-host round."""
-    import torch.distributed as dist
+def _row(records: list[dict]) -> dict:
+    """One direction's row from its records of every pass: the median and fastest of all their transfers."""
+    times = [t for rec in records for t in rec["times_s"]]
+    trips = [t for rec in records for t in rec["trips_s"]]
+    first, nb = records[0], records[0]["bytes"]
+    median, fastest = statistics.median(times), min(times)
+    return {"src_rank": first["src_rank"], "dst_rank": first["dst_rank"], "src_host": first["src_host"],
+            "dst_host": first["dst_host"], "bytes": nb, "iters": len(times), "passes": len(records),
+            "time_us": median * 1e6, "gbps": nb / median / 1e9 if median > 0 else 0.0,
+            "best_gbps": nb / fastest / 1e9 if fastest > 0 else 0.0,
+            "latency_us": statistics.median(trips) / 2 * 1e6 if trips else 0.0}
 
-    hosts = _host_names(ctx)
+
+def _schedule(hosts: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
+    """One pass: the tournament's rounds between hosts' lowest ranks, then the intra-host round, each tagged."""
     ranks_on: dict[str, list[int]] = {}
     for r, h in enumerate(hosts):
         ranks_on.setdefault(h, []).append(r)
     reps = [ranks[0] for ranks in ranks_on.values()]  # in order of each host's lowest rank
-    rounds = [[(reps[a], reps[b]) for a, b in pairs] for pairs in tournament(len(reps))]
+    rounds = tournament(len(reps))
+    out = [(f"round {i + 1}/{len(rounds)}", [(reps[a], reps[b]) for a, b in pairs]) for i, pairs in enumerate(rounds)]
     intra = [(ranks[0], ranks[1]) for ranks in ranks_on.values() if len(ranks) >= 2]
-    if intra:
-        rounds.append(intra)
-    for i, pairs in enumerate(rounds):
-        tag = "intra-host" if intra and i == len(rounds) - 1 else f"round {i + 1}/{len(rounds) - bool(intra)}"
-        for a, b in pairs:
-            if ctx.rank in (a, b):
-                _measure_pair(ctx, ctx.rank, b if ctx.rank == a else a, hosts, nbytes, iters, tag)
-        with ctx.phase(f"bench links {tag}: barrier"):
-            dist.barrier()  # rounds must not overlap: a pair measured alone has its hosts' links to itself
-        ctx.progress(i + 1, len(rounds), f"links {tag}")
-    return {"hosts": hosts, "rounds": len(rounds)}
+    return out + ([("intra-host", intra)] if intra else [])
+
+
+def links_worker(ctx, nbytes: int, iters: int) -> dict:
+    """Runs on every rank after the sweep: PASSES times the inter-host rounds and the intra-host round."""
+    import torch.distributed as dist
+
+    hosts = _host_names(ctx)
+    schedule = _schedule(hosts)
+    passes = max(1, min(PASSES, iters))
+    budget_s = min(DIRECTION_BUDGET_S / passes, ctx.timeout.total_seconds() / 4)
+    for p in range(passes):
+        share = iters // passes + (p < iters % passes)  # the pass's part of --link-iters
+        for i, (name, pairs) in enumerate(schedule):
+            tag = f"{name}, pass {p + 1}/{passes}" if passes > 1 else name
+            for a, b in pairs:
+                if ctx.rank in (a, b):
+                    _measure_pair(ctx, ctx.rank, b if ctx.rank == a else a, hosts, nbytes, share, budget_s, tag)
+            with ctx.phase(f"bench links {tag}: barrier"):
+                dist.barrier()  # rounds must not overlap: a pair measured alone has its hosts' links to itself
+            ctx.progress(p * len(schedule) + i + 1, passes * len(schedule), f"links {tag}")
+    return {"hosts": hosts, "rounds": len(schedule), "passes": passes}
 
 
 # ---------------------------------------------------------------------------------------------- reporter
 def summarize_links(job, nbytes: int, iters: int) -> dict:
     """The JSON fields `bench --links` adds: links, link_bytes, link_iters, link_hosts, slow_hosts, slow_links,
     links_note (see the module docstring for the verdict)."""
-    links = sorted((rec for records in job.records.values() for rec in records if rec.get("kind") == "link"),
+    passes: dict[tuple[int, int], list[dict]] = {}
+    for records in job.records.values():
+        for rec in records:
+            if rec.get("kind") == "link":
+                passes.setdefault((rec["src_rank"], rec["dst_rank"]), []).append(rec)
+    links = sorted((_row(recs) for recs in passes.values()),
                    key=lambda r: (r["src_host"] == r["dst_host"], r["src_rank"], r["dst_rank"]))
-    links = [{k: v for k, v in rec.items() if k != "kind"} for rec in links]
     inter = [r for r in links if r["src_host"] != r["dst_host"]]
     hosts = sorted({h for r in inter for h in (r["src_host"], r["dst_host"])})
     touching = {h: [r for r in inter if h in (r["src_host"], r["dst_host"])] for h in hosts}
