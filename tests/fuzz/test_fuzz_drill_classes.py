@@ -32,6 +32,12 @@ CASES = [
     ("gloo-objects-skip-bytes", "rank_*.jsonl", 4, "crashed"),  # all_gather_object's pickles
     ("gloo-hsdp-slow", "rank_*.fr.pkl", 4, "straggler"),  # its shard peer, held, passed for its role: unnamed
     ("gloo-pipeline8-skip-early", "rank_*.jsonl", 8, "p2p_deadlock"),  # read against its role (p2p_roles.py)
+    # seeds 72-75: a pipeline's end stage, or a middle stage with no other of its role, named with its peer as
+    # one cycle `[2, 3]`; what each stage was fed and passed on says which (p2p_flows.py)
+    ("gloo-pipeline-last-twice", "rank_*.jsonl", 4, "p2p_deadlock"),  # waits for an activation nobody owes it
+    ("gloo-pipeline-last-skip-recv", "rank_*.jsonl", 4, "p2p_deadlock"),  # sends a gradient nothing fed
+    ("gloo-pipeline-last-skip-send", "rank_*.jsonl", 4, "p2p_deadlock"),  # went on owing one
+    ("gloo-pipeline-repeer-mid", "rank_*.jsonl", 4, "p2p_deadlock"),  # asked the wrong peer, fed ones waiting
 ]
 
 HEDGES = [

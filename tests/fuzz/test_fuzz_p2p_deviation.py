@@ -12,12 +12,13 @@ last stage that goes wrong early has no role to be read against, and the peer it
 
 from __future__ import annotations
 
-from hypothesis import given
+import pytest
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from test_fuzz_invariant import CHECKS
-from trace_sets import (analyzed, pipeline_1f1b_deviated, pipeline_deviated, pipeline_odd_half, pipeline_odd_message,
-                        run, traces)
+from trace_sets import (Job, analyzed, pipeline_1f1b_deviated, pipeline_deviated, pipeline_gpipe,
+                        pipeline_gpipe_deviated, pipeline_odd_half, pipeline_odd_message, run, traces)
 
 
 @CHECKS
@@ -47,6 +48,58 @@ def test_stages_whose_programs_differ_by_design_are_never_read_against_each_othe
     got = [(f.kind, f.ranks, f.detail[:220]) for f in report.findings]
     assert not [f for f in report.findings if len(f.ranks) == 1 and f.ranks != [bad]
                 and f.evidence.get("role") is not None], got
+    # nor for a round its cool-down ends, where the peer owes it the message it waits for (campaign notes: the
+    # rounds rule named a stage of 1F1B at its cool-down); no p2p cycle is ever pinned on another rank
+    assert not [f for f in report.findings if f.kind == "p2p_deadlock" and len(f.ranks) == 1 and f.ranks != [bad]], got
+
+
+@CHECKS
+@given(pipeline_gpipe_deviated())
+@example((Job(4, {"0": [0, 1, 2, 3]}, {"0": "default_pg"}, pipeline_gpipe(4, [4]), {1: ("twice", 1)}), 1, "twice"))
+def test_what_a_stage_was_fed_and_passed_on_names_the_one_that_deviates(case):
+    """GPipe with a step's micro-batch count its own, any stage's send or recv skipped, issued twice or to the
+    wrong peer, sends that meet their receives or go into a buffer. The last stage has no role to be read
+    against, nor two rounds of its own when the count changes from step to step: campaign runs 72-119, 73-70,
+    74-117, 75-70, 75-102, 75-122 named it with its peer as one cycle `[2, 3]`; 4-stage middle stages likewise
+    (74-2, 74-111, 75-150). The rounds rule also read GPipe's backward phase as a departure from its forwards
+    and named a stage that kept to its program. What each stage was fed and passed on (p2p_flows.py) singles
+    one out, and never another rank: no p2p cycle is pinned on a rank that did not deviate, and a rank the
+    flows single out is the deviating one (the example: the rounds rule named rank 2, whose backward phase
+    followed its four forwards, for rank 1's send issued twice). No rank is named alone but the deviating one, save a rank that
+    finished its whole program, named missing where its peer waits on it: the generator keeps it idle in the
+    user's code, where a real one exits (and says so in its dump)."""
+    job, bad, _ = case
+    ran = run(job)
+    report = analyzed(job, traces(job, ran), {r: "native" for r in range(job.world)})
+    got = [(f.kind, f.ranks, f.detail[:220]) for f in report.findings]
+    finished = {r for r, (calls, issued, _) in ran.items() if issued >= len(calls) and all(c.done for c in calls)}
+    assert not [f for f in report.findings if len(f.ranks) == 1 and f.ranks != [bad]
+                and not (f.kind == "missing_ranks" and set(f.ranks) <= finished)], got
+    assert all(f.ranks == [bad] for f in report.findings if f.evidence.get("owed")), got
+
+
+REAL_SHAPES = [
+    # (stages, micro-batches per step, the rank, the fault, its call among its own sends and receives): the
+    # campaign's pipeline program (1, 2, then 4 micro-batches a step) and the faults that hedged there
+    (4, [1, 2, 4, 4, 4], 3, "twice", 22),  # 75-70: the last stage's 5th forward receive of its step
+    (4, [1, 2, 4, 4, 4], 3, "skip", 17),  # 75-102: a forward receive skipped, the gradients sent back anyway
+    (4, [1, 2, 4, 4, 4], 3, "skip", 12),  # 75-122: a gradient never sent, the next step's receive posted
+    (4, [1, 2, 4, 4, 4], 1, "skip", 35),  # 75-150: a middle stage's forward send skipped
+    (4, [1, 2, 4], 1, "peer", 12),  # 74-2: a middle stage's first receive of a step from the wrong peer
+]
+
+
+@pytest.mark.parametrize("world, micro, bad, fault, call", REAL_SHAPES)
+def test_the_campaigns_end_stage_faults_are_named_alone(world, micro, bad, fault, call):
+    """The stored runs' shapes, rebuilt with the campaign's sends (its end stages post a step's sends at once, its
+    middle stages send one at a time): each names the deviating stage alone as the cycle's first finding."""
+    steps = pipeline_gpipe(world, micro)
+    mine = [i for i, s in enumerate(steps) if bad in (s.src, s.dst)]
+    job = Job(world, {"0": list(range(world))}, {"0": "default_pg"}, steps, {bad: (fault, mine[call])},
+              async_sends={0, world - 1})
+    report = analyzed(job, traces(job, run(job)), {r: "native" for r in range(world)})
+    got = [(f.kind, f.ranks, f.detail[:220]) for f in report.findings]
+    assert report.findings and (report.findings[0].kind, report.findings[0].ranks) == ("p2p_deadlock", [bad]), got
 
 
 @CHECKS

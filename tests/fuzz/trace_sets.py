@@ -68,6 +68,8 @@ class Job:
     stale: set[int] = field(default_factory=set)  # ranks whose collectives never show completed (async, not waited)
     crash_where: tuple = ()  # frames (innermost last) a crashed rank's exception was raised in, below its own code
     crash_texts: dict = field(default_factory=dict)  # rank -> what it died of, where not `crash_text`
+    async_sends: set[int] = field(default_factory=set)  # ranks whose sends return once issued and complete when
+    # their recv is posted, waited for before the next receive (a batch of isends, then wait on each)
 
 
 @st.composite
@@ -178,6 +180,12 @@ def run(job: Job) -> dict[int, tuple[list[Call], int, str]]:
         if any(c.group == "lone" for c in calls):
             groups["lone"] = sorted(set(groups["lone"]) | {r})
     head = {r: 0 for r in prog}
+    batch: set[int] = set()  # ranks waiting for their batch of sends, the next call not yet issued
+
+    def in_batch(r: int) -> bool:
+        calls, i = prog[r][0], head[r]
+        return r in job.async_sends and i < len(calls) and calls[i].op == "recv" and any(
+            x.op == "send" and not x.done for x in calls[:i])
     seq_of: dict[tuple[int, int], int] = {}  # (rank, call index) -> group seq
     for r, (calls, _) in prog.items():
         count: dict[str, int] = {}
@@ -193,8 +201,20 @@ def run(job: Job) -> dict[int, tuple[list[Call], int, str]]:
             if i >= len(calls):
                 continue
             c = calls[i]
-            if c.op == "send" and job.eager_sends:
-                c.done, head[r], moved = True, i + 1, True
+            if c.op == "send" and (job.eager_sends or r in job.async_sends):
+                c.done, head[r], moved = job.eager_sends, i + 1, True
+                continue
+            if in_batch(r):
+                batch.add(r)  # waits for its batch of sends before it posts the next receive
+                continue
+            batch.discard(r)
+            if c.op == "recv" and c.peer in job.async_sends:  # its sender issued its sends and went on
+                sends = [x for x in prog[c.peer][0][:head[c.peer]] if x.op == "send" and x.peer == r
+                         and x.group == c.group]
+                mine = [x for x in calls[:i] if x.op == "recv" and x.peer == c.peer and x.group == c.group]
+                if len(sends) > len(mine):
+                    c.done = sends[len(mine)].done = True
+                    head[r], moved = i + 1, True
                 continue
             if c.op in ("send", "recv"):
                 other = prog[c.peer][0]
@@ -206,7 +226,8 @@ def run(job: Job) -> dict[int, tuple[list[Call], int, str]]:
                     if len(sent) > len(mine):
                         c.done, head[r], moved = True, i + 1, True
                     continue
-                if j < len(other) and other[j].op == want and other[j].peer == r and other[j].group == c.group:
+                if j < len(other) and other[j].op == want and other[j].peer == r and other[j].group == c.group \
+                        and not in_batch(c.peer):
                     c.done = other[j].done = True
                     head[r], head[c.peer], moved = i + 1, j + 1, True
                 continue
@@ -225,7 +246,8 @@ def run(job: Job) -> dict[int, tuple[list[Call], int, str]]:
                     prog[m][0][head[m]].done = True
                     head[m] += 1
                 moved = True
-    return {r: (calls, head[r] + (1 if head[r] < len(calls) else 0), end) for r, (calls, end) in prog.items()}
+    return {r: (calls, head[r] + (1 if head[r] < len(calls) and r not in batch else 0), end)
+            for r, (calls, end) in prog.items()}
 
 
 def ground_truth(job: Job, ran: dict) -> tuple[set[int], set[int]]:
@@ -552,6 +574,16 @@ def pipeline_rounds(world: int, rounds: int) -> list[Step]:
     return steps
 
 
+def pipeline_gpipe(world: int, microbatches: list[int]) -> list[Step]:
+    """A GPipe pipeline's steps, a step's micro-batch count its own (the fuzz jobs' pipeline: 1, 2, then 4):
+    every micro-batch's activations forward, stage to stage, then every one's gradients back."""
+    steps = []
+    for m in microbatches:
+        steps += [Step("0", "p2p", 8, src=i, dst=i + 1) for _ in range(m) for i in range(world - 1)]
+        steps += [Step("0", "p2p", 8, src=i + 1, dst=i) for _ in range(m) for i in reversed(range(world - 1))]
+    return steps
+
+
 def pipeline_1f1b(world: int, microbatches: int, rounds: int) -> list[Step]:
     """A 1F1B pipeline's steps, each stage's sends and receives as halves of their own (a job with eager sends:
     no blocking order exists in which each send meets its recv, which is why schedules batch them): stage s
@@ -606,6 +638,26 @@ def pipeline_deviated(draw) -> tuple[Job, int, int]:
     at = draw(st.sampled_from(mine))
     return Job(world, {"0": list(range(world))}, {"0": "default_pg"}, steps,
                {bad: (draw(st.sampled_from(["skip", "twice", "peer"])), at)}), bad, at // per_round
+
+
+@st.composite
+def pipeline_gpipe_deviated(draw) -> tuple[Job, int, str]:
+    """(a GPipe job whose first steps carry growing micro-batch counts and the rest one count (a count that
+    changes at will would make a stage's steady rounds no evidence: the rounds rule rests on them), the rank
+    whose send or recv goes wrong, the fault): any stage, first and last included, at any of its calls; sends meet their receives, complete into a
+    buffer, or, on every stage or on the end stages only (the campaign's pipeline: its end stages post a step's
+    sends at once), return once issued and complete when their receive is posted (isend)."""
+    world = draw(st.integers(2, 6))
+    warm = sorted(draw(st.sets(st.integers(1, 3), max_size=3)))  # growing counts first (the campaign's 1, 2)
+    steady = draw(st.integers(max(warm, default=0) + 1, 5))  # then one count, step after step
+    steps = pipeline_gpipe(world, warm + [steady] * draw(st.integers(1, 3)))
+    bad = draw(st.integers(0, world - 1))
+    mine = [i for i, s in enumerate(steps) if bad in (s.src, s.dst)]
+    fault = draw(st.sampled_from(["skip", "twice", "peer"] if world > 2 else ["skip", "twice"]))
+    sends = draw(st.sampled_from(["rendezvous", "eager", "async", "async ends"]))
+    batched = set(range(world)) if sends == "async" else {0, world - 1} if sends == "async ends" else set()
+    return Job(world, {"0": list(range(world))}, {"0": "default_pg"}, steps, {bad: (fault, draw(st.sampled_from(mine)))},
+               eager_sends=sends == "eager", async_sends=batched), bad, fault
 
 
 @st.composite

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import Counter
 
 from distdoctor.findings.kinds import Finding, fmt_ranks, nth
+from distdoctor.diagnose.p2p_flows import held, owed, owed_departures, p2p_calls
 from distdoctor.diagnose.p2p_roles import departure_text, lone_departure
 from distdoctor.diagnose.waitfor import Cycle, p2p_entries
 from distdoctor.findings.sentences import describe_cycle
@@ -123,9 +124,14 @@ def _deviating(c: Cycle, ts: TraceSet | None, waits_of: dict) -> Finding | None:
              if f is not None]
     if len(wrong) == 1:  # two ranks each with a stranger for a peer: either may have chosen wrong
         return wrong[0]
+    by_flows = _owes(c, ts)  # what a send answers, before how a rank's calls repeat: a phase's end is no deviation
+    if by_flows is not None:
+        return by_flows
     calls = {a: _calls_up_to(ts.ranks[a], w.entry) for a, _, w in c.steps if a in ts.ranks}
     judged = {a: breaks_pattern(tokens) for a, tokens in calls.items()}
-    broke = [a for a, j in judged.items() if j is not None and j[0]]
+    broke = [a for a, j in judged.items() if j is not None and j[0]
+             and not any(x == a and w.entry.op == "recv" and owed(ts, w.entry.group, a, y, w.entry.p2p_seq)
+                         for x, y, w in c.steps)]  # a call its peer owes it is no departure
     if len(broke) != 1 or len(judged) != len(c.ranks) or any(j is None for j in judged.values()):
         return _departs_from_role(c, ts)
     a = broke[0]
@@ -159,6 +165,20 @@ def _departs_from_role(c: Cycle, ts: TraceSet) -> Finding | None:
                   "departed_at": d.at + 1})
 
 
+def _owes(c: Cycle, ts: TraceSet) -> Finding | None:
+    """The one rank of the cycle that sends what nothing fed or waits for what nobody owes it (p2p_flows.py)."""
+    found = owed_departures(ts, c.steps)
+    if len({d.rank for d in found}) != 1:
+        return None
+    d = found[0]
+    e = next(w.entry for x, _, w in c.steps if x == d.rank)
+    return Finding(
+        "p2p_deadlock", [d.rank], group=e.group, groups=c.groups, seq=e.p2p_seq, op=e.op, t=e.t_created,
+        detail=f"{d.text}: rank {d.rank} deviates, and the cycle of p2p waits follows from it. "
+               f"Cycle: {describe_cycle(c.path)}.",
+        evidence={"cycle": [[x, y] for x, y, _ in c.steps], "deviating": d.rank, "owed": d.kind})
+
+
 def _extra_call(ts: TraceSet, w, cache: dict) -> Finding | None:
     """A rank waiting in a send/recv its idle peer never posted is the one that deviates where its own calls
     depart from the round it repeated before while the peer's calls keep theirs (a call issued twice, or to
@@ -166,10 +186,12 @@ def _extra_call(ts: TraceSet, w, cache: dict) -> Finding | None:
     a, b, e = w.rank, w.entry.peer, w.entry
     mine = breaks_pattern(_calls_up_to(ts.ranks[a], e))
     theirs = breaks_pattern([(x.op, x.group, x.peer) for x in p2p_entries(ts.ranks[b])])
+    if mine is not None and mine[0] and e.op == "recv" and owed(ts, e.group, a, b, e.p2p_seq):
+        mine = None  # the peer owes it this message: a phase that ends (1F1B's cool-down), not a departure
     if mine is None or theirs is None or not mine[0] or theirs[0]:
         d = lone_departure(ts, a, cache)
         if d is None or lone_departure(ts, b, cache) is not None:
-            return None
+            return _owes_more(ts, w)
         return Finding("p2p_deadlock", [a], group=e.group, seq=e.p2p_seq, op=e.op, t=e.t_created,
                        detail=(f"rank {a} waits in {e.op} #{e.p2p_seq} {'to' if e.op == 'send' else 'from'} rank "
                                f"{b} on group '{e.group}', which rank {b} never matches: {departure_text(d)}."),
@@ -183,6 +205,22 @@ def _extra_call(ts: TraceSet, w, cache: dict) -> Finding | None:
                 f"while rank {b}'s calls keep their own round: rank {a}'s call is one too many (issued twice, or "
                 f"to the wrong peer), not a call rank {b} owes."),
         evidence={"deviating": a, "peer": b, "period": period, "issued": issued, "a_round_earlier": earlier})
+
+
+def _owes_more(ts: TraceSet, w) -> Finding | None:
+    """A rank waiting in a send/recv its idle peer never posted, that sends what nothing fed it or holds what it
+    should have passed on, where the peer holds nothing it owes (p2p_flows.py): its call is one too many, not
+    one the peer owes."""
+    a, b, e = w.rank, w.entry.peer, w.entry
+    found = owed_departures(ts, [(a, b, w)], peers_wait=False)
+    theirs = p2p_calls(ts, b, e.group)
+    if not found or theirs is None or held(ts, e.group, b, theirs) is not None:
+        return None
+    d = found[0]
+    return Finding("p2p_deadlock", [a], group=e.group, seq=e.p2p_seq, op=e.op, t=e.t_created,
+                   detail=(f"rank {a} waits in {e.op} #{e.p2p_seq} {'to' if e.op == 'send' else 'from'} rank {b} on "
+                           f"group '{e.group}', which rank {b} never matches: {d.text}."),
+                   evidence={"deviating": a, "peer": b, "owed": d.kind})
 
 
 def _exchanged(trace, peer: int, group: str) -> bool:
@@ -206,19 +244,23 @@ WARM_UP = 8  # calls at the start that may differ from the rounds after them (a 
 def breaks_pattern(tokens: list[tuple]) -> tuple[bool, int, list, list] | None:
     """Whether a rank's last calls depart from the pattern it repeated before: the smallest period P with which
     its whole history before the last P calls repeats, but for a warm-up at the start (at most P or WARM_UP
-    calls) and over at least two rounds, a round holding sends and receives both (a run of receives is one
-    phase of a round, not a round); then (whether any of the last P calls differs from the one P
+    calls) and over at least two rounds, a round holding every call the rank makes to the peers it met before,
+    its last ones included (a run of receives, or GPipe's forwards, one receive and one send to the next stage
+    each, is one phase of a round, not a round: the backward phase that follows it is no departure; a call to
+    a peer it never met is the departure itself); then (whether any of the last P calls differs from the one P
     earlier, P, those last calls, what the pattern had there). None where no period shows in the history (too
     short, or no pattern: a rank whose calls change from round to round is never judged by a local repeat)."""
     n = len(tokens)
     for period in range(1, n // 3 + 1):
         history = tokens[: n - period]
+        known = {(group, peer) for _, group, peer in history}
+        kinds = {t for t in tokens if t[1:] in known}  # a call to a peer never met is the odd one, not a phase
         i = len(history) - 1
         while i >= period and history[i] == history[i - period]:
             i -= 1
         repeated = len(history) - 1 - i + period  # the periodic suffix
-        both = {op for op, _, _ in history[len(history) - period:]} >= {"send", "recv"}  # not one phase's repeat
-        if both and repeated >= 2 * period and len(history) - repeated <= max(period, WARM_UP):
+        whole = set(history[len(history) - period:]) == kinds  # not one phase's repeat (GPipe's forwards)
+        if whole and repeated >= 2 * period and len(history) - repeated <= max(period, WARM_UP):
             got, expected = tokens[n - period:], tokens[n - 2 * period: n - period]
             return got != expected, period, got, expected
     return None
