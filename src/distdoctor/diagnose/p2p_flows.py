@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distdoctor.diagnose.waitfor import p2p_entries
+from distdoctor.diagnose.waitfor import p2p_entries, whole_p2p
 from distdoctor.findings.kinds import nth
 from distdoctor.trace.model import TraceSet
 
@@ -71,10 +71,7 @@ def p2p_calls(ts: TraceSet, rank: int, group: str) -> _Calls | None:
     if rank not in ts.ranks:
         return None
     entries = [e for e in p2p_entries(ts.ranks[rank]) if e.group == group and e.peer is not None]
-    seqs: dict[tuple, list] = {}
-    for e in entries:
-        seqs.setdefault((e.op, e.peer), []).append(e.p2p_seq)
-    if any(s != list(range(1, len(s) + 1)) for s in seqs.values()):
+    if not whole_p2p(entries):
         return None
     return _Calls([(e.op, e.peer, e.state == "completed") for e in entries])
 

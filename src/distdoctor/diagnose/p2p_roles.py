@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from distdoctor.diagnose.waitfor import p2p_entries
+from distdoctor.diagnose.waitfor import p2p_entries, whole_p2p
 from distdoctor.findings.kinds import fmt_ranks, nth
 from distdoctor.trace.model import TraceSet
 
@@ -38,9 +38,11 @@ class Departure:
 
 
 def relative_calls(ts: TraceSet, rank: int, cache: dict) -> list[tuple]:
-    """The rank's sends and receives, each as (op, group, its peer - the rank)."""
+    """The rank's sends and receives, each as (op, group, its peer - the rank); none where its trace holds a tail
+    of them (a live state's, a wrapped ring's): calls that do not start at the first read alike by chance."""
     if rank not in cache:
-        cache[rank] = [(e.op, e.group, e.peer - rank) for e in p2p_entries(ts.ranks[rank]) if e.peer is not None]
+        entries = [e for e in p2p_entries(ts.ranks[rank]) if e.peer is not None]
+        cache[rank] = [(e.op, e.group, e.peer - rank) for e in entries] if whole_p2p(entries) else []
     return cache[rank]
 
 

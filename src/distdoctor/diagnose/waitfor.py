@@ -95,13 +95,17 @@ def completed_by_peers(rank: int, e: Entry, view: GroupView, ts: TraceSet) -> bo
 
 
 def _partner_done(rank: int, e: Entry, p2p: dict, by_number: bool = False) -> bool:
-    """The peer completed the other half of this send or recv (pairs match FIFO per group, sender, receiver)."""
+    """The peer completed the other half of this send or recv (pairs match FIFO per group, sender, receiver), or,
+    numbered, one after it."""
     if e.peer is None:
         return False
     mine, theirs = _halves(rank, e)
     ours = p2p.get(mine, [])
     ordinal = next((i for i, x in enumerate(ours) if x is e), None)
     match = _partner(e, ordinal, p2p.get(theirs, []), by_number)
+    if match is None and by_number and e.p2p_seq is not None:  # a tail that no longer holds it: a later message
+        # of the pair completed on the peer's side, and a pair's messages complete in order (Gloo, NCCL)
+        return any(x.state == "completed" and (x.p2p_seq or 0) > e.p2p_seq for x in p2p.get(theirs, []))
     return ordinal is not None and match is not None and match.state == "completed"
 
 
@@ -131,6 +135,25 @@ def _halves(rank: int, e: Entry) -> tuple[tuple, tuple]:
 def p2p_entries(trace: RankTrace) -> list[Entry]:
     """The rank's sends and receives, in issue order (found from the op column: most traces hold none)."""
     return [trace.entries[i] for i in summarize(trace).p2p]
+
+
+def whole_p2p(entries: list[Entry]) -> bool:
+    """Whether these sends and receives hold every call from the first, numbered 1, 2, ... per peer and direction
+    (the recorder) or per group (Flight Recorder's p2p_seq_id), not the tail a live state or a wrapped ring
+    keeps: a rank's own history, and its calls read against other ranks', mean something only then. Calls with
+    no numbers at all cannot tell, and are taken whole."""
+    if all(e.p2p_seq is None for e in entries):
+        return True
+    streams: dict[tuple, list] = {}
+    groups: dict[str, list] = {}
+    for e in entries:
+        streams.setdefault((e.group, e.op, e.peer), []).append(e.p2p_seq)
+        groups.setdefault(e.group, []).append(e.p2p_seq)
+    return _from_one(streams) or _from_one(groups)
+
+
+def _from_one(numbers: dict) -> bool:
+    return all(s == list(range(1, len(s) + 1)) for s in numbers.values())
 
 
 def p2p_index(ts: TraceSet) -> dict[tuple[str, int, int, str], list[Entry]]:

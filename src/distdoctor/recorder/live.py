@@ -235,9 +235,12 @@ def state(rec, stacks: bool = False, full: bool = False, as_object: bool = False
 
 def frontiers(records: list) -> tuple[dict[str, dict], list]:
     """Per group the last collective issued and completed; the records worth sending: every call in flight (at
-    most MAX_ACTIVE) and the last TAIL completed calls of each group, in issue order."""
+    most MAX_ACTIVE), the last TAIL completed calls of each group and the last completed send or recv of each
+    peer and direction (a pair's messages complete in order, so its number says which of the peer's sends and
+    receives are over: a send shown in flight, whose Work nobody waited on, pairs with it), in issue order."""
     progress: dict[str, dict] = {}
     kept_done: dict[str, int] = {}
+    kept_pairs: set = set()
     keep = []
     active = 0
     for r in reversed(records):
@@ -246,10 +249,13 @@ def frontiers(records: list) -> tuple[dict[str, dict], list]:
             p["issued"] = max(p["issued"] or 0, r.seq)
             if r.state == "completed":
                 p["completed"] = max(p["completed"] or 0, r.seq)
+        pair = (r.group, r.op, r.peer) if r.p2p_seq is not None and r.peer is not None else None
         if r.state == "completed":
-            if kept_done.get(r.group, 0) < TAIL:
+            if kept_done.get(r.group, 0) < TAIL or (pair is not None and pair not in kept_pairs):
                 kept_done[r.group] = kept_done.get(r.group, 0) + 1
                 keep.append(r)
+            if pair is not None:
+                kept_pairs.add(pair)
         elif active < MAX_ACTIVE:
             active += 1
             keep.append(r)
