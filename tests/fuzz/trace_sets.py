@@ -574,11 +574,16 @@ def pipeline_rounds(world: int, rounds: int) -> list[Step]:
     return steps
 
 
-def pipeline_gpipe(world: int, microbatches: list[int]) -> list[Step]:
+def pipeline_gpipe(world: int, microbatches: list[int], batched: list[bool] | None = None) -> list[Step]:
     """A GPipe pipeline's steps, a step's micro-batch count its own (the fuzz jobs' pipeline: 1, 2, then 4):
-    every micro-batch's activations forward, stage to stage, then every one's gradients back."""
+    every micro-batch's activations forward, stage to stage, then every one's gradients back; a batched step's
+    stages receive all of a phase's messages before they send them on (the fuzz jobs' second step)."""
     steps = []
-    for m in microbatches:
+    for m, whole in zip(microbatches, batched or [False] * len(microbatches)):
+        if whole:
+            steps += [Step("0", "p2p", 8, src=i, dst=i + 1) for i in range(world - 1) for _ in range(m)]
+            steps += [Step("0", "p2p", 8, src=i + 1, dst=i) for i in reversed(range(world - 1)) for _ in range(m)]
+            continue
         steps += [Step("0", "p2p", 8, src=i, dst=i + 1) for _ in range(m) for i in range(world - 1)]
         steps += [Step("0", "p2p", 8, src=i + 1, dst=i) for _ in range(m) for i in reversed(range(world - 1))]
     return steps
@@ -643,21 +648,25 @@ def pipeline_deviated(draw) -> tuple[Job, int, int]:
 @st.composite
 def pipeline_gpipe_deviated(draw) -> tuple[Job, int, str]:
     """(a GPipe job whose first steps carry growing micro-batch counts and the rest one count (a count that
-    changes at will would make a stage's steady rounds no evidence: the rounds rule rests on them), the rank
-    whose send or recv goes wrong, the fault): any stage, first and last included, at any of its calls; sends meet their receives, complete into a
-    buffer, or, on every stage or on the end stages only (the campaign's pipeline: its end stages post a step's
-    sends at once), return once issued and complete when their receive is posted (isend)."""
+    changes at will would make a stage's steady rounds no evidence: the rounds rule rests on them), each warm-up
+    step and the steady ones passing micro-batches on one at a time or a phase at once, the rank whose send or
+    recv goes wrong, the fault): any stage, first and last included, at any of its calls; sends meet their
+    receives, complete into a buffer, or, on every stage or on the end stages only (the campaign's pipeline: its
+    end stages post a step's sends at once), return once issued and complete when their receive is posted."""
     world = draw(st.integers(2, 6))
     warm = sorted(draw(st.sets(st.integers(1, 3), max_size=3)))  # growing counts first (the campaign's 1, 2)
     steady = draw(st.integers(max(warm, default=0) + 1, 5))  # then one count, step after step
-    steps = pipeline_gpipe(world, warm + [steady] * draw(st.integers(1, 3)))
+    micro = warm + [steady] * draw(st.integers(1, 3))
+    whole = [draw(st.booleans()) for _ in warm] + [draw(st.booleans())] * (len(micro) - len(warm))
+    steps = pipeline_gpipe(world, micro, whole)
     bad = draw(st.integers(0, world - 1))
     mine = [i for i, s in enumerate(steps) if bad in (s.src, s.dst)]
     fault = draw(st.sampled_from(["skip", "twice", "peer"] if world > 2 else ["skip", "twice"]))
     sends = draw(st.sampled_from(["rendezvous", "eager", "async", "async ends"]))
     batched = set(range(world)) if sends == "async" else {0, world - 1} if sends == "async ends" else set()
-    return Job(world, {"0": list(range(world))}, {"0": "default_pg"}, steps, {bad: (fault, draw(st.sampled_from(mine)))},
-               eager_sends=sends == "eager", async_sends=batched), bad, fault
+    return Job(world, {"0": list(range(world))}, {"0": "default_pg"}, steps,
+               {bad: (fault, draw(st.sampled_from(mine)))}, eager_sends=sends == "eager",
+               async_sends=batched), bad, fault
 
 
 @st.composite

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 
 from distdoctor.findings.kinds import Finding, fmt_ranks, nth
-from distdoctor.diagnose.p2p_flows import held, owed, owed_departures, p2p_calls
+from distdoctor.diagnose.p2p_flows import holds, owed, owed_departures, p2p_calls
 from distdoctor.diagnose.p2p_roles import departure_text, lone_departure
 from distdoctor.diagnose.waitfor import Cycle, p2p_entries
 from distdoctor.findings.sentences import describe_cycle
@@ -214,7 +214,7 @@ def _owes_more(ts: TraceSet, w) -> Finding | None:
     a, b, e = w.rank, w.entry.peer, w.entry
     found = owed_departures(ts, [(a, b, w)], peers_wait=False)
     theirs = p2p_calls(ts, b, e.group)
-    if not found or theirs is None or held(ts, e.group, b, theirs) is not None:
+    if not found or theirs is None or holds(ts, e.group, b, theirs):
         return None
     d = found[0]
     return Finding("p2p_deadlock", [a], group=e.group, seq=e.p2p_seq, op=e.op, t=e.t_created,

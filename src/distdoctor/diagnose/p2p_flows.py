@@ -17,9 +17,12 @@ step to step), and each shows where a rank's own history is too short to show a 
   its last gradient answers an activation it never received).
 - **A wait nobody owes** (`unowed`): the rank waits in its k-th receive from a peer whose flow to it is fed, has
   passed on every receive that fed it (fewer than k), and has nothing more on its way to pass on (it waits in
-  no receive from its feeder, and its feeder issued it no send it has not received): the peer owes it nothing (the last stage
-  issued a receive twice and waits for an activation the stage before never had; a middle stage that asked
-  the wrong peer while its feeder waits to hand it the next activation, fuzz runs 74-2, 74-111).
+  no receive from its feeder, and its feeder issued it no send it has not received): the peer owes it nothing
+  (the last stage issued a receive twice and waits for an activation the stage before never had; a middle stage
+  that asked the wrong peer while its feeder waits to hand it the next activation, fuzz runs 74-2, 74-111).
+- **A message held** (`held`): a middle stage received more from its feeder than it sent on, each send fed,
+  and waits in another call than one on that flow (it skipped a send and went on: fuzz run 75-150); a stage
+  that receives a phase's messages before it sends them on holds some by design while it receives or sends.
 On a cycle of p2p waits, the one rank with such a departure is named, where no other rank on the cycle has one.
 A history that does not start at the first call of each stream (a ring buffer that wrapped, a live state's
 tail), or a rank with more than two peers in the group, is not read.
@@ -120,7 +123,7 @@ def unowed(ts: TraceSet, group: str, rank: int, peer: int, k: int) -> Departure 
             f"rank {rank} waits in its {nth(k)} receive from rank {peer}, which never exchanged a message with it "
             f"and passed on all it had to {_ranks(flows)}, each of its sends fed by a receive before, and waits "
             f"for nothing more: rank {peer} owes it nothing (a receive from the wrong peer)"))
-    if any(h.peer != rank for h in [held(ts, group, peer, theirs)] if h is not None):
+    if any(to != rank for to, *_ in holds(ts, group, peer, theirs)):
         return None  # it holds what the rank sent it: the answer is on the other side of it
     (had, sent), src = settled[0], theirs.feeder(rank)
     fed_by = f"its receives from rank {src}" if src != rank else f"rank {rank}'s sends"
@@ -153,11 +156,23 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def held(ts: TraceSet, group: str, rank: int, c: _Calls) -> Departure | None:
-    """A middle stage that holds a message it never passed on: its feeder sent it more than it sent on (it posted
-    the receives), its flow fed at every send so far, and it waits in another call (on a cycle, it waits)."""
-    if len(c.peers()) != 2:
-        return None
-    for to in sorted(c.peers()):
+    """A middle stage that holds a message it never passed on (`_holds`) and waits in no call on that flow (a
+    stage that receives a step's messages first and then sends them on holds the first while it receives the
+    rest, and the rest while it sends one)."""
+    for to, src, had, sent in holds(ts, group, rank, c):
+        if not any((op, p) in (("send", to), ("recv", src)) and not done for op, p, done in c.calls):
+            return Departure(rank, "held", to, (
+                f"rank {rank} received {had} messages from rank {src} and passed on only {sent} to rank {to}, "
+                f"each of its sends to rank {to} fed by a receive from rank {src} before: it holds one it never "
+                f"sent on (a send skipped, or a receive issued twice) and waits in another call"))
+    return None
+
+
+def holds(ts: TraceSet, group: str, rank: int, c: _Calls) -> list[tuple[int, int, int, int]]:
+    """(to, from, had, sent) of each flow of a middle stage whose feeder sent it more than it sent on (it posted
+    the receives), fed at every send so far."""
+    out = []
+    for to in sorted(c.peers()) if len(c.peers()) == 2 else []:
         src = c.feeder(to)
         fed, broke = _fed_sends(c, to)
         feeder = p2p_calls(ts, src, group)
@@ -165,11 +180,8 @@ def held(ts: TraceSet, group: str, rank: int, c: _Calls) -> Departure | None:
             continue
         had, sent = min(feeder.count("send", rank), c.count("recv", src)), c.count("send", to)
         if had > sent:
-            return Departure(rank, "held", to, (
-                f"rank {rank} received {had} messages from rank {src} and passed on only {sent} to rank {to}, "
-                f"each of its sends to rank {to} fed by a receive from rank {src} before: it holds one it never "
-                f"sent on (a send skipped, or a receive issued twice) and waits in another call"))
-    return None
+            out.append((to, src, had, sent))
+    return out
 
 
 def _waits_for(c: _Calls, src: int) -> bool:
