@@ -17,7 +17,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from test_fuzz_invariant import CHECKS
-from trace_sets import (Job, analyzed, pipeline_1f1b_deviated, pipeline_deviated, pipeline_gpipe,
+from trace_sets import (Job, analyzed, dumped_for_hang, pipeline_1f1b_deviated, pipeline_deviated, pipeline_gpipe,
                         pipeline_gpipe_deviated, pipeline_odd_half, pipeline_odd_message, run, traces)
 
 
@@ -167,3 +167,20 @@ def test_the_side_whose_half_of_a_pair_departs_from_its_own_is_named(case):
     got = [(f.kind, f.ranks, f.detail[:200]) for f in report.findings]
     assert report.findings and (report.findings[0].kind, report.findings[0].ranks) == (
         fault.replace("message_", "") + "_mismatch", [odd]), got
+
+
+@CHECKS
+@given(pipeline_gpipe_deviated())
+def test_a_peer_that_ran_its_program_to_its_end_owes_nothing_more(case):
+    """The same pipelines where the stages that finished their program exit after destroy_process_group, as real
+    ones do, and the rest dump when the hang is confirmed. A stage waiting on such a peer for a message the peer
+    never had (a receive issued twice, a peer asked by mistake) named the peer `missing_ranks`: a false claim.
+    A peer that ran to its end will neither receive nor send again, so what it owes is settled (p2p_flows.py):
+    the waiter is named where its wait is one nobody owes, and no rank but the deviating one is named alone."""
+    job, bad, _ = case
+    ran = run(job)
+    finished = {r for r, (calls, issued, _) in ran.items() if issued >= len(calls) and all(c.done for c in calls)}
+    ts = {r: dumped_for_hang(t, 31.0, True, done=r in finished) for r, t in traces(job, ran).items()}
+    report = analyzed(job, ts, {r: "native" for r in range(job.world)})
+    got = [(f.kind, f.ranks, f.detail[:220]) for f in report.findings]
+    assert not [f for f in report.findings if len(f.ranks) == 1 and f.ranks != [bad]], got

@@ -8,9 +8,12 @@ from s. Two ways they never can:
   (the receiver reads garbage or the transport aborts).
 Both sides' claims are weighed: a rank waiting on a peer that never posted a single matching call, while other
 ranks wait for that rank with exactly that call, chose the wrong peer: it alone is named. On a cycle, so is the
-one rank whose sends and receives depart from the round it repeated before while every other rank on the cycle
-keeps its own (a call issued twice, skipped, or to the wrong peer; `breaks_pattern`), or, before two whole
-rounds show, whose calls part from those of the ranks that play its role (p2p_roles.py).
+one rank that sends what nothing fed it, holds what it should have passed on, or waits for what its peer does
+not owe it (p2p_flows.py: what a stage answers, whatever its schedule, asked first); else the one whose sends
+and receives depart from the round it repeated before while every other rank on the cycle keeps its own (a call
+issued twice, skipped, or to the wrong peer; `breaks_pattern`), unless its peer owes it the message it waits
+for; or, before two whole rounds show, whose calls part from those of the ranks that play its role
+(p2p_roles.py).
 Flight Recorder over Gloo records no p2p at all, so these findings need the recorder's or simulator's traces.
 """
 
@@ -209,10 +212,14 @@ def _extra_call(ts: TraceSet, w, cache: dict) -> Finding | None:
 
 def _owes_more(ts: TraceSet, w) -> Finding | None:
     """A rank waiting in a send/recv its idle peer never posted, that sends what nothing fed it or holds what it
-    should have passed on, where the peer holds nothing it owes (p2p_flows.py): its call is one too many, not
-    one the peer owes."""
+    should have passed on, or, where the peer ran its program to its end (it exited after
+    destroy_process_group: it will neither receive nor send again), waits for what the peer does not owe it;
+    where the peer holds nothing it owes (p2p_flows.py): its call is one too many, not one the peer owes. A
+    peer merely idle may be stopped before the receive that would feed it, and one that exited with its process
+    group alive may have left mid-way."""
     a, b, e = w.rank, w.entry.peer, w.entry
-    found = owed_departures(ts, [(a, b, w)], peers_wait=False)
+    reason = str(ts.ranks[b].dump_reason or "")
+    found = owed_departures(ts, [(a, b, w)], peers_wait=reason.startswith("exit:") and "destroy" in reason)
     theirs = p2p_calls(ts, b, e.group)
     if not found or theirs is None or holds(ts, e.group, b, theirs):
         return None
