@@ -219,7 +219,8 @@ def _owes_more(ts: TraceSet, w) -> Finding | None:
     group alive may have left mid-way."""
     a, b, e = w.rank, w.entry.peer, w.entry
     reason = str(ts.ranks[b].dump_reason or "")
-    found = owed_departures(ts, [(a, b, w)], peers_wait=reason.startswith("exit:") and "destroy" in reason)
+    found = owed_departures(ts, [(a, b, w)], peers_wait=False,
+                            peers_ended=reason.startswith("exit:") and "destroy" in reason)
     theirs = p2p_calls(ts, b, e.group)
     if not found or theirs is None or holds(ts, e.group, b, theirs):
         return None

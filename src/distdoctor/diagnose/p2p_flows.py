@@ -93,11 +93,16 @@ def _fed_sends(c: _Calls, to: int) -> tuple[int, int | None]:
     return sends, None
 
 
-def unfed(c: _Calls, rank: int) -> Departure | None:
-    """A send nothing fed, still waiting, on a flow fed at every earlier send."""
+def unfed(c: _Calls, rank: int, min_fed: int = MIN_FED) -> Departure | None:
+    """A send nothing fed, on a flow fed at every earlier send (`min_fed` of them at least), still waiting, or
+    followed by sends still more than the receives that feed them, the last one waiting."""
     for to in sorted(c.peers()):
         fed, broke = _fed_sends(c, to)
-        if broke is None or fed < MIN_FED or c.calls[broke][2]:
+        if broke is None or fed < min_fed:
+            continue
+        last = max(i for i, (op, p, _) in enumerate(c.calls) if (op, p) == ("send", to))
+        over = c.count("send", to) > c.count("recv", c.feeder(to))
+        if c.calls[broke][2] and not (over and not c.calls[last][2]):
             continue
         src = c.feeder(to)
         return Departure(rank, "unfed", to, (
@@ -107,15 +112,16 @@ def unfed(c: _Calls, rank: int) -> Departure | None:
     return None
 
 
-def unowed(ts: TraceSet, group: str, rank: int, peer: int, k: int) -> Departure | None:
+def unowed(ts: TraceSet, group: str, rank: int, peer: int, k: int, min_fed: int = MIN_FED) -> Departure | None:
     """Rank waits in its k-th receive from `peer`, and the peer owes it nothing (see the module's docstring): its
-    flow to the rank is settled, or, a peer it never exchanged a message with, every flow of the peer is."""
+    flow to the rank is settled, or, a peer it never exchanged a message with, every flow of the peer is.
+    `min_fed`: 1 for a peer whose program ended (its history is whole: one send it answered is all it had)."""
     theirs = p2p_calls(ts, peer, group)
     if theirs is None or not theirs.peers():
         return None
     stranger = rank not in theirs.peers()
     flows = sorted(theirs.peers()) if stranger else [rank]
-    settled = [_settled(ts, group, peer, theirs, to) for to in flows]
+    settled = [_settled(ts, group, peer, theirs, to, min_fed) for to in flows]
     if any(x is None for x in settled) or (not stranger and settled[0][1] >= k):
         return None
     if stranger:
@@ -134,7 +140,7 @@ def unowed(ts: TraceSet, group: str, rank: int, peer: int, k: int) -> Departure 
         f"(a receive issued twice, or a send to it skipped)"))
 
 
-def _settled(ts: TraceSet, group: str, rank: int, c: _Calls, to: int) -> tuple[int, int] | None:
+def _settled(ts: TraceSet, group: str, rank: int, c: _Calls, to: int, min_fed: int) -> tuple[int, int] | None:
     """(had, sent) where the rank's flow to `to` is fed at every send and passed on in full, with nothing more on
     its way to it: what it had is what its feeder sent it as far as it posted receives for it (a receive posted
     twice brings nothing); more is on its way where the feeder sent more than it took, or it waits in a receive
@@ -142,7 +148,7 @@ def _settled(ts: TraceSet, group: str, rank: int, c: _Calls, to: int) -> tuple[i
     src = c.feeder(to)
     feeder = None if src is None else p2p_calls(ts, src, group)
     fed, broke = _fed_sends(c, to)
-    if feeder is None or broke is not None or fed < MIN_FED:
+    if feeder is None or broke is not None or fed < min_fed:
         return None
     offered, taken = feeder.count("send", rank), c.count("recv", src)
     had, sent = min(offered, taken), c.count("send", to)
@@ -189,19 +195,23 @@ def _waits_for(c: _Calls, src: int) -> bool:
     return any(op == "recv" and p == src and not done for op, p, done in c.calls)
 
 
-def owed_departures(ts: TraceSet, steps: list[tuple[int, int, object]], peers_wait: bool = True) -> list[Departure]:
+def owed_departures(ts: TraceSet, steps: list[tuple[int, int, object]], peers_wait: bool = True,
+                    peers_ended: bool = False) -> list[Departure]:
     """Each rank of a cycle's steps (rank, peer it waits for, its Wait) with a send nothing fed, a message held,
-    or (`peers_wait`: the peer waits in a call, as on a cycle) a wait nobody owes. A peer in no call may be
-    stopped anywhere before the receive that would feed it: what it owes next is not known."""
+    or (`peers_wait`: the peer waits in a call, as on a cycle, or `peers_ended` its program) a wait nobody owes. A
+    peer in no call may be stopped anywhere before the receive that would feed it: what it owes next is not
+    known."""
     out = []
     for a, b, w in steps:
         e = w.entry
         mine = p2p_calls(ts, a, e.group)
-        if mine is None or mine.feeder(b) is None:
+        if mine is None:
             continue
-        found = unfed(mine, a) or held(ts, e.group, a, mine)
-        if found is None and peers_wait and e.op == "recv" and e.peer == b:
-            found = unowed(ts, e.group, a, b, e.p2p_seq)
+        found = None  # its own flows read only where each peer's feeder is known (one or two peers)
+        if mine.feeder(b) is not None:
+            found = unfed(mine, a, 1 if peers_ended else MIN_FED) or held(ts, e.group, a, mine)
+        if found is None and (peers_wait or peers_ended) and e.op == "recv" and e.peer == b:
+            found = unowed(ts, e.group, a, b, e.p2p_seq, 1 if peers_ended else MIN_FED)
         if found is not None:
             out.append(found)
     return out
