@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from distdoctor.diagnose.waitfor import p2p_entries, whole_p2p
-from distdoctor.findings.kinds import nth
+from distdoctor.findings.kinds import fmt_ranks, nth
 from distdoctor.trace.model import TraceSet
 
 MIN_FED = 2  # sends a flow must have had fed before it is read as fed (one proves nothing)
@@ -42,7 +42,7 @@ MIN_FED = 2  # sends a flow must have had fed before it is read as fed (one prov
 @dataclass(frozen=True)
 class Departure:
     rank: int
-    kind: str  # "unfed" (a send nothing fed) or "unowed" (a wait nobody owes)
+    kind: str  # "unfed" (a send nothing fed), "held" (a message not passed on) or "unowed" (a wait nobody owes)
     peer: int
     text: str
 
@@ -65,8 +65,8 @@ class _Calls:
             return next(p for p in peers if p != to)
         return None
 
-    def count(self, op: str, peer: int, upto: int | None = None) -> int:
-        return sum(1 for o, p, _ in self.calls[:upto] if (o, p) == (op, peer))
+    def count(self, op: str, peer: int) -> int:
+        return sum(1 for o, p, _ in self.calls if (o, p) == (op, peer))
 
 
 def p2p_calls(ts: TraceSet, rank: int, group: str) -> _Calls | None:
@@ -127,7 +127,7 @@ def unowed(ts: TraceSet, group: str, rank: int, peer: int, k: int, min_fed: int 
     if stranger:
         return Departure(rank, "unowed", peer, (
             f"rank {rank} waits in its {nth(k)} receive from rank {peer}, which never exchanged a message with it "
-            f"and passed on all it had to {_ranks(flows)}, each of its sends fed by a receive before, and waits "
+            f"and passed on all it had to {fmt_ranks(flows)}, each of its sends fed by a receive before, and waits "
             f"for nothing more: rank {peer} owes it nothing (a receive from the wrong peer)"))
     if any(to != rank for to, *_ in holds(ts, group, peer, theirs)):
         return None  # it holds what the rank sent it: the answer is on the other side of it
@@ -155,10 +155,6 @@ def _settled(ts: TraceSet, group: str, rank: int, c: _Calls, to: int, min_fed: i
     if had > sent or offered > taken or (src != to and _waits_for(c, src)):
         return None
     return had, sent
-
-
-def _ranks(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
 def held(ts: TraceSet, group: str, rank: int, c: _Calls) -> Departure | None:
