@@ -184,3 +184,32 @@ def test_a_peer_that_ran_its_program_to_its_end_owes_nothing_more(case):
     report = analyzed(job, ts, {r: "native" for r in range(job.world)})
     got = [(f.kind, f.ranks, f.detail[:220]) for f in report.findings]
     assert not [f for f in report.findings if len(f.ranks) == 1 and f.ranks != [bad]], got
+
+
+@CHECKS
+@given(pipeline_gpipe_deviated(), st.data())
+def test_a_stage_whose_own_calls_show_a_send_nothing_fed_is_named_beside_blind_peers(case, data):
+    """Mixed forms (campaign run 75-102): the last stage's recorder trace, its neighbour's Gloo Flight Recorder dump
+    (no send or recv). The stage skipped a receive and sent the gradients back; its neighbour's dump cannot show
+    whether it posted the receive, and the verdict was "one of" the blind ranks, without the stage. Its own calls
+    show its send fed by nothing: it is named, whatever its peer did. Over generated pipelines in mixed forms,
+    a rank named for what its own calls show is the deviating one, and no p2p cycle or send is pinned on another
+    rank. (A lone blind peer a rank waits on is still named "suspected" alone: the waiter's extra call and the
+    peer's missing one read alike there; left alone, docs/diagnose.md.)"""
+    job, bad, _ = case
+    forms = {r: data.draw(st.sampled_from(["native", "pickle", "json"])) for r in range(job.world)}
+    forms[bad] = "native"
+    report = analyzed(job, traces(job, run(job)), forms, p2p=False)
+    got = [(f.kind, f.ranks, f.detail[:220]) for f in report.findings]
+    assert all(f.ranks == [bad] for f in report.findings if f.evidence.get("owed")), got
+    assert not [f for f in report.findings if f.kind == "p2p_deadlock" and len(f.ranks) == 1 and f.ranks != [bad]], got
+
+
+def test_the_last_stage_that_sent_what_nothing_fed_is_named_beside_blind_peers():
+    """75-102's shape, the middle stages' dumps Gloo's Flight Recorder's."""
+    steps = pipeline_gpipe(4, [1, 2, 4, 4, 4])
+    mine = [i for i, s in enumerate(steps) if 3 in (s.src, s.dst)]
+    job = Job(4, {"0": [0, 1, 2, 3]}, {"0": "default_pg"}, steps, {3: ("skip", mine[17])}, async_sends={0, 3})
+    report = analyzed(job, traces(job, run(job)), {0: "native", 1: "pickle", 2: "json", 3: "native"}, p2p=False)
+    got = [(f.kind, f.ranks, f.detail[:220]) for f in report.findings]
+    assert report.findings and (report.findings[0].kind, report.findings[0].ranks) == ("p2p_deadlock", [3]), got

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import Counter
 
 from distdoctor.findings.kinds import Finding, fmt_ranks, nth
-from distdoctor.diagnose.p2p_flows import holds, owed, owed_departures, p2p_calls
+from distdoctor.diagnose.p2p_flows import holds, owed, owed_departures, p2p_calls, unfed
 from distdoctor.diagnose.p2p_roles import departure_text, lone_departure
 from distdoctor.diagnose.waitfor import Cycle, p2p_entries
 from distdoctor.findings.sentences import describe_cycle
@@ -231,6 +231,20 @@ def _owes_more(ts: TraceSet, w) -> Finding | None:
                    evidence={"deviating": a, "peer": b, "owed": d.kind})
 
 
+def _unfed_send(ts: TraceSet, w) -> Finding | None:
+    """A rank waiting in a send to a peer whose dump cannot show p2p, where its own calls show the send fed by
+    nothing (p2p_flows.py, `unfed`): whatever the peer did, this send is one too many."""
+    a, e = w.rank, w.entry
+    mine = p2p_calls(ts, a, e.group)
+    d = None if mine is None or e.op != "send" or mine.feeder(e.peer) is None else unfed(mine, a)
+    if d is None or d.peer != e.peer:
+        return None
+    return Finding("p2p_deadlock", [a], group=e.group, seq=e.p2p_seq, op=e.op, t=e.t_created,
+                   detail=(f"rank {a} waits in send #{e.p2p_seq} to rank {e.peer} on group '{e.group}', whose dump "
+                           f"cannot show whether it posted the receive: {d.text}."),
+                   evidence={"deviating": a, "peer": e.peer, "owed": d.kind})
+
+
 def _exchanged(trace, peer: int, group: str) -> bool:
     """Whether the rank posted any send or recv with `peer` in `group`."""
     return any(e.peer == peer and e.group == group for e in p2p_entries(trace))
@@ -378,17 +392,20 @@ def unposted_peers(ts: TraceSet, waits, pending: dict, on_cycle: set[int]) -> li
     from distdoctor.diagnose.progress import shows_no_p2p
 
     by_group: dict[str, list] = {}
+    out_blind: list[Finding] = []
     waiting = {w.rank for w in waits}
     for w in waits:
         e = w.entry
         if not e.is_p2p or e.peer is None or e.peer not in ts.ranks or w.rank in on_cycle:
             continue
-        if shows_no_p2p(ts.ranks[e.peer]):  # its dump cannot show the matching half: unknown (explain.py)
+        if shows_no_p2p(ts.ranks[e.peer]):  # its dump cannot show the matching half: unknown (explain.py), but
+            own = _unfed_send(ts, w)  # for a send the rank's own calls show nothing fed
+            out_blind.extend([own] if own is not None else [])
             continue
         if e.peer in waiting:  # the peer waits for others in something else: that is where the story goes on
             continue
         by_group.setdefault(e.group, []).append(w)
-    out = []
+    out = out_blind
     for group, ws in sorted(by_group.items()):
         ws.sort(key=lambda w: w.rank)
         cache: dict = {}  # each rank's calls read relative to it, once for every waiter (p2p_roles.py)
