@@ -24,7 +24,7 @@ from collections import Counter
 from distdoctor.findings.kinds import Finding, fmt_ranks, nth
 from distdoctor.diagnose.p2p_flows import holds, owed, owed_departures, p2p_calls, unfed
 from distdoctor.diagnose.p2p_roles import departure_text, lone_departure
-from distdoctor.diagnose.waitfor import Cycle, p2p_entries
+from distdoctor.diagnose.waitfor import Cycle, numbered_pairs, p2p_entries
 from distdoctor.findings.sentences import describe_cycle
 from distdoctor.trace.model import TraceSet
 
@@ -318,7 +318,7 @@ def pair_disagreements(ts: TraceSet) -> list[Finding]:
     out = []
     for key, ss in sends.items():
         rs = recvs.get(key, [])
-        for s, r in zip(ss, rs):
+        for s, r in _pairs(ts, key, ss, rs):
             if (s.in_sizes and r.out_sizes and s.in_sizes != r.out_sizes) or \
                (s.in_dtypes and r.out_dtypes and s.in_dtypes != r.out_dtypes):
                 group, src, dst = key
@@ -335,6 +335,17 @@ def pair_disagreements(ts: TraceSet) -> list[Finding]:
                     evidence={"send": [src, s.index], "recv": [dst, r.index]}))
                 break
     return out
+
+
+def _pairs(ts: TraceSet, key: tuple, ss: list, rs: list) -> list[tuple]:
+    """Each send with the recv it met: by the recorder's numbers where both sides' traces are the recorder's (a
+    live state's tail, or a wrapped ring's, keeps only the last calls: the k-th of each list need not meet), else
+    the k-th with the k-th (waitfor.py, `_partner`)."""
+    _, src, dst = key
+    if not numbered_pairs(ts, src, dst):
+        return list(zip(ss, rs))
+    by_number = {r.p2p_seq: r for r in rs if r.p2p_seq is not None}
+    return [(s, by_number[s.p2p_seq]) for s in ss if s.p2p_seq in by_number]
 
 
 def message_of(e) -> tuple:
