@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from test_fuzz_invariant import CHECKS
 from trace_sets import (Job, analyzed, dumped_for_hang, pipeline_1f1b_deviated, pipeline_deviated, pipeline_gpipe,
-                        pipeline_gpipe_deviated, pipeline_odd_half, pipeline_odd_message, run, traces)
+                        pipeline_gpipe_deviated, pipeline_odd_half, pipeline_odd_message, pipeline_rounds, run,
+                        traces)
 
 
 @CHECKS
@@ -213,3 +214,26 @@ def test_the_last_stage_that_sent_what_nothing_fed_is_named_beside_blind_peers()
     report = analyzed(job, traces(job, run(job)), {0: "native", 1: "pickle", 2: "json", 3: "native"}, p2p=False)
     got = [(f.kind, f.ranks, f.detail[:220]) for f in report.findings]
     assert report.findings and (report.findings[0].kind, report.findings[0].ranks) == ("p2p_deadlock", [3]), got
+
+
+@CHECKS
+@given(st.integers(2, 6), st.integers(1, 4), st.data())
+def test_an_odd_message_before_any_usual_one_leaves_the_lost_receiver_one_of_its_senders(world, rounds, data):
+    """Campaign run 76-275 (GPipe on 8 ranks, `retype:5@call=4`): a stage retyped its first gradient send, Gloo
+    aborted the receiver, and `missing_dump [4]` named the receiver alone. No two earlier sends to it carried a
+    message to compare with (parted.py names a sender only against two usual ones), so nothing vouches for that
+    send: "one of" the receiver and the stages whose last send to it is such a message (lost.py,
+    `_unvouched_senders`), never the receiver alone."""
+    steps = pipeline_rounds(world, rounds)
+    first = list(range(2 * (world - 1)))  # the first round: no message established yet
+    at = data.draw(st.sampled_from(first))
+    sender, receiver = steps[at].src, steps[at].dst
+    job = Job(world, {"0": list(range(world))}, {"0": "default_pg"}, steps,
+              {sender: (data.draw(st.sampled_from(["message_size", "message_dtype"])), at), receiver: ("stop", at)})
+    ts_in = traces(job, run(job))
+    del ts_in[receiver]  # aborted: no dump
+    report = analyzed(job, ts_in, {r: "native" for r in ts_in})
+    first_finding = report.findings[0]
+    got = [(f.kind, f.ranks, f.detail[:200]) for f in report.findings]
+    assert first_finding.ranks != [receiver] or first_finding.evidence.get("undecided"), got
+    assert sender in (first_finding.evidence.get("suspects") or first_finding.ranks), got

@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from distdoctor.diagnose.crash import ended_on_their_own
+from distdoctor.diagnose.p2p import message_of
 from distdoctor.diagnose.progress import shows_no_p2p
+from distdoctor.diagnose.waitfor import p2p_entries
 from distdoctor.findings.kinds import Finding, fmt_ranks
 from distdoctor.trace.model import Entry, TraceSet
 
@@ -49,7 +51,35 @@ def missing_dump(no_dump: list[int], waits: list[Wait], views: dict[str, GroupVi
                        f"{'it' if len(blind) == 1 else 'any of them'} may have sent {fmt_ranks(no_dump)} a message "
                        f"of another size or dtype (Gloo aborts the process that receives one), or "
                        f"{fmt_ranks(no_dump)} died of {'its' if len(no_dump) == 1 else 'their'} own.")
+    elif unvouched := _unvouched_senders(no_dump, ts):
+        lost.evidence.update(undecided=True, suspects=sorted(set(no_dump) | set(unvouched)))
+        lost.detail = (f"one of {fmt_ranks(lost.evidence['suspects'])}: " + detail + f" {fmt_ranks(unvouched)} "
+                       f"sent {fmt_ranks(no_dump)} a message after which nothing with "
+                       f"{'it' if len(no_dump) == 1 else 'them'} completed, a message no two earlier sends carried "
+                       f"(a pipeline's first exchanges): nothing says it was the usual one. It may have been of "
+                       f"another size or dtype (Gloo aborts the process that receives one), or {fmt_ranks(no_dump)} "
+                       f"died of {'its' if len(no_dump) == 1 else 'their'} own.")
     return lost
+
+
+def _unvouched_senders(no_dump: list[int], ts: TraceSet) -> list[int]:
+    """Survivors whose own trace shows a send to a lost rank after which no call with it completed, whose message
+    no two earlier sends to it carried (fuzz run 76-275: a pipeline stage retyped its first gradient send, and
+    the receiver Gloo aborted was named alone): it may be the message that killed it. parted.py names a sender
+    whose odd message stands against two usual ones; where none stand, nothing vouches for it. None where the
+    launcher's log says the lost ranks ended of their own."""
+    found = []
+    for r, t in ts.ranks.items():
+        for lost in no_dump:
+            es = [e for e in p2p_entries(t) if e.peer == lost]
+            sends = [i for i, e in enumerate(es) if e.op == "send"]
+            if not sends or any(e.state == "completed" for e in es[sends[-1] + 1:]):
+                continue
+            last = message_of(es[sends[-1]])
+            if sum(1 for i in sends[:-1] if message_of(es[i]) == last) < 2:
+                found.append(r)
+                break
+    return [] if not found or set(no_dump) <= set(ended_on_their_own(ts)) else sorted(found)
 
 
 def _blind_survivors(no_dump: list[int], ts: TraceSet) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import Counter
 
 from distdoctor.findings.kinds import Finding, fmt_ranks, nth
-from distdoctor.diagnose.p2p_flows import holds, owed, owed_departures, p2p_calls, unfed
+from distdoctor.diagnose.p2p_flows import holds, opens_flow, owed, owed_departures, p2p_calls, unfed
 from distdoctor.diagnose.p2p_roles import departure_text, lone_departure
 from distdoctor.diagnose.waitfor import Cycle, numbered_pairs, p2p_entries
 from distdoctor.findings.sentences import describe_cycle
@@ -174,6 +174,8 @@ def _owes(c: Cycle, ts: TraceSet) -> Finding | None:
     if len({d.rank for d in found}) != 1:
         return None
     d = found[0]
+    if any(x != d.rank and opens_flow(ts, w.entry.group, x) for x, _, w in c.steps):
+        return None  # another rank on it sends where nothing fed it either: an order both may have swapped
     e = next(w.entry for x, _, w in c.steps if x == d.rank)
     return Finding(
         "p2p_deadlock", [d.rank], group=e.group, groups=c.groups, seq=e.p2p_seq, op=e.op, t=e.t_created,

@@ -213,6 +213,21 @@ def owed_departures(ts: TraceSet, steps: list[tuple[int, int, object]], peers_wa
     return out
 
 
+def opens_flow(ts: TraceSet, group: str, rank: int) -> bool:
+    """Whether the rank's calls open a flow mid-way: its first send to a peer, after calls of its own, still
+    waiting, or one no receive fed (a stage that sends upstream where it only ever received: an order swapped
+    with its neighbour's). Nothing says whether that send deviates or the program turned a corner; a rank
+    beside it on a cycle is not named alone for its own departure (both may have deviated)."""
+    c = p2p_calls(ts, rank, group)
+    if c is None or c.feeder(next(iter(c.peers()), -1)) is None:
+        return False
+    firsts = [next(i for i, (op, p, _) in enumerate(c.calls) if (op, p) == ("send", to))
+              for to in c.peers() if c.count("send", to)]
+    return any(i > 0 and not c.calls[i][2] for i in firsts) or any(  # a flow that begins at the hang
+        fed == 0 and broke is not None and broke > 0 and not c.calls[broke][2]
+        for fed, broke in (_fed_sends(c, to) for to in c.peers()))
+
+
 def owed(ts: TraceSet, group: str, rank: int, peer: int, k: int) -> bool:
     """Whether `peer` owes `rank` its k-th message: its flow to the rank is fed, and its feeder sent it at least k
     messages, taken or still to take (the answer to a call that is no departure, whatever the rank's rounds)."""
