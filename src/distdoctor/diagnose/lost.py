@@ -37,29 +37,31 @@ def missing_dump(no_dump: list[int], waits: list[Wait], views: dict[str, GroupVi
         detail += f" {fmt_ranks(blocked)} {'is' if len(blocked) == 1 else 'are'} blocked waiting for them."
     lost = Finding("missing_dump", no_dump, group=group, seq=seq, op=op, t=t, detail=detail,
                    evidence={"blocked": blocked})
+    own = f"{fmt_ranks(no_dump)} died of {'its' if len(no_dump) == 1 else 'their'} own"
     if _blind_survivors(no_dump, ts):
-        lost.evidence.update(undecided=True, suspects=sorted(set(range(ts.world_size or 0)) | set(no_dump)))
-        lost.detail = (f"one of {fmt_ranks(lost.evidence['suspects'])}: " + detail + " The other dumps hold no call "
-                       "at all, and none can show a send or recv (Gloo's Flight Recorder records none): nothing says "
-                       "what the job did when it went. It may have died of its own, or of a peer's message of "
-                       "another size or dtype (Gloo aborts the process that receives one).")
+        _one_of(lost, detail, range(ts.world_size or 0), (
+            " The other dumps hold no call at all, and none can show a send or recv (Gloo's Flight Recorder "
+            "records none): nothing says what the job did when it went. It may have died of its own, or of a "
+            "peer's message of another size or dtype (Gloo aborts the process that receives one)."))
     elif blind := _blind_senders(no_dump, ts):
-        lost.evidence.update(undecided=True, suspects=sorted(set(no_dump) | set(blind)))
-        lost.detail = (f"one of {fmt_ranks(lost.evidence['suspects'])}: " + detail + f" {fmt_ranks(blind)} left "
-                       f"{'a dump that holds' if len(blind) == 1 else 'dumps that hold'} no call and cannot show a send or recv "
-                       f"(Gloo's Flight Recorder records none), in a job that sends and receives: "
-                       f"{'it' if len(blind) == 1 else 'any of them'} may have sent {fmt_ranks(no_dump)} a message "
-                       f"of another size or dtype (Gloo aborts the process that receives one), or "
-                       f"{fmt_ranks(no_dump)} died of {'its' if len(no_dump) == 1 else 'their'} own.")
+        _one_of(lost, detail, blind, (
+            f" {fmt_ranks(blind)} left {'a dump that holds' if len(blind) == 1 else 'dumps that hold'} no call and "
+            f"cannot show a send or recv (Gloo's Flight Recorder records none), in a job that sends and receives: "
+            f"{'it' if len(blind) == 1 else 'any of them'} may have sent {fmt_ranks(no_dump)} a message of another "
+            f"size or dtype (Gloo aborts the process that receives one), or {own}."))
     elif unvouched := _unvouched_senders(no_dump, ts):
-        lost.evidence.update(undecided=True, suspects=sorted(set(no_dump) | set(unvouched)))
-        lost.detail = (f"one of {fmt_ranks(lost.evidence['suspects'])}: " + detail + f" {fmt_ranks(unvouched)} "
-                       f"sent {fmt_ranks(no_dump)} a message after which nothing with "
-                       f"{'it' if len(no_dump) == 1 else 'them'} completed, a message no two earlier sends carried "
-                       f"(a pipeline's first exchanges): nothing says it was the usual one. It may have been of "
-                       f"another size or dtype (Gloo aborts the process that receives one), or {fmt_ranks(no_dump)} "
-                       f"died of {'its' if len(no_dump) == 1 else 'their'} own.")
+        _one_of(lost, detail, unvouched, (
+            f" {fmt_ranks(unvouched)} sent {fmt_ranks(no_dump)} a message after which nothing with "
+            f"{'it' if len(no_dump) == 1 else 'them'} completed, a message no two earlier sends carried (a "
+            f"pipeline's first exchanges): nothing says it was the usual one. It may have been of another size or "
+            f"dtype (Gloo aborts the process that receives one), or {own}."))
     return lost
+
+
+def _one_of(lost: Finding, detail: str, others, why: str) -> None:
+    """The lost ranks' finding, undecided between them and `others`, and why."""
+    lost.evidence.update(undecided=True, suspects=sorted(set(lost.ranks) | set(others)))
+    lost.detail = f"one of {fmt_ranks(lost.evidence['suspects'])}: {detail}{why}"
 
 
 def _unvouched_senders(no_dump: list[int], ts: TraceSet) -> list[int]:
