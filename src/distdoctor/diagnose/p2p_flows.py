@@ -1,4 +1,5 @@
-"""Messages a stage owes: the one rank of a p2p cycle that waits for what nobody owes it, or sends what nothing fed.
+"""Messages a stage owes: the one rank of a p2p cycle that sends what nothing fed, holds what it should have passed
+on, or waits for what nobody owes it.
 
 A pipeline stage's sends are fed by its receives. A middle stage with two peers passes on what it gets: its
 sends to one peer are fed by its receives from the other (activations forward, gradients back). An end stage
@@ -8,7 +9,7 @@ GPU runs them, as under Gloo), a flow is fed where, at each of its sends, the ra
 receives from the feeding peer. The first stage's sends come from its data, before any receive: its flow is not
 fed, and nothing is read from it.
 
-Two departures follow, each the rank's own, whatever the schedule (GPipe, 1F1B, micro-batches that change from
+Three departures follow, each the rank's own, whatever the schedule (GPipe, 1F1B, micro-batches that change from
 step to step), and each shows where a rank's own history is too short to show a round (p2p.py,
 `breaks_pattern`) and no other rank shares its role (p2p_roles.py): the end stages (fuzz runs 72-119, 73-70,
 75-70, 75-102, 75-122: the last stage's recv issued twice or skipped, named with its peer as one cycle).
@@ -23,8 +24,10 @@ step to step), and each shows where a rank's own history is too short to show a 
 - **A message held** (`held`): a middle stage received more from its feeder than it sent on, each send fed,
   and waits in another call than one on that flow (it skipped a send and went on: fuzz run 75-150); a stage
   that receives a phase's messages before it sends them on holds some by design while it receives or sends.
-On a cycle of p2p waits, the one rank with such a departure is named, where no other rank on the cycle has one.
-A history that does not start at the first call of each stream (a ring buffer that wrapped, a live state's
+On a cycle of p2p waits, the one rank with such a departure is named, where no other rank on the cycle has one
+and none opens a flow at the hang (`opens_flow`: two neighbours that both send first). A rank waiting on an idle
+peer is named for its own sends and holds; for a wait nobody owes only where the peer ran its program to its end
+(p2p.py, `_owes_more`). A history that does not start at the first call of each stream (a ring buffer that wrapped, a live state's
 tail), or a rank with more than two peers in the group, is not read.
 """
 
