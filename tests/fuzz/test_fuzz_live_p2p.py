@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from distdoctor.recorder.live import frontiers
 from test_fuzz_invariant import CHECKS
-from trace_sets import Step, analyzed, pipeline_deviated, pipeline_gpipe_deviated, run, traces
+from trace_sets import Step, analyzed, finished, pipeline_deviated, pipeline_gpipe_deviated, run, traces
 
 
 def _live(ts_in: dict) -> dict:
@@ -71,11 +71,11 @@ def test_a_send_its_peer_received_is_over_though_the_tail_no_longer_holds_the_re
     whole = analyzed(job, _unretired(traces(job, ran), stale), forms)
     live = analyzed(job, _live(_unretired(traces(job, ran), stale)), forms)
     got = [(f.kind, f.ranks, f.detail[:200]) for f in live.findings]
-    finished = {r for r, (calls, issued, _) in ran.items() if issued >= len(calls) and all(c.done for c in calls)}
+    ended = finished(ran)
     if whole.findings and bad in whole.findings[0].ranks:
         assert live.findings, (got, whole.findings[0].ranks)
         first = live.findings[0]
-        assert bad in first.ranks or (first.kind == "missing_ranks" and set(first.ranks) <= finished), (
+        assert bad in first.ranks or (first.kind == "missing_ranks" and set(first.ranks) <= ended), (
             got, whole.findings[0].ranks)
 
 

@@ -17,9 +17,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from test_fuzz_invariant import CHECKS
-from trace_sets import (Job, analyzed, dumped_for_hang, pipeline_1f1b_deviated, pipeline_deviated, pipeline_gpipe,
-                        pipeline_gpipe_deviated, pipeline_odd_half, pipeline_odd_message, pipeline_rounds, run,
-                        traces)
+from trace_sets import (Job, analyzed, dumped_for_hang, finished, pipeline_1f1b_deviated, pipeline_deviated,
+                        pipeline_gpipe, pipeline_gpipe_deviated, pipeline_odd_half, pipeline_odd_message,
+                        pipeline_rounds, run, traces)
 
 
 @CHECKS
@@ -66,16 +66,16 @@ def test_what_a_stage_was_fed_and_passed_on_names_the_one_that_deviates(case):
     and named a stage that kept to its program. What each stage was fed and passed on (p2p_flows.py) singles
     one out, and never another rank: no p2p cycle is pinned on a rank that did not deviate, and a rank the
     flows single out is the deviating one (the example: the rounds rule named rank 2, whose backward phase
-    followed its four forwards, for rank 1's send issued twice). No rank is named alone but the deviating one, save a rank that
-    finished its whole program, named missing where its peer waits on it: the generator keeps it idle in the
-    user's code, where a real one exits (and says so in its dump)."""
+    followed its four forwards, for rank 1's send issued twice). No rank is named alone but the deviating one,
+    save a rank that finished its whole program, named missing where its peer waits on it: the generator keeps it
+    idle in the user's code, where a real one exits (and says so in its dump)."""
     job, bad, _ = case
     ran = run(job)
     report = analyzed(job, traces(job, ran), {r: "native" for r in range(job.world)})
     got = [(f.kind, f.ranks, f.detail[:220]) for f in report.findings]
-    finished = {r for r, (calls, issued, _) in ran.items() if issued >= len(calls) and all(c.done for c in calls)}
+    ended = finished(ran)
     assert not [f for f in report.findings if len(f.ranks) == 1 and f.ranks != [bad]
-                and not (f.kind == "missing_ranks" and set(f.ranks) <= finished)], got
+                and not (f.kind == "missing_ranks" and set(f.ranks) <= ended)], got
     assert all(f.ranks == [bad] for f in report.findings if f.evidence.get("owed")), got
 
 
@@ -180,8 +180,8 @@ def test_a_peer_that_ran_its_program_to_its_end_owes_nothing_more(case):
     the waiter is named where its wait is one nobody owes, and no rank but the deviating one is named alone."""
     job, bad, _ = case
     ran = run(job)
-    finished = {r for r, (calls, issued, _) in ran.items() if issued >= len(calls) and all(c.done for c in calls)}
-    ts = {r: dumped_for_hang(t, 31.0, True, done=r in finished) for r, t in traces(job, ran).items()}
+    ended = finished(ran)
+    ts = {r: dumped_for_hang(t, 31.0, True, done=r in ended) for r, t in traces(job, ran).items()}
     report = analyzed(job, ts, {r: "native" for r in range(job.world)})
     got = [(f.kind, f.ranks, f.detail[:220]) for f in report.findings]
     assert not [f for f in report.findings if len(f.ranks) == 1 and f.ranks != [bad]], got

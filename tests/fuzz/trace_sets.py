@@ -250,6 +250,12 @@ def run(job: Job) -> dict[int, tuple[list[Call], int, str]]:
             for r, (calls, end) in prog.items()}
 
 
+def finished(ran: dict) -> set[int]:
+    """The ranks that issued and completed every call of their program (a real one would exit; the generator
+    keeps it idle in the user's code)."""
+    return {r for r, (calls, issued, _) in ran.items() if issued >= len(calls) and all(c.done for c in calls)}
+
+
 def ground_truth(job: Job, ran: dict) -> tuple[set[int], set[int]]:
     """(ranks really blocked in a call at dump time, ranks that crashed) among the ranks that left a dump."""
     blocked, crashed = set(), set()

@@ -72,8 +72,9 @@ def _unvouched_senders(no_dump: list[int], ts: TraceSet) -> list[int]:
     launcher's log says the lost ranks ended of their own."""
     found = []
     for r, t in ts.ranks.items():
+        calls = p2p_entries(t)
         for lost in no_dump:
-            es = [e for e in p2p_entries(t) if e.peer == lost]
+            es = [e for e in calls if e.peer == lost]
             sends = [i for i, e in enumerate(es) if e.op == "send"]
             if not sends or any(e.state == "completed" for e in es[sends[-1] + 1:]):
                 continue
@@ -102,7 +103,8 @@ def _blind_senders(no_dump: list[int], ts: TraceSet) -> list[int]:
     them as the peers the other traces show are from their ranks: a pipeline's neighbours) may have sent the lost
     ranks the message that killed them. None where the launcher's log says the lost ranks ended of their own."""
     survivors = ts.ranks
-    offsets = {abs(e.peer - r) for r, t in survivors.items() for e in t.entries[-256:] if e.is_p2p and e.peer is not None}
+    offsets = {abs(e.peer - r) for r, t in survivors.items() for e in t.entries[-256:]
+               if e.is_p2p and e.peer is not None}
     blind = [r for r, t in survivors.items() if not len(t.entries) and shows_no_p2p(t)
              and any(abs(r - lost) in offsets for lost in no_dump)]  # a peer of theirs, as the others' peers are
     if not blind:

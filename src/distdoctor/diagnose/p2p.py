@@ -275,10 +275,12 @@ def breaks_pattern(tokens: list[tuple]) -> tuple[bool, int, list, list] | None:
     earlier, P, those last calls, what the pattern had there). None where no period shows in the history (too
     short, or no pattern: a rank whose calls change from round to round is never judged by a local repeat)."""
     n = len(tokens)
+    met: dict[tuple, int] = {}  # (group, peer) -> the index of the rank's first call with it
+    for i, (_, group, peer) in enumerate(tokens):
+        met.setdefault((group, peer), i)
     for period in range(1, n // 3 + 1):
         history = tokens[: n - period]
-        known = {(group, peer) for _, group, peer in history}
-        kinds = {t for t in tokens if t[1:] in known}  # a call to a peer never met is the odd one, not a phase
+        kinds = {t for t in set(tokens) if met[t[1:]] < n - period}  # a call to a peer never met is the odd one
         i = len(history) - 1
         while i >= period and history[i] == history[i - period]:
             i -= 1

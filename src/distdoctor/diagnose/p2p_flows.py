@@ -27,8 +27,8 @@ step to step), and each shows where a rank's own history is too short to show a 
 On a cycle of p2p waits, the one rank with such a departure is named, where no other rank on the cycle has one
 and none opens a flow at the hang (`opens_flow`: two neighbours that both send first). A rank waiting on an idle
 peer is named for its own sends and holds; for a wait nobody owes only where the peer ran its program to its end
-(p2p.py, `_owes_more`). A history that does not start at the first call of each stream (a ring buffer that wrapped, a live state's
-tail), or a rank with more than two peers in the group, is not read.
+(p2p.py, `_owes_more`). A history that does not start at the first call of each stream (a ring buffer that
+wrapped, a live state's tail), or a rank with more than two peers in the group, is not read.
 """
 
 from __future__ import annotations
@@ -103,11 +103,11 @@ def unfed(c: _Calls, rank: int, min_fed: int = MIN_FED) -> Departure | None:
         fed, broke = _fed_sends(c, to)
         if broke is None or fed < min_fed:
             continue
+        src = c.feeder(to)
         last = max(i for i, (op, p, _) in enumerate(c.calls) if (op, p) == ("send", to))
-        over = c.count("send", to) > c.count("recv", c.feeder(to))
+        over = c.count("send", to) > c.count("recv", src)
         if c.calls[broke][2] and not (over and not c.calls[last][2]):
             continue
-        src = c.feeder(to)
         return Departure(rank, "unfed", to, (
             f"rank {rank} issued its {nth(fed + 1)} send to rank {to} having issued only {fed} receive"
             f"{'s' if fed != 1 else ''} from rank {src}, which fed each of its sends to rank {to} before: a send "
@@ -222,7 +222,7 @@ def opens_flow(ts: TraceSet, group: str, rank: int) -> bool:
     with its neighbour's). Nothing says whether that send deviates or the program turned a corner; a rank
     beside it on a cycle is not named alone for its own departure (both may have deviated)."""
     c = p2p_calls(ts, rank, group)
-    if c is None or c.feeder(next(iter(c.peers()), -1)) is None:
+    if c is None or len(c.peers()) not in (1, 2):  # whose feeders are known
         return False
     firsts = [next(i for i, (op, p, _) in enumerate(c.calls) if (op, p) == ("send", to))
               for to in c.peers() if c.count("send", to)]
